@@ -1,0 +1,82 @@
+//! Exponential back-off with jitter, and the small source of randomness it needs.
+
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hasher};
+use std::time::Duration;
+
+/// A random 64-bit number from the standard library's per-process hash keys.
+///
+/// Good enough for jitter and for unique-looking ids; not for anything secret.
+pub(crate) fn random_u64() -> u64 {
+    let mut hasher = RandomState::new().build_hasher();
+    hasher.write_u64(0x5157_5f63_6f6e_7375);
+    hasher.finish()
+}
+
+/// A duration drawn uniformly from `[d / 2, d]`: spreads retries of many clients apart while
+/// keeping at least half of the intended wait.
+pub(crate) fn jitter(d: Duration) -> Duration {
+    let nanos = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+    let half = nanos / 2;
+    let extra = if half == 0 {
+        0
+    } else {
+        random_u64() % (half + 1)
+    };
+    Duration::from_nanos(half + extra)
+}
+
+/// Doubling delays from `initial` up to `max`, each jittered; `reset` starts over.
+#[derive(Debug, Clone)]
+pub(crate) struct Backoff {
+    initial: Duration,
+    max: Duration,
+    next: Duration,
+}
+
+impl Backoff {
+    pub(crate) fn new(initial: Duration, max: Duration) -> Self {
+        Self {
+            initial,
+            max,
+            next: initial,
+        }
+    }
+
+    /// The delay to wait now; the one after it is twice as long, up to the maximum.
+    pub(crate) fn next_delay(&mut self) -> Duration {
+        let d = self.next;
+        self.next = (self.next * 2).min(self.max);
+        jitter(d)
+    }
+
+    pub(crate) fn reset(&mut self) {
+        self.next = self.initial;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jitter_stays_within_half_and_whole() {
+        for _ in 0..1000 {
+            let d = jitter(Duration::from_millis(800));
+            assert!(d >= Duration::from_millis(400) && d <= Duration::from_millis(800));
+        }
+        assert_eq!(jitter(Duration::ZERO), Duration::ZERO);
+    }
+
+    #[test]
+    fn backoff_doubles_up_to_max_and_resets() {
+        let mut b = Backoff::new(Duration::from_millis(100), Duration::from_millis(350));
+        let upper: Vec<u64> = vec![100, 200, 350, 350];
+        for u in upper {
+            let d = b.next_delay();
+            assert!(d <= Duration::from_millis(u) && d >= Duration::from_millis(u / 2));
+        }
+        b.reset();
+        assert!(b.next_delay() <= Duration::from_millis(100));
+    }
+}

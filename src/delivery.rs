@@ -1,0 +1,347 @@
+//! The `Delivery` guard: one received message, kept hidden while you hold it.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_sdk_sqs::types::{Message, MessageSystemAttributeName};
+use tokio::sync::{watch, OwnedSemaphorePermit};
+use tokio::task::AbortHandle;
+use tokio::time::{sleep, Instant};
+
+use crate::backoff::Backoff;
+use crate::error::{Error, ErrorKind, LostReason};
+use crate::heartbeat::{self, HARD_LIMIT, MAX_VISIBILITY_SECS};
+use crate::queue::Queue;
+
+/// How long `ack` keeps retrying a transient `DeleteMessage` failure (the heartbeat keeps the
+/// message hidden meanwhile) before it gives up and reports the error.
+const ACK_RETRY_WINDOW: Duration = Duration::from_secs(20);
+
+/// What the delivery and its heartbeat task share.
+pub(crate) struct Shared {
+    pub(crate) message_id: String,
+    pub(crate) receipt: String,
+    status: watch::Sender<Status>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Status {
+    deadline: Instant,
+    lost: Option<LostReason>,
+}
+
+impl Shared {
+    pub(crate) fn deadline(&self) -> Instant {
+        self.status.borrow().deadline
+    }
+
+    pub(crate) fn set_deadline(&self, deadline: Instant) {
+        self.status.send_modify(|s| s.deadline = deadline);
+    }
+
+    pub(crate) fn lost_reason(&self) -> Option<LostReason> {
+        self.status.borrow().lost
+    }
+
+    /// Marks the delivery lost; the first reason wins.
+    pub(crate) fn mark_lost(&self, reason: LostReason) {
+        self.status.send_if_modified(|s| {
+            if s.lost.is_none() {
+                s.lost = Some(reason);
+                true
+            } else {
+                false
+            }
+        });
+    }
+}
+
+/// One received SQS message, hidden from other consumers while you hold it.
+///
+/// From the moment it is received, a background heartbeat calls `ChangeMessageVisibility`
+/// halfway through each visibility timeout, so the message stays hidden however long your
+/// handler takes (up to SQS's limit of 12 hours after the receive).
+///
+/// Settle it with [`ack`](Delivery::ack) (delete), [`release`](Delivery::release) (visible
+/// again at once) or [`release_after`](Delivery::release_after) (visible again later). Each
+/// consumes the delivery, so a message cannot be settled twice. Dropping a delivery without
+/// settling it stops the heartbeat; the message becomes visible again when its current
+/// visibility timeout lapses.
+///
+/// While held, a delivery counts against the consumer's
+/// [`max_in_flight`](crate::ConsumerBuilder::max_in_flight), wherever you move it.
+pub struct Delivery {
+    message: Message,
+    shared: Arc<Shared>,
+    queue: Queue,
+    receive_count: u32,
+    received_at: Instant,
+    heartbeat: Option<AbortHandle>,
+    _permit: Option<OwnedSemaphorePermit>,
+}
+
+impl Delivery {
+    /// Wraps a received message and starts its heartbeat at once.
+    ///
+    /// `received_at` is the instant taken just before the `ReceiveMessage` request was sent;
+    /// `timeout` is the visibility timeout the receive applied, in seconds.
+    pub(crate) fn start(
+        queue: Queue,
+        message: Message,
+        receipt: String,
+        received_at: Instant,
+        timeout: u32,
+        permit: Option<OwnedSemaphorePermit>,
+    ) -> Self {
+        let receive_count = message
+            .attributes()
+            .and_then(|a| a.get(&MessageSystemAttributeName::ApproximateReceiveCount))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1);
+        let (status, _) = watch::channel(Status {
+            deadline: received_at + Duration::from_secs(u64::from(timeout)),
+            lost: None,
+        });
+        let shared = Arc::new(Shared {
+            message_id: message.message_id().unwrap_or_default().to_owned(),
+            receipt,
+            status,
+        });
+        let heartbeat = (timeout > 0).then(|| {
+            tokio::spawn(heartbeat::run(
+                queue.clone(),
+                shared.clone(),
+                timeout,
+                received_at,
+            ))
+            .abort_handle()
+        });
+        Self {
+            message,
+            shared,
+            queue,
+            receive_count,
+            received_at,
+            heartbeat,
+            _permit: permit,
+        }
+    }
+
+    /// The SQS message id.
+    pub fn message_id(&self) -> &str {
+        &self.shared.message_id
+    }
+
+    /// The message body (empty if SQS sent none).
+    pub fn body(&self) -> &str {
+        self.message.body().unwrap_or_default()
+    }
+
+    /// The message as the SDK returned it, with its system and message attributes.
+    pub fn message(&self) -> &Message {
+        &self.message
+    }
+
+    /// How many times SQS has handed this message out, this receive included
+    /// (`ApproximateReceiveCount`).
+    pub fn receive_count(&self) -> u32 {
+        self.receive_count
+    }
+
+    /// When the message was received: the instant taken just before the `ReceiveMessage`
+    /// request was sent, on tokio's clock.
+    pub fn received_at(&self) -> Instant {
+        self.received_at
+    }
+
+    /// When the message's current visibility timeout ends, as far as this consumer knows.
+    ///
+    /// The heartbeat moves it forward with every extension. After it passes without an
+    /// extension, the delivery is lost. With a visibility timeout of 0 it equals
+    /// [`received_at`](Delivery::received_at).
+    pub fn deadline(&self) -> Instant {
+        self.shared.deadline()
+    }
+
+    /// The receive plus 12 hours: SQS's limit on how long this message can stay hidden.
+    pub fn hard_deadline(&self) -> Instant {
+        self.received_at + HARD_LIMIT
+    }
+
+    /// `true` once the delivery is lost: another consumer may get (or have) the message.
+    pub fn is_lost(&self) -> bool {
+        self.shared.lost_reason().is_some()
+    }
+
+    /// Completes when the delivery is lost, with the reason; never completes otherwise.
+    ///
+    /// The future does not borrow the delivery, so it can race the handler's work:
+    ///
+    /// ```no_run
+    /// # async fn work(_: &str) {}
+    /// # async fn example(delivery: sqs_consumer::Delivery) -> Result<(), sqs_consumer::Error> {
+    /// let lost = delivery.lost();
+    /// tokio::select! {
+    ///     _ = work(delivery.body()) => delivery.ack().await?,
+    ///     reason = lost => tracing::warn!(%reason, "gave up: the message is no longer ours"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn lost(&self) -> impl Future<Output = LostReason> + Send + 'static {
+        let shared = self.shared.clone();
+        async move {
+            let mut rx = shared.status.subscribe();
+            loop {
+                if let Some(reason) = rx.borrow_and_update().lost {
+                    return reason;
+                }
+                if rx.changed().await.is_err() {
+                    // Unreachable while `shared` (and so the sender) is alive; stay pending.
+                    std::future::pending::<()>().await;
+                }
+            }
+        }
+    }
+
+    /// Deletes the message (`DeleteMessage`): it will not be delivered again.
+    ///
+    /// Transient failures are retried for a while; the heartbeat keeps the message hidden
+    /// meanwhile. If the delivery was already lost, the delete is still attempted (SQS may
+    /// still accept it), but the result is [`Error::Lost`]: the message may have been handed
+    /// to another consumer, so your work may be repeated.
+    pub async fn ack(self) -> Result<(), Error> {
+        let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
+        let give_up = Instant::now() + ACK_RETRY_WINDOW;
+        let result = loop {
+            match self.queue.delete(&self.shared.receipt).await {
+                Err(err) if err.is_retryable() && Instant::now() < give_up && !self.is_lost() => {
+                    let wait = backoff.next_delay();
+                    tracing::warn!(
+                        message_id = %self.message_id(),
+                        error = %err,
+                        retry_in = ?wait,
+                        "ack failed; retrying"
+                    );
+                    sleep(wait).await;
+                }
+                other => break other,
+            }
+        };
+        self.stop_heartbeat();
+        match (result, self.shared.lost_reason()) {
+            (Err(err), _) if err.is_lost() => Err(self.lost_error(err.kind())),
+            (Err(err), _) => Err(err),
+            (Ok(()), Some(reason)) => Err(Error::Lost {
+                message_id: self.message_id().to_owned(),
+                reason,
+            }),
+            (Ok(()), None) => {
+                tracing::debug!(message_id = %self.message_id(), "acked");
+                Ok(())
+            }
+        }
+    }
+
+    /// Makes the message visible to every consumer at once (`ChangeMessageVisibility` to 0).
+    pub async fn release(self) -> Result<(), Error> {
+        self.change_and_settle(0).await
+    }
+
+    /// Makes the message visible again after `delay` (rounded up to whole seconds), for a
+    /// retry later.
+    ///
+    /// SQS refuses a visibility that ends more than 12 hours after the receive; such a delay
+    /// is refused here with [`Error::PastHardDeadline`] before anything is sent, and the
+    /// delivery is then dropped (the message returns when its current timeout lapses).
+    pub async fn release_after(self, delay: Duration) -> Result<(), Error> {
+        let secs = delay.as_secs() + u64::from(delay.subsec_nanos() > 0);
+        let secs = match u32::try_from(secs) {
+            Ok(s) if s <= MAX_VISIBILITY_SECS => s,
+            _ => {
+                return Err(Error::invalid(
+                    "release_after",
+                    delay,
+                    "a delay of at most 43200 s (12 hours)",
+                ))
+            }
+        };
+        let limit = heartbeat::extension_limit(self.received_at);
+        let room = limit.saturating_duration_since(Instant::now());
+        if Duration::from_secs(u64::from(secs)) > room {
+            return Err(Error::PastHardDeadline {
+                message_id: self.message_id().to_owned(),
+                requested: delay,
+                allowed: Duration::from_secs(room.as_secs()),
+            });
+        }
+        self.change_and_settle(secs).await
+    }
+
+    async fn change_and_settle(self, visibility: u32) -> Result<(), Error> {
+        // Stop the heartbeat first, so that no extension lands after the change.
+        self.stop_heartbeat();
+        match self
+            .queue
+            .change_visibility(&self.shared.receipt, visibility)
+            .await
+        {
+            Ok(()) => {
+                tracing::debug!(message_id = %self.message_id(), visibility, "released");
+                Ok(())
+            }
+            Err(err) if err.is_lost() => Err(self.lost_error(err.kind())),
+            Err(err) => Err(err),
+        }
+    }
+
+    fn lost_error(&self, kind: Option<ErrorKind>) -> Error {
+        let reason = match kind {
+            Some(ErrorKind::Lost(reason)) => reason,
+            _ => LostReason::ReceiptHandleInvalid,
+        };
+        self.shared.mark_lost(reason);
+        Error::Lost {
+            message_id: self.message_id().to_owned(),
+            reason: self.shared.lost_reason().unwrap_or(reason),
+        }
+    }
+
+    fn stop_heartbeat(&self) {
+        if let Some(heartbeat) = &self.heartbeat {
+            heartbeat.abort();
+        }
+    }
+}
+
+impl Drop for Delivery {
+    fn drop(&mut self) {
+        // Only a signal: the task stops at its next await point.
+        self.stop_heartbeat();
+    }
+}
+
+impl fmt::Debug for Delivery {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Delivery")
+            .field("message_id", &self.message_id())
+            .field("receipt_handle", &ShortHandle(&self.shared.receipt))
+            .field("receive_count", &self.receive_count)
+            .field("received_at", &self.received_at)
+            .field("deadline", &self.deadline())
+            .field("lost", &self.shared.lost_reason())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Shows only the start of a receipt handle: enough to tell two apart in a log, not enough
+/// to act on the message.
+pub(crate) struct ShortHandle<'a>(pub(crate) &'a str);
+
+impl fmt::Debug for ShortHandle<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let prefix: String = self.0.chars().take(8).collect();
+        write!(f, "\"{prefix}…\"")
+    }
+}

@@ -1,0 +1,237 @@
+//! The crate's one error type.
+
+use std::fmt;
+use std::time::Duration;
+
+/// A boxed error that can cross task boundaries; what handlers return.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Everything that can go wrong in this crate.
+///
+/// Match on the variant when you need details, or use the predicates
+/// ([`Error::is_lost`], [`Error::is_retryable`], [`Error::is_fatal`]) when you only need to
+/// decide what to do next.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A builder setting (or an argument) is outside its allowed range.
+    #[error("invalid setting `{field}`: {got} is not allowed ({allowed})")]
+    InvalidConfig {
+        /// The setting or argument, as named in the API (`visibility_timeout`, …).
+        field: &'static str,
+        /// The value that was given.
+        got: String,
+        /// What is allowed, e.g. `whole seconds in 0..=43200`.
+        allowed: &'static str,
+    },
+
+    /// The delivery is no longer ours: its visibility timeout lapsed, or SQS no longer
+    /// accepts its receipt handle. The message may already be with another consumer.
+    #[error("delivery of message {message_id} was lost: {reason}")]
+    Lost {
+        /// The SQS message id.
+        message_id: String,
+        /// Why the delivery was lost.
+        reason: LostReason,
+    },
+
+    /// `release_after` asked for a visibility that would end past the 12-hour limit SQS
+    /// counts from the receive. SQS would refuse it, so the crate refuses it locally.
+    #[error(
+        "release_after({requested:?}) for message {message_id} would end past the 12-hour \
+         limit counted from the receive; at most {allowed:?} is possible now"
+    )]
+    PastHardDeadline {
+        /// The SQS message id.
+        message_id: String,
+        /// The delay asked for.
+        requested: Duration,
+        /// The longest delay SQS would still accept (whole seconds).
+        allowed: Duration,
+    },
+
+    /// An SQS call (or the equivalent [`MemoryQueue`](crate::MemoryQueue) call) failed.
+    #[error("SQS {operation} failed{}: {message}", code.as_deref().map(|c| format!(" with {c}")).unwrap_or_default())]
+    Sqs {
+        /// The action, e.g. `ReceiveMessage`.
+        operation: &'static str,
+        /// The SQS error code, when the service sent one (`QueueDoesNotExist`, …).
+        code: Option<String>,
+        /// A short human-readable description.
+        message: String,
+        /// How the crate treats the failure.
+        kind: ErrorKind,
+        /// The underlying SDK (or in-memory queue) error.
+        #[source]
+        source: BoxError,
+    },
+}
+
+/// How a failed SQS call is treated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// Transient: throttling, 5xx, timeouts, dropped connections. Retried with back-off.
+    Retryable,
+    /// The receipt handle is no longer valid, or the message is no longer in flight.
+    Lost(LostReason),
+    /// Retrying cannot help: the queue does not exist, access is denied, the request is
+    /// invalid. `run` returns such an error at once.
+    Fatal,
+}
+
+/// Why a delivery was lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LostReason {
+    /// SQS answered `ReceiptHandleIsInvalid`: the message was received again elsewhere, or
+    /// deleted.
+    ReceiptHandleInvalid,
+    /// SQS answered `MessageNotInflight`: the visibility timeout had already lapsed.
+    NotInFlight,
+    /// The visibility deadline passed without a successful extension (the extension calls
+    /// kept failing).
+    ExtensionFailed,
+    /// The 12-hour limit counted from the receive was reached and the last extension lapsed.
+    HardDeadline,
+}
+
+impl fmt::Display for LostReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LostReason::ReceiptHandleInvalid => "the receipt handle is no longer valid",
+            LostReason::NotInFlight => "the message was no longer in flight",
+            LostReason::ExtensionFailed => {
+                "the visibility timeout lapsed before an extension succeeded"
+            }
+            LostReason::HardDeadline => {
+                "the 12-hour visibility limit counted from the receive was reached"
+            }
+        })
+    }
+}
+
+impl Error {
+    /// `true` when the delivery is lost: the message may be redelivered to someone else.
+    pub fn is_lost(&self) -> bool {
+        matches!(
+            self,
+            Error::Lost { .. }
+                | Error::Sqs {
+                    kind: ErrorKind::Lost(_),
+                    ..
+                }
+        )
+    }
+
+    /// `true` when trying the same call again later may succeed.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            Error::Sqs {
+                kind: ErrorKind::Retryable,
+                ..
+            }
+        )
+    }
+
+    /// `true` when retrying cannot help (bad configuration, missing queue, access denied).
+    pub fn is_fatal(&self) -> bool {
+        matches!(
+            self,
+            Error::InvalidConfig { .. }
+                | Error::Sqs {
+                    kind: ErrorKind::Fatal,
+                    ..
+                }
+        )
+    }
+
+    /// How a failed SQS call is treated; `None` for errors that are not SQS calls.
+    pub fn kind(&self) -> Option<ErrorKind> {
+        match self {
+            Error::Sqs { kind, .. } => Some(*kind),
+            _ => None,
+        }
+    }
+
+    /// The SQS error code, when the failure came from SQS with one.
+    pub fn code(&self) -> Option<&str> {
+        match self {
+            Error::Sqs { code, .. } => code.as_deref(),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn invalid(field: &'static str, got: impl fmt::Debug, allowed: &'static str) -> Self {
+        Error::InvalidConfig {
+            field,
+            got: format!("{got:?}"),
+            allowed,
+        }
+    }
+}
+
+/// Classifies an SQS error code (from the SDK or the in-memory queue).
+///
+/// `status` is the HTTP status when known; unknown codes are retryable on 5xx and fatal on
+/// other 4xx answers, so a misconfiguration surfaces instead of being retried forever.
+pub(crate) fn classify_code(code: &str, status: Option<u16>) -> ErrorKind {
+    // The JSON protocol sends short codes; the query-compatible header sends the long ones.
+    let short = code.rsplit('.').next().unwrap_or(code);
+    match short {
+        "ReceiptHandleIsInvalid" => ErrorKind::Lost(LostReason::ReceiptHandleInvalid),
+        "MessageNotInflight" => ErrorKind::Lost(LostReason::NotInFlight),
+        "RequestThrottled" | "ThrottlingException" | "Throttling" | "KmsThrottled"
+        | "KMS_ThrottlingException" | "OverLimit" | "InternalError" | "InternalFailure"
+        | "ServiceUnavailable" | "RequestTimeout" | "RequestTimeoutException"
+        | "SlowDown" => ErrorKind::Retryable,
+        "QueueDoesNotExist" | "NonExistentQueue" | "AccessDenied" | "AccessDeniedException"
+        | "InvalidClientTokenId" | "UnrecognizedClientException" | "SignatureDoesNotMatch"
+        | "InvalidSecurity" | "MissingAuthenticationToken" | "ExpiredToken"
+        | "KmsAccessDenied" | "KmsDisabled" | "KmsNotFound" | "KmsInvalidState"
+        | "KmsInvalidKeyUsage" | "KmsOptInRequired" | "InvalidParameterValue"
+        | "InvalidAddress" | "InvalidAttributeName" | "InvalidAttributeValue"
+        | "UnsupportedOperation" | "MissingParameter" | "InvalidParameterCombination"
+        | "InvalidAction" | "ValidationError" => ErrorKind::Fatal,
+        _ => match status {
+            Some(s) if (400..500).contains(&s) && s != 408 && s != 429 => ErrorKind::Fatal,
+            _ => ErrorKind::Retryable,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_are_classified() {
+        assert_eq!(
+            classify_code("ReceiptHandleIsInvalid", Some(400)),
+            ErrorKind::Lost(LostReason::ReceiptHandleInvalid)
+        );
+        assert_eq!(
+            classify_code("AWS.SimpleQueueService.MessageNotInflight", Some(400)),
+            ErrorKind::Lost(LostReason::NotInFlight)
+        );
+        assert_eq!(
+            classify_code("AWS.SimpleQueueService.NonExistentQueue", Some(400)),
+            ErrorKind::Fatal
+        );
+        assert_eq!(classify_code("QueueDoesNotExist", None), ErrorKind::Fatal);
+        assert_eq!(classify_code("RequestThrottled", Some(400)), ErrorKind::Retryable);
+        assert_eq!(classify_code("Whatever", Some(503)), ErrorKind::Retryable);
+        assert_eq!(classify_code("Whatever", Some(429)), ErrorKind::Retryable);
+        assert_eq!(classify_code("Whatever", Some(403)), ErrorKind::Fatal);
+        assert_eq!(classify_code("Whatever", None), ErrorKind::Retryable);
+    }
+
+    #[test]
+    fn invalid_config_names_field_and_range() {
+        let e = Error::invalid("batch_size", 11, "1..=10");
+        let text = e.to_string();
+        assert!(text.contains("batch_size") && text.contains("11") && text.contains("1..=10"));
+        assert!(e.is_fatal() && !e.is_retryable() && !e.is_lost());
+    }
+}

@@ -1,0 +1,34 @@
+//! The `Handler` trait: what `Consumer::run` calls for each delivery.
+
+use std::future::Future;
+
+use futures::future::BoxFuture;
+
+use crate::delivery::Delivery;
+use crate::error::BoxError;
+
+/// Handles one [`Delivery`] at a time; the consumer runs many at once, each as its own task.
+///
+/// Implemented for every `Fn(Delivery) -> impl Future<Output = Result<(), E>>` whose error
+/// converts into a [`BoxError`] (so `anyhow::Error`, `std::io::Error` and the crate's own
+/// [`Error`](crate::Error) all work). Implement it yourself when a closure is awkward.
+///
+/// A handler error is logged with the message id. What happens to the message then is the
+/// delivery's fate: if the handler did not settle it, it is dropped, its heartbeat stops,
+/// and the message is received again once its visibility timeout lapses.
+pub trait Handler: Send + Sync + 'static {
+    /// Handles one delivery.
+    fn handle(&self, delivery: Delivery) -> BoxFuture<'static, Result<(), BoxError>>;
+}
+
+impl<F, Fut, E> Handler for F
+where
+    F: Fn(Delivery) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<(), E>> + Send + 'static,
+    E: Into<BoxError>,
+{
+    fn handle(&self, delivery: Delivery) -> BoxFuture<'static, Result<(), BoxError>> {
+        let fut = self(delivery);
+        Box::pin(async move { fut.await.map_err(Into::into) })
+    }
+}

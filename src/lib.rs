@@ -1,0 +1,62 @@
+//! An Amazon SQS consumer that keeps a message hidden for as long as your handler holds it.
+//!
+//! SQS has no lease: a received message is hidden for its visibility timeout, and if the
+//! consumer is still working when that lapses, the queue hands the message to someone else.
+//! This crate receives messages with long polling, wraps each in a [`Delivery`], and keeps
+//! it hidden with a heartbeat (`ChangeMessageVisibility` halfway through each timeout) until
+//! you [`ack`](Delivery::ack) it, [`release`](Delivery::release) it, or drop it, up to
+//! SQS's limit of 12 hours after the receive.
+//!
+//! ```
+//! use std::time::Duration;
+//! use sqs_consumer::{Consumer, Delivery, MemoryQueue};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), sqs_consumer::Error> {
+//! // An in-memory queue; with a real one, use `Consumer::builder(client, queue_url)`.
+//! let queue = MemoryQueue::new();
+//! queue.send("hello")?;
+//!
+//! let consumer = Consumer::in_memory(&queue)
+//!     .visibility_timeout(Duration::from_secs(30))
+//!     .max_in_flight(16)
+//!     .build()?;
+//!
+//! let run = consumer.run(|delivery: Delivery| async move {
+//!     println!("handling {}", delivery.body());
+//!     delivery.ack().await // DeleteMessage
+//! });
+//! // `run` returns only on a fatal error; here we stop it once the queue is empty.
+//! tokio::select! {
+//!     result = run => result?,
+//!     _ = async { while !queue.is_empty() { tokio::time::sleep(Duration::from_millis(10)).await } } => {}
+//! }
+//! assert!(queue.is_empty());
+//! # Ok(()) }
+//! ```
+//!
+//! See the README for the delivery lifecycle, the settings and the exact semantics.
+#![forbid(unsafe_code)]
+#![warn(
+    missing_docs,
+    missing_debug_implementations,
+    unreachable_pub,
+    rustdoc::broken_intra_doc_links
+)]
+
+mod backoff;
+mod config;
+mod consumer;
+mod delivery;
+mod error;
+mod handler;
+mod heartbeat;
+mod memory;
+mod queue;
+
+pub use config::ConsumerBuilder;
+pub use consumer::Consumer;
+pub use delivery::Delivery;
+pub use error::{BoxError, Error, ErrorKind, LostReason};
+pub use handler::Handler;
+pub use memory::{Action, MemoryQueue, MemoryQueueBuilder, RequestCounts, SendOptions};

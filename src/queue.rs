@@ -1,0 +1,190 @@
+//! The internal seam: the few SQS calls the crate makes, for `aws_sdk_sqs::Client` and for
+//! [`MemoryQueue`].
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_sdk_sqs::config::http::HttpResponse;
+use aws_sdk_sqs::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_sqs::types::{Message, MessageSystemAttributeName, QueueAttributeName};
+
+use crate::error::{classify_code, Error, ErrorKind};
+use crate::memory::MemoryQueue;
+
+/// Where messages come from.
+#[derive(Clone)]
+pub(crate) enum Queue {
+    Sqs {
+        client: aws_sdk_sqs::Client,
+        url: Arc<str>,
+    },
+    Memory(MemoryQueue),
+}
+
+/// One `ReceiveMessage` request.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Receive {
+    pub(crate) max_messages: u32,
+    pub(crate) wait: Duration,
+    /// The visibility timeout to ask for; `None` uses the queue's own.
+    pub(crate) visibility: Option<u32>,
+}
+
+impl Queue {
+    /// A description for logs and errors.
+    pub(crate) fn describe(&self) -> String {
+        match self {
+            Queue::Sqs { url, .. } => url.to_string(),
+            Queue::Memory(q) => format!("memory:{}", q.name()),
+        }
+    }
+
+    pub(crate) async fn receive(&self, req: Receive) -> Result<Vec<Message>, Error> {
+        match self {
+            Queue::Sqs { client, url } => {
+                let mut call = client
+                    .receive_message()
+                    .queue_url(url.as_ref())
+                    .max_number_of_messages(to_i32(req.max_messages))
+                    .wait_time_seconds(to_i32(req.wait.as_secs()))
+                    .message_system_attribute_names(MessageSystemAttributeName::All)
+                    .message_attribute_names("All");
+                if let Some(v) = req.visibility {
+                    call = call.visibility_timeout(to_i32(v));
+                }
+                let out = call
+                    .send()
+                    .await
+                    .map_err(|e| sdk_error("ReceiveMessage", e))?;
+                Ok(out.messages.unwrap_or_default())
+            }
+            Queue::Memory(q) => {
+                q.receive_with_visibility(req.max_messages, req.wait, req.visibility)
+                    .await
+            }
+        }
+    }
+
+    pub(crate) async fn delete(&self, receipt: &str) -> Result<(), Error> {
+        match self {
+            Queue::Sqs { client, url } => client
+                .delete_message()
+                .queue_url(url.as_ref())
+                .receipt_handle(receipt)
+                .send()
+                .await
+                .map(drop)
+                .map_err(|e| sdk_error("DeleteMessage", e)),
+            Queue::Memory(q) => q.delete(receipt),
+        }
+    }
+
+    pub(crate) async fn change_visibility(&self, receipt: &str, secs: u32) -> Result<(), Error> {
+        match self {
+            Queue::Sqs { client, url } => client
+                .change_message_visibility()
+                .queue_url(url.as_ref())
+                .receipt_handle(receipt)
+                .visibility_timeout(to_i32(secs))
+                .send()
+                .await
+                .map(drop)
+                .map_err(|e| sdk_error("ChangeMessageVisibility", e)),
+            Queue::Memory(q) => q.change_visibility(receipt, secs),
+        }
+    }
+
+    /// The queue's `VisibilityTimeout` attribute, in seconds.
+    pub(crate) async fn visibility_timeout(&self) -> Result<u32, Error> {
+        match self {
+            Queue::Sqs { client, url } => {
+                let out = client
+                    .get_queue_attributes()
+                    .queue_url(url.as_ref())
+                    .attribute_names(QueueAttributeName::VisibilityTimeout)
+                    .send()
+                    .await
+                    .map_err(|e| sdk_error("GetQueueAttributes", e))?;
+                let value = out
+                    .attributes()
+                    .and_then(|a| a.get(&QueueAttributeName::VisibilityTimeout))
+                    .and_then(|v| v.parse::<u32>().ok());
+                value.ok_or_else(|| Error::Sqs {
+                    operation: "GetQueueAttributes",
+                    code: None,
+                    message: "the answer has no valid VisibilityTimeout attribute".into(),
+                    kind: ErrorKind::Fatal,
+                    source: "missing VisibilityTimeout attribute".into(),
+                })
+            }
+            Queue::Memory(q) => q.visibility_timeout_secs(),
+        }
+    }
+}
+
+fn to_i32(v: impl TryInto<i32>) -> i32 {
+    v.try_into().unwrap_or(i32::MAX)
+}
+
+/// Turns an SDK error into the crate's error, classified as lost, retryable or fatal.
+pub(crate) fn sdk_error<E>(operation: &'static str, err: SdkError<E, HttpResponse>) -> Error
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+{
+    let (code, message, kind) = match &err {
+        SdkError::ServiceError(service) => {
+            let status = Some(service.raw().status().as_u16());
+            let code = service.err().code().map(str::to_owned);
+            let kind = match &code {
+                Some(c) => classify_code(c, status),
+                None => classify_code("", status),
+            };
+            let message = service
+                .err()
+                .message()
+                .map(str::to_owned)
+                .unwrap_or_else(|| service.err().to_string());
+            (code, message, kind)
+        }
+        SdkError::TimeoutError(_) => (None, "the request timed out".into(), ErrorKind::Retryable),
+        SdkError::DispatchFailure(failure) => {
+            let kind = if failure.is_user() {
+                ErrorKind::Fatal
+            } else {
+                ErrorKind::Retryable
+            };
+            let message = format!(
+                "the request could not be sent: {}",
+                aws_sdk_sqs::error::DisplayErrorContext(&err)
+            );
+            (None, message, kind)
+        }
+        SdkError::ResponseError(_) => (
+            None,
+            "the response could not be read".into(),
+            ErrorKind::Retryable,
+        ),
+        SdkError::ConstructionFailure(_) => (
+            None,
+            format!(
+                "the request could not be built: {}",
+                aws_sdk_sqs::error::DisplayErrorContext(&err)
+            ),
+            ErrorKind::Fatal,
+        ),
+        _ => (None, err.to_string(), ErrorKind::Retryable),
+    };
+    Error::Sqs {
+        operation,
+        code,
+        message,
+        kind,
+        source: Box::new(err),
+    }
+}
+
+impl std::fmt::Debug for Queue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.describe())
+    }
+}
