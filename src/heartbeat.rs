@@ -242,4 +242,276 @@ mod tests {
         let r = Instant::now();
         assert_eq!(next_extension(r + secs(43_200), 43_200, extension_limit(r)), None);
     }
+
+    mod task {
+        //! The heartbeat task driven through a real `Delivery` on a `MemoryQueue`, on the
+        //! paused clock: `sleep` here only moves virtual time forward.
+        use std::sync::{Arc, Mutex};
+
+        use tokio::time::sleep;
+        use tracing::field::{Field, Visit};
+        use tracing_subscriber::layer::{Context, SubscriberExt};
+        use tracing_subscriber::Layer;
+
+        use super::*;
+        use crate::{Action, Delivery, Error, MemoryQueue};
+
+        fn queue(visibility: u64) -> MemoryQueue {
+            MemoryQueue::builder()
+                .visibility_timeout(secs(visibility))
+                .build()
+                .expect("valid queue")
+        }
+
+        /// Receives the queue's first message the way the consumer does, with `visibility`
+        /// (or the queue's own timeout) and no in-flight slot.
+        async fn hold(queue: &MemoryQueue, visibility: Option<u32>) -> Delivery {
+            let received_at = Instant::now();
+            let mut messages = queue
+                .receive_with_visibility(1, Duration::ZERO, visibility)
+                .await
+                .expect("receive");
+            let message = messages.pop().expect("a message to receive");
+            let receipt = message.receipt_handle().expect("a receipt handle").to_owned();
+            let timeout = visibility.unwrap_or(queue.visibility_timeout().as_secs() as u32);
+            Delivery::start(Queue::Memory(queue.clone()), message, receipt, received_at, timeout, None)
+        }
+
+        fn extensions(queue: &MemoryQueue) -> u64 {
+            queue.requests().change_message_visibility
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn extends_at_half_the_timeout_by_the_timeout_again_and_again() {
+            let q = queue(30);
+            q.send("job").unwrap();
+            let d = hold(&q, None).await;
+            let r = d.received_at();
+            assert_eq!(d.deadline(), r + secs(30));
+            for round in 1..=10u64 {
+                // Just before and just after each half-way point.
+                sleep_until(r + secs(15 * round) - Duration::from_millis(100)).await;
+                assert_eq!(extensions(&q), round - 1, "no early extension in round {round}");
+                sleep_until(r + secs(15 * round) + Duration::from_millis(100)).await;
+                assert_eq!(extensions(&q), round, "one extension per half timeout");
+                assert_eq!(d.deadline(), r + secs(15 * round + 30));
+            }
+            // Still hidden after 5 timeouts.
+            assert_eq!(q.in_flight_len(), 1);
+            assert!(q.receive(10, Duration::ZERO).await.unwrap().is_empty());
+            assert!(!d.is_lost());
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn zero_timeout_sends_no_extension() {
+            let q = queue(30);
+            q.send("job").unwrap();
+            let d = hold(&q, Some(0)).await;
+            sleep(secs(600)).await;
+            assert_eq!(extensions(&q), 0);
+            assert!(!d.is_lost());
+            assert_eq!(d.deadline(), d.received_at());
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn ack_release_and_drop_each_stop_the_heartbeat() {
+            let q = queue(10);
+            for _ in 0..3 {
+                q.send("job").unwrap();
+            }
+            let acked = hold(&q, None).await;
+            let released = hold(&q, None).await;
+            let dropped = hold(&q, None).await;
+            sleep(secs(6)).await;
+            assert_eq!(extensions(&q), 3, "each extended once at 5 s");
+
+            acked.ack().await.expect("ack");
+            released.release().await.expect("release");
+            drop(dropped);
+            let after_settling = extensions(&q);
+            assert_eq!(after_settling, 4, "the release itself is one call");
+            sleep(secs(120)).await;
+            assert_eq!(extensions(&q), after_settling, "no extension after settling");
+            assert_eq!(q.requests().delete_message, 1);
+            // The acked one is gone; the other two are back.
+            assert_eq!(q.len(), 2);
+            assert_eq!(q.receive(10, Duration::ZERO).await.unwrap().len(), 2);
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn a_dropped_delivery_returns_when_its_timeout_lapses() {
+            let q = queue(10);
+            q.send("job").unwrap();
+            let d = hold(&q, None).await;
+            let r = d.received_at();
+            sleep_until(r + secs(6)).await; // extended at 5 s: hidden until 15 s
+            drop(d);
+            sleep_until(r + secs(14)).await;
+            assert!(q.receive(10, Duration::ZERO).await.unwrap().is_empty());
+            sleep_until(r + secs(15)).await;
+            let again = q.receive(10, Duration::ZERO).await.unwrap();
+            assert_eq!(again.len(), 1);
+        }
+
+        #[derive(Clone, Default)]
+        struct Warnings(Arc<Mutex<Vec<String>>>);
+
+        struct MessageText(String);
+
+        impl Visit for MessageText {
+            fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+                if field.name() == "message" {
+                    self.0 = format!("{value:?}");
+                }
+            }
+        }
+
+        impl<S: tracing::Subscriber> Layer<S> for Warnings {
+            fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
+                if *event.metadata().level() == tracing::Level::WARN {
+                    let mut text = MessageText(String::new());
+                    event.record(&mut text);
+                    self.0.lock().unwrap().push(text.0);
+                }
+            }
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn holding_13_hours_caps_the_last_extension_warns_once_then_loses_it() {
+            let warnings = Warnings::default();
+            let _guard = tracing::subscriber::set_default(
+                tracing_subscriber::registry().with(warnings.clone()),
+            );
+            let q = queue(30);
+            q.send("long job").unwrap();
+            let d = hold(&q, None).await;
+            let r = d.received_at();
+            let limit = r + HARD_LIMIT - CAP_MARGIN;
+            assert_eq!(d.hard_deadline(), r + HARD_LIMIT);
+
+            sleep_until(limit - secs(1)).await;
+            assert_eq!(d.deadline(), limit, "the last extension ends exactly at the margin");
+            assert_eq!(q.in_flight_len(), 1, "still hidden just before the limit");
+            assert!(!d.is_lost());
+            let cap_warnings = |w: &Warnings| {
+                w.0.lock()
+                    .unwrap()
+                    .iter()
+                    .filter(|m| m.contains("last visibility extension"))
+                    .count()
+            };
+            assert_eq!(cap_warnings(&warnings), 1);
+
+            // Hold on to 13 hours: the message goes to another receiver at the limit.
+            let lost = d.lost();
+            sleep_until(r + secs(13 * 3600)).await;
+            assert_eq!(lost.await, LostReason::HardDeadline);
+            assert!(d.is_lost());
+            assert_eq!(cap_warnings(&warnings), 1, "warned once only");
+            let other = q.receive(10, Duration::ZERO).await.unwrap();
+            assert_eq!(other.len(), 1, "another receiver gets it");
+            // One every 15 s from 15 s to 43,170 s, the last one cut to 25 s; none refused
+            // (the queue refuses any that would end past the 12 hours).
+            assert_eq!(extensions(&q), 43_170 / 15);
+            match d.ack().await {
+                Err(Error::Lost { reason, .. }) => assert_eq!(reason, LostReason::HardDeadline),
+                other => panic!("ack of a lost delivery must report it, got {other:?}"),
+            }
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn message_not_in_flight_loses_the_delivery() {
+            let q = queue(10);
+            q.send("job").unwrap();
+            let d = hold(&q, None).await;
+            // Someone made it visible behind our back: the next extension finds it not in flight.
+            q.change_visibility(&receipt_of(&d), 0).unwrap();
+            let lost = d.lost();
+            assert_eq!(lost.await, LostReason::NotInFlight);
+            assert!(d.is_lost());
+            assert!(matches!(d.ack().await, Err(Error::Lost { reason: LostReason::NotInFlight, .. })));
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn an_invalid_receipt_handle_loses_the_delivery() {
+            let q = queue(10);
+            q.send("job").unwrap();
+            let d = hold(&q, None).await;
+            q.change_visibility(&receipt_of(&d), 0).unwrap();
+            // Another receiver takes it: our handle is now stale.
+            assert_eq!(q.receive(1, Duration::ZERO).await.unwrap().len(), 1);
+            assert_eq!(d.lost().await, LostReason::ReceiptHandleInvalid);
+            let err = d.ack().await.expect_err("ack with a stale handle fails");
+            assert!(err.is_lost(), "{err}");
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn a_transient_extension_error_is_retried_and_the_delivery_survives() {
+            let q = queue(10);
+            q.send("job").unwrap();
+            let d = hold(&q, None).await;
+            q.fail_next(Action::ChangeMessageVisibility, "RequestThrottled", 2);
+            sleep(secs(60)).await;
+            assert!(!d.is_lost());
+            assert_eq!(q.in_flight_len(), 1);
+            assert!(extensions(&q) >= 2 + 11, "two failures, then one success per 5 s");
+            d.ack().await.expect("ack after retried extensions");
+            assert!(q.is_empty());
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn extensions_failing_until_the_deadline_lose_the_delivery() {
+            let q = queue(10);
+            q.send("job").unwrap();
+            let d = hold(&q, None).await;
+            let r = d.received_at();
+            q.fail_next(Action::ChangeMessageVisibility, "InternalError", 10_000);
+            let lost = d.lost();
+            assert_eq!(lost.await, LostReason::ExtensionFailed);
+            assert_eq!(Instant::now(), r + secs(10), "lost exactly at the deadline");
+            let tries = extensions(&q);
+            assert!((3..=30).contains(&tries), "bounded retries in the half window, got {tries}");
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn release_after_hides_for_the_delay_and_refuses_past_the_limit() {
+            let q = queue(10);
+            q.send("a").unwrap();
+            q.send("b").unwrap();
+            let a = hold(&q, None).await;
+            let b = hold(&q, None).await;
+            let start = Instant::now();
+            a.release_after(secs(120)).await.expect("release_after");
+            sleep_until(start + secs(119)).await;
+            assert!(q.receive(10, Duration::ZERO).await.unwrap().is_empty());
+            sleep_until(start + secs(120)).await;
+            assert_eq!(q.receive(1, Duration::ZERO).await.unwrap()[0].body(), Some("a"));
+
+            match b.release_after(secs(43_200)).await {
+                Err(Error::PastHardDeadline { allowed, .. }) => {
+                    assert!(allowed < secs(43_200 - 120));
+                }
+                other => panic!("expected PastHardDeadline, got {other:?}"),
+            }
+            q.send("c").unwrap();
+            let c = hold(&q, None).await;
+            let err = c.release_after(secs(43_201)).await.expect_err("over 12 h");
+            assert!(matches!(err, Error::InvalidConfig { field: "release_after", .. }), "{err}");
+        }
+
+        fn receipt_of(d: &Delivery) -> String {
+            d.message().receipt_handle().unwrap().to_owned()
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn debug_output_hides_the_receipt_handle() {
+            let q = queue(10);
+            q.send("secret body").unwrap();
+            let d = hold(&q, None).await;
+            let text = format!("{d:?}");
+            assert!(text.contains(d.message_id()));
+            assert!(!text.contains(&receipt_of(&d)));
+            assert!(!text.contains("secret body"));
+        }
+    }
 }
