@@ -1,0 +1,333 @@
+//! `Consumer::run` on a `MemoryQueue`, on tokio's paused clock.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sqs_consumer::{Action, Consumer, Delivery, Error, Handler, MemoryQueue};
+use tokio::sync::mpsc;
+use tokio::time::{sleep, Instant};
+
+fn secs(s: u64) -> Duration {
+    Duration::from_secs(s)
+}
+
+fn queue(visibility: u64) -> MemoryQueue {
+    MemoryQueue::builder()
+        .visibility_timeout(secs(visibility))
+        .build()
+        .unwrap()
+}
+
+/// Runs the consumer until `until` completes; the consumer must not stop first.
+async fn run_while<F: Future>(consumer: &Consumer, handler: impl Handler, until: F) -> F::Output {
+    tokio::select! {
+        result = consumer.run(handler) => panic!("run ended early: {result:?}"),
+        out = until => out,
+    }
+}
+
+/// Waits (in virtual time, bounded) until `cond` holds.
+async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    for _ in 0..10_000 {
+        if cond() {
+            return;
+        }
+        sleep(Duration::from_millis(100)).await;
+    }
+    panic!("timed out waiting for: {what}");
+}
+
+type Seen = Arc<Mutex<HashMap<String, u32>>>;
+
+fn count(seen: &Seen, body: &str) {
+    *seen.lock().unwrap().entry(body.to_owned()).or_default() += 1;
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_message_is_handled_once_and_acked() {
+    let q = queue(30);
+    for i in 0..25 {
+        q.send(format!("m{i}")).unwrap();
+    }
+    let consumer = Consumer::in_memory(&q).max_in_flight(8).build().unwrap();
+    let seen = Seen::default();
+    let s = seen.clone();
+    let handler = move |d: Delivery| {
+        let s = s.clone();
+        async move {
+            count(&s, d.body());
+            sleep(secs(1)).await;
+            d.ack().await
+        }
+    };
+    run_while(&consumer, handler, eventually("queue drained", || q.is_empty())).await;
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 25);
+    assert!(seen.values().all(|n| *n == 1), "handled once each: {seen:?}");
+    assert_eq!(q.requests().delete_message, 25);
+}
+
+#[tokio::test(start_paused = true)]
+async fn receives_only_while_a_slot_is_free_and_never_asks_for_more() {
+    let q = queue(30);
+    for i in 0..10 {
+        q.send(format!("m{i}")).unwrap();
+    }
+    let consumer = Consumer::in_memory(&q).max_in_flight(3).build().unwrap();
+    let handler = |d: Delivery| async move {
+        let _held = d;
+        sleep(secs(3600)).await;
+        Ok::<(), Error>(())
+    };
+    run_while(&consumer, handler, async {
+        eventually("three held", || q.in_flight_len() == 3).await;
+        let receives = q.requests().receive_message;
+        sleep(secs(600)).await;
+        assert_eq!(q.in_flight_len(), 3, "never more than max_in_flight received");
+        assert_eq!(consumer.in_flight(), 3);
+        assert_eq!(q.requests().receive_message, receives, "no receive while full");
+        // The held ones are kept hidden by their heartbeats all along.
+        assert!(q.requests().change_message_visibility >= 3 * (600 / 15 - 1));
+    })
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_delivery_moved_elsewhere_keeps_its_slot_until_dropped() {
+    let q = queue(30);
+    q.send("a").unwrap();
+    q.send("b").unwrap();
+    let consumer = Consumer::in_memory(&q).max_in_flight(1).build().unwrap();
+    let (tx, mut rx) = mpsc::unbounded_channel::<Delivery>();
+    let handler = move |d: Delivery| {
+        let tx = tx.clone();
+        async move { tx.send(d).map_err(|_| "test ended") }
+    };
+    run_while(&consumer, handler, async {
+        let first = rx.recv().await.unwrap();
+        sleep(secs(120)).await;
+        assert_eq!(consumer.in_flight(), 1);
+        assert!(rx.try_recv().is_err(), "the second waits for the slot");
+        assert_eq!(q.in_flight_len(), 1, "the held one is still hidden after 4 timeouts");
+        first.ack().await.unwrap();
+        let second = rx.recv().await.unwrap();
+        assert_eq!(second.body(), "b");
+        second.ack().await.unwrap();
+    })
+    .await;
+    assert!(q.is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_panicking_handler_is_caught_and_the_consumer_carries_on() {
+    let q = queue(30);
+    q.send("boom").unwrap();
+    for i in 0..5 {
+        q.send(format!("ok{i}")).unwrap();
+    }
+    let consumer = Consumer::in_memory(&q).max_in_flight(2).build().unwrap();
+    let seen = Seen::default();
+    let s = seen.clone();
+    let handler = move |d: Delivery| {
+        let s = s.clone();
+        async move {
+            count(&s, d.body());
+            if d.body() == "boom" {
+                panic!("handler bug");
+            }
+            d.ack().await
+        }
+    };
+    run_while(&consumer, handler, eventually("five acked", || q.len() == 1)).await;
+    assert_eq!(consumer.in_flight(), 0, "the panicked delivery freed its slot");
+    assert_eq!(seen.lock().unwrap()["boom"], 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_handler_leaves_the_message_to_come_back_after_its_timeout() {
+    let q = queue(10);
+    q.send("flaky").unwrap();
+    let consumer = Consumer::in_memory(&q).build().unwrap();
+    let (tx, mut rx) = mpsc::unbounded_channel::<(u32, Instant)>();
+    let handler = move |d: Delivery| {
+        let tx = tx.clone();
+        async move {
+            let _ = tx.send((d.receive_count(), Instant::now()));
+            if d.receive_count() == 1 {
+                return Err(anyhow::anyhow!("transient failure"));
+            }
+            d.ack().await?;
+            Ok(())
+        }
+    };
+    run_while(&consumer, handler, async {
+        let (n1, t1) = rx.recv().await.unwrap();
+        let (n2, t2) = rx.recv().await.unwrap();
+        assert_eq!((n1, n2), (1, 2));
+        assert_eq!(t2 - t1, secs(10), "back when its visibility timeout lapsed");
+        eventually("acked", || q.is_empty()).await;
+    })
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_missing_queue_ends_run_with_the_error_at_once() {
+    let q = queue(30);
+    q.fail_next(Action::ReceiveMessage, "QueueDoesNotExist", 1);
+    let consumer = Consumer::in_memory(&q)
+        .visibility_timeout(secs(30))
+        .build()
+        .unwrap();
+    let start = Instant::now();
+    let err = consumer
+        .run(|d: Delivery| d.ack())
+        .await
+        .expect_err("fatal");
+    assert_eq!(err.code(), Some("QueueDoesNotExist"));
+    assert!(err.is_fatal());
+    assert_eq!(start.elapsed(), Duration::ZERO);
+}
+
+#[tokio::test(start_paused = true)]
+async fn access_denied_reading_the_queue_timeout_ends_run() {
+    let q = queue(30);
+    q.fail_next(Action::GetQueueAttributes, "AccessDenied", 1);
+    let consumer = Consumer::in_memory(&q).build().unwrap();
+    let err = consumer.run(|d: Delivery| d.ack()).await.unwrap_err();
+    assert_eq!(err.code(), Some("AccessDenied"));
+    assert_eq!(q.requests().receive_message, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn transient_receive_errors_back_off_and_recover() {
+    let q = queue(30);
+    q.send("m").unwrap();
+    q.fail_next(Action::ReceiveMessage, "InternalError", 6);
+    let consumer = Consumer::in_memory(&q).build().unwrap();
+    let start = Instant::now();
+    run_while(&consumer, |d: Delivery| d.ack(), eventually("acked", || q.is_empty())).await;
+    // Six failures, the receive that got the message, perhaps the next long poll.
+    let receives = q.requests().receive_message;
+    assert!((7..=8).contains(&receives), "{receives}");
+    // 200 ms doubling, each at least half: 0.1 + 0.2 + 0.4 + 0.8 + 1.6 + 3.2 s.
+    assert!(start.elapsed() >= Duration::from_millis(6_300), "{:?}", start.elapsed());
+}
+
+#[tokio::test(start_paused = true)]
+async fn short_polling_an_empty_queue_does_not_spin() {
+    let q = queue(30);
+    let consumer = Consumer::in_memory(&q)
+        .wait_time(Duration::ZERO)
+        .build()
+        .unwrap();
+    run_while(&consumer, |d: Delivery| d.ack(), sleep(secs(60))).await;
+    let receives = q.requests().receive_message;
+    // Idle back-off from 50 ms up to 2 s (jittered): never more than about one a second.
+    assert!(receives <= 60, "{receives} receives in 60 s");
+    // And a message sent now is still picked up within the idle back-off.
+    q.send("m").unwrap();
+    run_while(&consumer, |d: Delivery| d.ack(), eventually("acked", || q.is_empty())).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn long_polling_an_empty_queue_costs_one_request_per_wait() {
+    let q = queue(30);
+    let consumer = Consumer::in_memory(&q).build().unwrap();
+    run_while(&consumer, |d: Delivery| d.ack(), sleep(secs(200) - Duration::from_millis(1))).await;
+    assert_eq!(q.requests().receive_message, 10);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_queue_timeout_is_read_once_and_drives_the_heartbeat() {
+    let q = queue(10);
+    q.send("slow").unwrap();
+    q.send("slow too").unwrap();
+    let consumer = Consumer::in_memory(&q).build().unwrap();
+    let seen = Seen::default();
+    let s = seen.clone();
+    let handler = move |d: Delivery| {
+        let s = s.clone();
+        async move {
+            count(&s, d.body());
+            assert_eq!(d.deadline(), d.received_at() + secs(10));
+            sleep(secs(22)).await; // extended at 5, 10, 15 and 20 s
+            d.ack().await
+        }
+    };
+    run_while(&consumer, handler, eventually("acked", || q.is_empty())).await;
+    assert_eq!(q.requests().get_queue_attributes, 1);
+    assert_eq!(q.requests().change_message_visibility, 2 * 4);
+    assert!(seen.lock().unwrap().values().all(|n| *n == 1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_builder_timeout_overrides_the_queue_timeout() {
+    let q = queue(30);
+    q.send("m").unwrap();
+    let consumer = Consumer::in_memory(&q)
+        .visibility_timeout(secs(4))
+        .build()
+        .unwrap();
+    let (tx, mut rx) = mpsc::unbounded_channel::<Delivery>();
+    let handler = move |d: Delivery| {
+        let tx = tx.clone();
+        async move { tx.send(d).map_err(|_| "test ended") }
+    };
+    let d = run_while(&consumer, handler, rx.recv()).await.unwrap();
+    assert_eq!(d.deadline(), d.received_at() + secs(4));
+    assert_eq!(q.requests().get_queue_attributes, 0);
+    let received = d.received_at();
+    drop(d);
+    // Back after 4 s, not 30 s.
+    sleep_until_after(received + secs(4)).await;
+    assert_eq!(q.receive(1, Duration::ZERO).await.unwrap().len(), 1);
+}
+
+async fn sleep_until_after(t: Instant) {
+    tokio::time::sleep_until(t).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_visibility_timeout_of_zero_runs_without_heartbeats() {
+    let q = queue(30);
+    q.send("m").unwrap();
+    let consumer = Consumer::in_memory(&q)
+        .visibility_timeout(Duration::ZERO)
+        .build()
+        .unwrap();
+    let handler = |d: Delivery| async move {
+        sleep(secs(5)).await;
+        d.ack().await
+    };
+    run_while(&consumer, handler, eventually("acked", || q.is_empty())).await;
+    assert_eq!(q.requests().change_message_visibility, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_redriven_message_leaves_and_the_consumer_carries_on() {
+    let dlq = MemoryQueue::new();
+    let q = MemoryQueue::builder()
+        .visibility_timeout(secs(5))
+        .dead_letter_queue(&dlq, 3)
+        .build()
+        .unwrap();
+    q.send("poison").unwrap();
+    let consumer = Consumer::in_memory(&q).build().unwrap();
+    let handler = |d: Delivery| async move {
+        if d.body() == "poison" {
+            d.release().await
+        } else {
+            d.ack().await
+        }
+    };
+    run_while(&consumer, handler, async {
+        eventually("moved to the DLQ", || dlq.len() == 1).await;
+        q.send("good").unwrap();
+        eventually("good acked", || q.is_empty()).await;
+    })
+    .await;
+    let moved = dlq.receive(1, Duration::ZERO).await.unwrap();
+    assert_eq!(moved[0].body(), Some("poison"));
+}
