@@ -1,0 +1,208 @@
+//! Shared test harness: one queue API over `MemoryQueue` and a real SQS server (moto).
+#![allow(dead_code, unreachable_pub)]
+
+use std::collections::hash_map::RandomState;
+use std::future::Future;
+use std::hash::{BuildHasher, Hasher};
+use std::time::Duration;
+
+use aws_sdk_sqs::types::{Message, MessageSystemAttributeName, QueueAttributeName};
+use sqs_consumer::{Consumer, ConsumerBuilder, Handler, MemoryQueue};
+use tokio::time::sleep;
+
+/// Where a scenario runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// `MemoryQueue`, on tokio's paused clock.
+    Memory,
+    /// The SQS-compatible test server at `SQS_TEST_ENDPOINT`, in real time.
+    Server,
+}
+
+/// A queue under test, and a raw client to look at it from outside the consumer.
+#[derive(Clone)]
+pub enum TestQueue {
+    Memory(MemoryQueue),
+    Server {
+        client: aws_sdk_sqs::Client,
+        url: String,
+    },
+}
+
+pub fn secs(s: u64) -> Duration {
+    Duration::from_secs(s)
+}
+
+/// A client for the test server the test command started.
+pub fn server_client() -> aws_sdk_sqs::Client {
+    let endpoint = std::env::var("SQS_TEST_ENDPOINT").unwrap_or_else(|_| {
+        panic!(
+            "SQS_TEST_ENDPOINT is not set: these tests need the local SQS server that \
+             `scripts/test.sh` (the README's test command) installs and starts"
+        )
+    });
+    let config = aws_sdk_sqs::Config::builder()
+        .behavior_version(aws_sdk_sqs::config::BehaviorVersion::latest())
+        .region(aws_sdk_sqs::config::Region::new("us-east-1"))
+        .credentials_provider(aws_sdk_sqs::config::Credentials::new(
+            "test", "test", None, None, "tests",
+        ))
+        .endpoint_url(endpoint)
+        .build();
+    aws_sdk_sqs::Client::from_conf(config)
+}
+
+pub fn unique_name(prefix: &str) -> String {
+    let mut h = RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    format!("{prefix}-{:012x}", h.finish() & 0xffff_ffff_ffff)
+}
+
+impl TestQueue {
+    /// A fresh standard queue with the given visibility timeout.
+    pub async fn new(kind: Kind, visibility: u64) -> Self {
+        Self::create(kind, visibility, None).await
+    }
+
+    /// A fresh queue whose messages move to a fresh dead-letter queue after
+    /// `max_receive_count` receives; returns (source, dead-letter queue).
+    pub async fn with_dead_letter(kind: Kind, visibility: u64, max_receive_count: u32) -> (Self, Self) {
+        let dlq = Self::create(kind, 30, None).await;
+        let source = Self::create(kind, visibility, Some((&dlq, max_receive_count))).await;
+        (source, dlq)
+    }
+
+    async fn create(kind: Kind, visibility: u64, dlq: Option<(&TestQueue, u32)>) -> Self {
+        match kind {
+            Kind::Memory => {
+                let mut b = MemoryQueue::builder().visibility_timeout(secs(visibility));
+                if let Some((TestQueue::Memory(d), max)) = dlq {
+                    b = b.dead_letter_queue(d, max);
+                }
+                TestQueue::Memory(b.build().unwrap())
+            }
+            Kind::Server => {
+                let client = server_client();
+                let mut call = client
+                    .create_queue()
+                    .queue_name(unique_name("test"))
+                    .attributes(QueueAttributeName::VisibilityTimeout, visibility.to_string());
+                if let Some((d, max)) = dlq {
+                    let arn = d.arn().await;
+                    let policy = format!(
+                        r#"{{"deadLetterTargetArn":"{arn}","maxReceiveCount":"{max}"}}"#
+                    );
+                    call = call.attributes(QueueAttributeName::RedrivePolicy, policy);
+                }
+                let out = call.send().await.expect("CreateQueue on the test server");
+                TestQueue::Server {
+                    client,
+                    url: out.queue_url.expect("a queue URL"),
+                }
+            }
+        }
+    }
+
+    async fn arn(&self) -> String {
+        match self {
+            TestQueue::Memory(q) => q.name().to_owned(),
+            TestQueue::Server { client, url } => {
+                let out = client
+                    .get_queue_attributes()
+                    .queue_url(url)
+                    .attribute_names(QueueAttributeName::QueueArn)
+                    .send()
+                    .await
+                    .expect("GetQueueAttributes");
+                out.attributes().unwrap()[&QueueAttributeName::QueueArn].clone()
+            }
+        }
+    }
+
+    /// A consumer builder for this queue.
+    pub fn consumer(&self) -> ConsumerBuilder {
+        match self {
+            TestQueue::Memory(q) => Consumer::in_memory(q),
+            TestQueue::Server { client, url } => Consumer::builder(client.clone(), url.clone()),
+        }
+    }
+
+    pub async fn send(&self, body: &str) {
+        match self {
+            TestQueue::Memory(q) => {
+                q.send(body).unwrap();
+            }
+            TestQueue::Server { client, url } => {
+                client
+                    .send_message()
+                    .queue_url(url)
+                    .message_body(body)
+                    .send()
+                    .await
+                    .expect("SendMessage");
+            }
+        }
+    }
+
+    /// A receive from outside the consumer (another consumer, as far as SQS knows).
+    pub async fn receive_raw(&self, wait: Duration) -> Vec<Message> {
+        match self {
+            TestQueue::Memory(q) => q.receive(10, wait).await.unwrap(),
+            TestQueue::Server { client, url } => client
+                .receive_message()
+                .queue_url(url)
+                .max_number_of_messages(10)
+                .wait_time_seconds(wait.as_secs() as i32)
+                .message_system_attribute_names(MessageSystemAttributeName::All)
+                .send()
+                .await
+                .expect("ReceiveMessage")
+                .messages
+                .unwrap_or_default(),
+        }
+    }
+
+    /// Receives from outside until a message comes, for at most `limit`; returns it and how
+    /// long that took.
+    pub async fn wait_for_message(&self, limit: Duration) -> Option<(Message, Duration)> {
+        let start = tokio::time::Instant::now();
+        while start.elapsed() < limit {
+            let wait = (limit - start.elapsed()).min(secs(1));
+            let mut got = self.receive_raw(Duration::from_secs(wait.as_secs())).await;
+            if let Some(m) = got.pop() {
+                return Some((m, start.elapsed()));
+            }
+            if wait < secs(1) {
+                sleep(Duration::from_millis(100)).await;
+            }
+        }
+        None
+    }
+}
+
+pub fn receive_count(m: &Message) -> u32 {
+    m.attributes()
+        .and_then(|a| a.get(&MessageSystemAttributeName::ApproximateReceiveCount))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Runs the consumer until `until` completes; the consumer must not stop first.
+pub async fn run_while<F: Future>(consumer: &Consumer, handler: impl Handler, until: F) -> F::Output {
+    tokio::select! {
+        result = consumer.run(handler) => panic!("run ended early: {result:?}"),
+        out = until => out,
+    }
+}
+
+/// Waits (bounded) until `cond` holds.
+pub async fn eventually(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
+    let start = tokio::time::Instant::now();
+    while start.elapsed() < limit {
+        if cond() {
+            return;
+        }
+        sleep(Duration::from_millis(50)).await;
+    }
+    panic!("timed out after {limit:?} waiting for: {what}");
+}

@@ -1,0 +1,215 @@
+//! One scenario suite, run against both `MemoryQueue` (paused clock) and the SQS-compatible
+//! test server (real time), so the in-memory model is checked against a real server.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{eventually, receive_count, run_while, secs, Kind, TestQueue};
+use sqs_consumer::{Consumer, Delivery, Error};
+use tokio::sync::mpsc;
+use tokio::time::{sleep, Instant};
+
+/// The visibility timeout most scenarios use: short, so the server runs them quickly.
+const T: u64 = 2;
+
+macro_rules! on_both {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            use super::*;
+
+            #[tokio::test(start_paused = true)]
+            async fn memory() {
+                super::$name(Kind::Memory).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn server() {
+                super::$name(Kind::Server).await;
+            }
+        }
+    )*};
+}
+
+on_both!(
+    a_handler_holding_three_timeouts_is_never_redelivered,
+    a_dropped_delivery_comes_back_after_about_its_timeout,
+    release_makes_the_message_visible_at_once,
+    release_after_makes_it_visible_after_the_delay,
+    the_builder_timeout_overrides_the_queue_timeout,
+    a_redriven_message_reaches_the_dead_letter_queue_and_the_consumer_carries_on,
+    every_message_is_handled_and_the_queue_drains,
+);
+
+/// Takes one delivery from a consumer and stops the consumer; the delivery (and its
+/// heartbeat) lives on in the caller.
+async fn take_one(consumer: &Consumer) -> Delivery {
+    let (tx, mut rx) = mpsc::unbounded_channel::<Delivery>();
+    let handler = move |d: Delivery| {
+        let tx = tx.clone();
+        async move { tx.send(d).map_err(|_| "test ended") }
+    };
+    run_while(consumer, handler, rx.recv())
+        .await
+        .expect("a delivery")
+}
+
+async fn a_handler_holding_three_timeouts_is_never_redelivered(kind: Kind) {
+    let q = TestQueue::new(kind, T).await;
+    q.send("long job").await;
+    let consumer = q.consumer().build().unwrap();
+    let calls = Arc::new(Mutex::new(0));
+    let (started_tx, mut started_rx) = mpsc::unbounded_channel();
+    let (done_tx, mut done_rx) = mpsc::unbounded_channel();
+    let c = calls.clone();
+    let handler = move |d: Delivery| {
+        let (c, started, done) = (c.clone(), started_tx.clone(), done_tx.clone());
+        async move {
+            *c.lock().unwrap() += 1;
+            let _ = started.send(());
+            sleep(secs(3 * T)).await;
+            d.ack().await?;
+            let _ = done.send(());
+            Ok::<(), Error>(())
+        }
+    };
+    run_while(&consumer, handler, async {
+        started_rx.recv().await.unwrap();
+        // A second receiver polls all along: it must see nothing while the handler works.
+        let start = Instant::now();
+        while start.elapsed() < secs(3 * T) {
+            let got = q.receive_raw(secs(1)).await;
+            assert!(got.is_empty(), "redelivered while held: {got:?}");
+        }
+        done_rx.recv().await.unwrap();
+    })
+    .await;
+    assert_eq!(*calls.lock().unwrap(), 1);
+    // Acked: it never comes back.
+    assert!(q.wait_for_message(secs(T + 1)).await.is_none());
+}
+
+async fn a_dropped_delivery_comes_back_after_about_its_timeout(kind: Kind) {
+    let q = TestQueue::new(kind, T).await;
+    q.send("dropped").await;
+    let d = take_one(&q.consumer().build().unwrap()).await;
+    sleep(secs(T + 1)).await; // held past its first timeout by the heartbeat
+    assert!(q.receive_raw(Duration::ZERO).await.is_empty());
+    drop(d);
+    assert!(q.receive_raw(Duration::ZERO).await.is_empty(), "not at once");
+    let (m, after) = q
+        .wait_for_message(secs(T + 3))
+        .await
+        .expect("the message comes back");
+    assert!(after <= secs(T + 2), "back {after:?} after the drop");
+    assert_eq!(m.body(), Some("dropped"));
+    assert_eq!(receive_count(&m), 2);
+}
+
+async fn release_makes_the_message_visible_at_once(kind: Kind) {
+    let q = TestQueue::new(kind, T).await;
+    q.send("released").await;
+    let d = take_one(&q.consumer().build().unwrap()).await;
+    sleep(secs(T + 1)).await;
+    d.release().await.unwrap();
+    let got = q.receive_raw(Duration::ZERO).await;
+    assert_eq!(got.len(), 1, "visible right after release");
+    assert_eq!(receive_count(&got[0]), 2);
+}
+
+async fn release_after_makes_it_visible_after_the_delay(kind: Kind) {
+    let q = TestQueue::new(kind, T).await;
+    q.send("later").await;
+    let d = take_one(&q.consumer().build().unwrap()).await;
+    d.release_after(secs(4)).await.unwrap();
+    sleep(secs(2)).await;
+    assert!(q.receive_raw(Duration::ZERO).await.is_empty(), "still hidden at 2 s");
+    let (m, after) = q
+        .wait_for_message(secs(5))
+        .await
+        .expect("visible after the delay");
+    let total = after + secs(2);
+    assert!(total >= Duration::from_millis(3_500) && total <= secs(6), "{total:?}");
+    assert_eq!(m.body(), Some("later"));
+}
+
+async fn the_builder_timeout_overrides_the_queue_timeout(kind: Kind) {
+    let q = TestQueue::new(kind, 30).await;
+    q.send("short").await;
+    let consumer = q.consumer().visibility_timeout(secs(T)).build().unwrap();
+    let d = take_one(&consumer).await;
+    assert_eq!(d.deadline() - d.received_at(), secs(T));
+    drop(d);
+    let (_, after) = q
+        .wait_for_message(secs(T + 3))
+        .await
+        .expect("back after the builder's timeout, not the queue's 30 s");
+    assert!(after <= secs(T + 2));
+}
+
+async fn a_redriven_message_reaches_the_dead_letter_queue_and_the_consumer_carries_on(kind: Kind) {
+    let (q, dlq) = TestQueue::with_dead_letter(kind, T, 2).await;
+    q.send("poison").await;
+    let consumer = q.consumer().wait_time(secs(1)).build().unwrap();
+    let (acked_tx, mut acked_rx) = mpsc::unbounded_channel::<String>();
+    let handler = move |d: Delivery| {
+        let acked = acked_tx.clone();
+        async move {
+            if d.body() == "poison" {
+                return d.release().await;
+            }
+            let body = d.body().to_owned();
+            d.ack().await?;
+            let _ = acked.send(body);
+            Ok(())
+        }
+    };
+    run_while(&consumer, handler, async {
+        let (moved, _) = dlq
+            .wait_for_message(secs(20))
+            .await
+            .expect("moved to the dead-letter queue");
+        assert_eq!(moved.body(), Some("poison"));
+        q.send("good").await;
+        let acked = tokio::time::timeout(secs(20), acked_rx.recv()).await;
+        assert_eq!(acked.unwrap().as_deref(), Some("good"));
+    })
+    .await;
+}
+
+async fn every_message_is_handled_and_the_queue_drains(kind: Kind) {
+    const N: usize = 30;
+    let q = TestQueue::new(kind, T).await;
+    for i in 0..N {
+        q.send(&format!("m{i}")).await;
+    }
+    let consumer = q.consumer().max_in_flight(8).wait_time(secs(1)).build().unwrap();
+    let seen: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
+    let s = seen.clone();
+    let handler = move |d: Delivery| {
+        let s = s.clone();
+        async move {
+            sleep(Duration::from_millis(100)).await;
+            let body = d.body().to_owned();
+            d.ack().await?;
+            *s.lock().unwrap().entry(body).or_default() += 1;
+            Ok::<(), Error>(())
+        }
+    };
+    run_while(&consumer, handler, async {
+        eventually("every message acked", secs(60), || seen.lock().unwrap().len() == N).await;
+        // Keep consuming past one timeout, so that anything redelivered is handled too.
+        sleep(secs(T + 1)).await;
+    })
+    .await;
+    assert!(q.wait_for_message(secs(T + 1)).await.is_none(), "the queue is empty");
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), N);
+    if kind == Kind::Memory {
+        // SQS promises at least once; the in-memory queue (atomic, unlike the test server
+        // under concurrent deletes) delivers exactly once here.
+        assert!(seen.values().all(|n| *n == 1), "{seen:?}");
+    }
+}

@@ -1,0 +1,96 @@
+//! Behaviour that only a real SQS-compatible server can show: its error answers.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{secs, server_client, unique_name};
+use sqs_consumer::{Consumer, Delivery, Error};
+use tokio::time::Instant;
+
+async fn missing_queue_url() -> String {
+    // A real queue's URL with another name: same host and account, no such queue.
+    let client = server_client();
+    let url = client
+        .create_queue()
+        .queue_name(unique_name("exists"))
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    let (base, _) = url.rsplit_once('/').unwrap();
+    format!("{base}/{}", unique_name("missing"))
+}
+
+#[tokio::test]
+async fn a_missing_queue_makes_run_return_an_error_within_seconds() {
+    let url = missing_queue_url().await;
+    for visibility in [None, Some(secs(5))] {
+        let mut builder = Consumer::builder(server_client(), url.clone());
+        if let Some(v) = visibility {
+            // The consumer then skips GetQueueAttributes and fails on ReceiveMessage.
+            builder = builder.visibility_timeout(v);
+        }
+        let consumer = builder.build().unwrap();
+        let start = Instant::now();
+        let result = tokio::time::timeout(secs(10), consumer.run(|d: Delivery| d.ack())).await;
+        let err = result
+            .expect("run must return, not retry forever")
+            .expect_err("a missing queue is an error");
+        assert!(err.is_fatal(), "{err:?}");
+        let code = err.code().unwrap_or_default();
+        assert!(code.contains("NonExistentQueue") || code.contains("QueueDoesNotExist"), "{code}");
+        assert!(start.elapsed() < secs(5));
+        let text = err.to_string();
+        let operation = if visibility.is_some() { "ReceiveMessage" } else { "GetQueueAttributes" };
+        assert!(text.contains(operation), "{text}");
+    }
+}
+
+#[tokio::test]
+async fn bad_settings_are_refused_before_anything_is_sent() {
+    let client = server_client();
+    let cases: Vec<(&str, sqs_consumer::ConsumerBuilder)> = vec![
+        ("visibility_timeout", Consumer::builder(client.clone(), "http://127.0.0.1:1/q").visibility_timeout(secs(43_201))),
+        ("wait_time", Consumer::builder(client.clone(), "http://127.0.0.1:1/q").wait_time(secs(21))),
+        ("batch_size", Consumer::builder(client.clone(), "http://127.0.0.1:1/q").batch_size(0)),
+        ("max_in_flight", Consumer::builder(client.clone(), "http://127.0.0.1:1/q").max_in_flight(0)),
+        ("queue_url", Consumer::builder(client.clone(), "orders")),
+    ];
+    for (field, builder) in cases {
+        match builder.build() {
+            Err(Error::InvalidConfig { field: f, .. }) => assert_eq!(f, field),
+            other => panic!("{field}: expected InvalidConfig, got {other:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_queue_timeout_is_read_from_the_server() {
+    let client = server_client();
+    let url = client
+        .create_queue()
+        .queue_name(unique_name("timeout"))
+        .attributes(aws_sdk_sqs::types::QueueAttributeName::VisibilityTimeout, "7")
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    client.send_message().queue_url(&url).message_body("m").send().await.unwrap();
+    let consumer = Consumer::builder(client, url).build().unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Duration>();
+    let handler = move |d: Delivery| {
+        let tx = tx.clone();
+        async move {
+            let _ = tx.send(d.deadline() - d.received_at());
+            d.ack().await
+        }
+    };
+    let timeout = tokio::select! {
+        r = consumer.run(handler) => panic!("run ended: {r:?}"),
+        t = rx.recv() => t.unwrap(),
+    };
+    assert_eq!(timeout, secs(7));
+}
