@@ -195,14 +195,34 @@ mod tests {
     #[test]
     fn out_of_range_settings_are_refused() {
         let vis = "0..=43200";
-        refused(builder().visibility_timeout(Duration::from_secs(43_201)), "visibility_timeout", vis);
-        refused(builder().visibility_timeout(Duration::from_millis(1500)), "visibility_timeout", vis);
-        refused(builder().wait_time(Duration::from_secs(21)), "wait_time", "0..=20");
-        refused(builder().wait_time(Duration::from_millis(100)), "wait_time", "0..=20");
+        refused(
+            builder().visibility_timeout(Duration::from_secs(43_201)),
+            "visibility_timeout",
+            vis,
+        );
+        refused(
+            builder().visibility_timeout(Duration::from_millis(1500)),
+            "visibility_timeout",
+            vis,
+        );
+        refused(
+            builder().wait_time(Duration::from_secs(21)),
+            "wait_time",
+            "0..=20",
+        );
+        refused(
+            builder().wait_time(Duration::from_millis(100)),
+            "wait_time",
+            "0..=20",
+        );
         refused(builder().batch_size(0), "batch_size", "1..=10");
         refused(builder().batch_size(11), "batch_size", "1..=10");
         refused(builder().max_in_flight(0), "max_in_flight", "1..=120000");
-        refused(builder().max_in_flight(120_001), "max_in_flight", "1..=120000");
+        refused(
+            builder().max_in_flight(120_001),
+            "max_in_flight",
+            "1..=120000",
+        );
     }
 
     #[tokio::test]
@@ -212,7 +232,11 @@ mod tests {
             .region(aws_sdk_sqs::config::Region::new("us-east-1"))
             .build();
         let client = aws_sdk_sqs::Client::from_conf(conf);
-        refused(Consumer::builder(client.clone(), "my-queue"), "queue_url", "http");
+        refused(
+            Consumer::builder(client.clone(), "my-queue"),
+            "queue_url",
+            "http",
+        );
         refused(Consumer::builder(client, ""), "queue_url", "http");
     }
 }

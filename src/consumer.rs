@@ -229,7 +229,10 @@ async fn run_handler<H: Handler>(handler: Arc<H>, delivery: Delivery) {
         receive_count = delivery.receive_count()
     );
     async move {
-        match AssertUnwindSafe(handler.handle(delivery)).catch_unwind().await {
+        match AssertUnwindSafe(handler.handle(delivery))
+            .catch_unwind()
+            .await
+        {
             Ok(Ok(())) => {}
             Ok(Err(err)) => tracing::warn!(error = %err, "handler failed"),
             Err(panic) => tracing::error!(panic = panic_message(&*panic), "handler panicked"),

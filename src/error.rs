@@ -163,7 +163,11 @@ impl Error {
         }
     }
 
-    pub(crate) fn invalid(field: &'static str, got: impl fmt::Debug, allowed: &'static str) -> Self {
+    pub(crate) fn invalid(
+        field: &'static str,
+        got: impl fmt::Debug,
+        allowed: &'static str,
+    ) -> Self {
         Error::InvalidConfig {
             field,
             got: format!("{got:?}"),
@@ -182,18 +186,43 @@ pub(crate) fn classify_code(code: &str, status: Option<u16>) -> ErrorKind {
     match short {
         "ReceiptHandleIsInvalid" => ErrorKind::Lost(LostReason::ReceiptHandleInvalid),
         "MessageNotInflight" => ErrorKind::Lost(LostReason::NotInFlight),
-        "RequestThrottled" | "ThrottlingException" | "Throttling" | "KmsThrottled"
-        | "KMS_ThrottlingException" | "OverLimit" | "InternalError" | "InternalFailure"
-        | "ServiceUnavailable" | "RequestTimeout" | "RequestTimeoutException"
+        "RequestThrottled"
+        | "ThrottlingException"
+        | "Throttling"
+        | "KmsThrottled"
+        | "KMS_ThrottlingException"
+        | "OverLimit"
+        | "InternalError"
+        | "InternalFailure"
+        | "ServiceUnavailable"
+        | "RequestTimeout"
+        | "RequestTimeoutException"
         | "SlowDown" => ErrorKind::Retryable,
-        "QueueDoesNotExist" | "NonExistentQueue" | "AccessDenied" | "AccessDeniedException"
-        | "InvalidClientTokenId" | "UnrecognizedClientException" | "SignatureDoesNotMatch"
-        | "InvalidSecurity" | "MissingAuthenticationToken" | "ExpiredToken"
-        | "KmsAccessDenied" | "KmsDisabled" | "KmsNotFound" | "KmsInvalidState"
-        | "KmsInvalidKeyUsage" | "KmsOptInRequired" | "InvalidParameterValue"
-        | "InvalidAddress" | "InvalidAttributeName" | "InvalidAttributeValue"
-        | "UnsupportedOperation" | "MissingParameter" | "InvalidParameterCombination"
-        | "InvalidAction" | "ValidationError" => ErrorKind::Fatal,
+        "QueueDoesNotExist"
+        | "NonExistentQueue"
+        | "AccessDenied"
+        | "AccessDeniedException"
+        | "InvalidClientTokenId"
+        | "UnrecognizedClientException"
+        | "SignatureDoesNotMatch"
+        | "InvalidSecurity"
+        | "MissingAuthenticationToken"
+        | "ExpiredToken"
+        | "KmsAccessDenied"
+        | "KmsDisabled"
+        | "KmsNotFound"
+        | "KmsInvalidState"
+        | "KmsInvalidKeyUsage"
+        | "KmsOptInRequired"
+        | "InvalidParameterValue"
+        | "InvalidAddress"
+        | "InvalidAttributeName"
+        | "InvalidAttributeValue"
+        | "UnsupportedOperation"
+        | "MissingParameter"
+        | "InvalidParameterCombination"
+        | "InvalidAction"
+        | "ValidationError" => ErrorKind::Fatal,
         _ => match status {
             Some(s) if (400..500).contains(&s) && s != 408 && s != 429 => ErrorKind::Fatal,
             _ => ErrorKind::Retryable,
@@ -220,7 +249,10 @@ mod tests {
             ErrorKind::Fatal
         );
         assert_eq!(classify_code("QueueDoesNotExist", None), ErrorKind::Fatal);
-        assert_eq!(classify_code("RequestThrottled", Some(400)), ErrorKind::Retryable);
+        assert_eq!(
+            classify_code("RequestThrottled", Some(400)),
+            ErrorKind::Retryable
+        );
         assert_eq!(classify_code("Whatever", Some(503)), ErrorKind::Retryable);
         assert_eq!(classify_code("Whatever", Some(429)), ErrorKind::Retryable);
         assert_eq!(classify_code("Whatever", Some(403)), ErrorKind::Fatal);

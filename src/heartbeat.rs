@@ -148,7 +148,12 @@ async fn extend(
             // The limit leaves nothing to gain any more; the caller stops extending.
             return Ok(());
         }
-        match timeout_at(deadline, queue.change_visibility(&shared.receipt, visibility)).await {
+        match timeout_at(
+            deadline,
+            queue.change_visibility(&shared.receipt, visibility),
+        )
+        .await
+        {
             Ok(Ok(())) => {
                 shared.set_deadline(ends);
                 tracing::debug!(
@@ -240,7 +245,10 @@ mod tests {
     async fn a_twelve_hour_timeout_needs_no_extension() {
         // The receive itself already hides the message past the limit.
         let r = Instant::now();
-        assert_eq!(next_extension(r + secs(43_200), 43_200, extension_limit(r)), None);
+        assert_eq!(
+            next_extension(r + secs(43_200), 43_200, extension_limit(r)),
+            None
+        );
     }
 
     mod task {
@@ -272,9 +280,19 @@ mod tests {
                 .await
                 .expect("receive");
             let message = messages.pop().expect("a message to receive");
-            let receipt = message.receipt_handle().expect("a receipt handle").to_owned();
+            let receipt = message
+                .receipt_handle()
+                .expect("a receipt handle")
+                .to_owned();
             let timeout = visibility.unwrap_or(queue.visibility_timeout().as_secs() as u32);
-            Delivery::start(Queue::Memory(queue.clone()), message, receipt, received_at, timeout, None)
+            Delivery::start(
+                Queue::Memory(queue.clone()),
+                message,
+                receipt,
+                received_at,
+                timeout,
+                None,
+            )
         }
 
         fn extensions(queue: &MemoryQueue) -> u64 {
@@ -291,7 +309,11 @@ mod tests {
             for round in 1..=10u64 {
                 // Just before and just after each half-way point.
                 sleep_until(r + secs(15 * round) - Duration::from_millis(100)).await;
-                assert_eq!(extensions(&q), round - 1, "no early extension in round {round}");
+                assert_eq!(
+                    extensions(&q),
+                    round - 1,
+                    "no early extension in round {round}"
+                );
                 sleep_until(r + secs(15 * round) + Duration::from_millis(100)).await;
                 assert_eq!(extensions(&q), round, "one extension per half timeout");
                 assert_eq!(d.deadline(), r + secs(15 * round + 30));
@@ -331,7 +353,11 @@ mod tests {
             let after_settling = extensions(&q);
             assert_eq!(after_settling, 4, "the release itself is one call");
             sleep(secs(120)).await;
-            assert_eq!(extensions(&q), after_settling, "no extension after settling");
+            assert_eq!(
+                extensions(&q),
+                after_settling,
+                "no extension after settling"
+            );
             assert_eq!(q.requests().delete_message, 1);
             // The acked one is gone; the other two are back.
             assert_eq!(q.len(), 2);
@@ -390,7 +416,11 @@ mod tests {
             assert_eq!(d.hard_deadline(), r + HARD_LIMIT);
 
             sleep_until(limit - secs(1)).await;
-            assert_eq!(d.deadline(), limit, "the last extension ends exactly at the margin");
+            assert_eq!(
+                d.deadline(),
+                limit,
+                "the last extension ends exactly at the margin"
+            );
             assert_eq!(q.in_flight_len(), 1, "still hidden just before the limit");
             assert!(!d.is_lost());
             let cap_warnings = |w: &Warnings| {
@@ -429,7 +459,13 @@ mod tests {
             let lost = d.lost();
             assert_eq!(lost.await, LostReason::NotInFlight);
             assert!(d.is_lost());
-            assert!(matches!(d.ack().await, Err(Error::Lost { reason: LostReason::NotInFlight, .. })));
+            assert!(matches!(
+                d.ack().await,
+                Err(Error::Lost {
+                    reason: LostReason::NotInFlight,
+                    ..
+                })
+            ));
         }
 
         #[tokio::test(start_paused = true)]
@@ -454,7 +490,10 @@ mod tests {
             sleep(secs(60)).await;
             assert!(!d.is_lost());
             assert_eq!(q.in_flight_len(), 1);
-            assert!(extensions(&q) >= 2 + 11, "two failures, then one success per 5 s");
+            assert!(
+                extensions(&q) >= 2 + 11,
+                "two failures, then one success per 5 s"
+            );
             d.ack().await.expect("ack after retried extensions");
             assert!(q.is_empty());
         }
@@ -470,7 +509,10 @@ mod tests {
             assert_eq!(lost.await, LostReason::ExtensionFailed);
             assert_eq!(Instant::now(), r + secs(10), "lost exactly at the deadline");
             let tries = extensions(&q);
-            assert!((3..=30).contains(&tries), "bounded retries in the half window, got {tries}");
+            assert!(
+                (3..=30).contains(&tries),
+                "bounded retries in the half window, got {tries}"
+            );
         }
 
         #[tokio::test(start_paused = true)]
@@ -485,7 +527,10 @@ mod tests {
             sleep_until(start + secs(119)).await;
             assert!(q.receive(10, Duration::ZERO).await.unwrap().is_empty());
             sleep_until(start + secs(120)).await;
-            assert_eq!(q.receive(1, Duration::ZERO).await.unwrap()[0].body(), Some("a"));
+            assert_eq!(
+                q.receive(1, Duration::ZERO).await.unwrap()[0].body(),
+                Some("a")
+            );
 
             match b.release_after(secs(43_200)).await {
                 Err(Error::PastHardDeadline { allowed, .. }) => {
@@ -496,7 +541,16 @@ mod tests {
             q.send("c").unwrap();
             let c = hold(&q, None).await;
             let err = c.release_after(secs(43_201)).await.expect_err("over 12 h");
-            assert!(matches!(err, Error::InvalidConfig { field: "release_after", .. }), "{err}");
+            assert!(
+                matches!(
+                    err,
+                    Error::InvalidConfig {
+                        field: "release_after",
+                        ..
+                    }
+                ),
+                "{err}"
+            );
         }
 
         fn receipt_of(d: &Delivery) -> String {

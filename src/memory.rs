@@ -382,7 +382,11 @@ impl MemoryQueue {
     }
 
     /// Sends a message; returns its message id (the first one's, for a FIFO duplicate).
-    pub fn send_with(&self, body: impl Into<String>, options: SendOptions) -> Result<String, Error> {
+    pub fn send_with(
+        &self,
+        body: impl Into<String>,
+        options: SendOptions,
+    ) -> Result<String, Error> {
         let body = body.into();
         let settings = &self.inner.settings;
         let mut state = self.lock();
@@ -416,7 +420,10 @@ impl MemoryQueue {
                     "FIFO queues need a MessageGroupId",
                 ));
             }
-            let key = match (&options.deduplication_id, settings.content_based_deduplication) {
+            let key = match (
+                &options.deduplication_id,
+                settings.content_based_deduplication,
+            ) {
                 (Some(id), _) => format!("id:{id}"),
                 (None, true) => format!("body:{body}"),
                 (None, false) => {
@@ -756,7 +763,10 @@ impl MemoryQueue {
     fn lock(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock leaves consistent data behind (every update is a
         // single assignment), so a poisoned lock is still usable.
-        self.inner.state.lock().unwrap_or_else(PoisonError::into_inner)
+        self.inner
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 }
 

@@ -62,10 +62,18 @@ async fn every_message_is_handled_once_and_acked() {
             d.ack().await
         }
     };
-    run_while(&consumer, handler, eventually("queue drained", || q.is_empty())).await;
+    run_while(
+        &consumer,
+        handler,
+        eventually("queue drained", || q.is_empty()),
+    )
+    .await;
     let seen = seen.lock().unwrap();
     assert_eq!(seen.len(), 25);
-    assert!(seen.values().all(|n| *n == 1), "handled once each: {seen:?}");
+    assert!(
+        seen.values().all(|n| *n == 1),
+        "handled once each: {seen:?}"
+    );
     assert_eq!(q.requests().delete_message, 25);
 }
 
@@ -85,9 +93,17 @@ async fn receives_only_while_a_slot_is_free_and_never_asks_for_more() {
         eventually("three held", || q.in_flight_len() == 3).await;
         let receives = q.requests().receive_message;
         sleep(secs(600)).await;
-        assert_eq!(q.in_flight_len(), 3, "never more than max_in_flight received");
+        assert_eq!(
+            q.in_flight_len(),
+            3,
+            "never more than max_in_flight received"
+        );
         assert_eq!(consumer.in_flight(), 3);
-        assert_eq!(q.requests().receive_message, receives, "no receive while full");
+        assert_eq!(
+            q.requests().receive_message,
+            receives,
+            "no receive while full"
+        );
         // The held ones are kept hidden by their heartbeats all along.
         assert!(q.requests().change_message_visibility >= 3 * (600 / 15 - 1));
     })
@@ -110,7 +126,11 @@ async fn a_delivery_moved_elsewhere_keeps_its_slot_until_dropped() {
         sleep(secs(120)).await;
         assert_eq!(consumer.in_flight(), 1);
         assert!(rx.try_recv().is_err(), "the second waits for the slot");
-        assert_eq!(q.in_flight_len(), 1, "the held one is still hidden after 4 timeouts");
+        assert_eq!(
+            q.in_flight_len(),
+            1,
+            "the held one is still hidden after 4 timeouts"
+        );
         first.ack().await.unwrap();
         let second = rx.recv().await.unwrap();
         assert_eq!(second.body(), "b");
@@ -140,8 +160,17 @@ async fn a_panicking_handler_is_caught_and_the_consumer_carries_on() {
             d.ack().await
         }
     };
-    run_while(&consumer, handler, eventually("five acked", || q.len() == 1)).await;
-    assert_eq!(consumer.in_flight(), 0, "the panicked delivery freed its slot");
+    run_while(
+        &consumer,
+        handler,
+        eventually("five acked", || q.len() == 1),
+    )
+    .await;
+    assert_eq!(
+        consumer.in_flight(),
+        0,
+        "the panicked delivery freed its slot"
+    );
     assert_eq!(seen.lock().unwrap()["boom"], 1);
 }
 
@@ -207,12 +236,21 @@ async fn transient_receive_errors_back_off_and_recover() {
     q.fail_next(Action::ReceiveMessage, "InternalError", 6);
     let consumer = Consumer::in_memory(&q).build().unwrap();
     let start = Instant::now();
-    run_while(&consumer, |d: Delivery| d.ack(), eventually("acked", || q.is_empty())).await;
+    run_while(
+        &consumer,
+        |d: Delivery| d.ack(),
+        eventually("acked", || q.is_empty()),
+    )
+    .await;
     // Six failures, the receive that got the message, perhaps the next long poll.
     let receives = q.requests().receive_message;
     assert!((7..=8).contains(&receives), "{receives}");
     // 200 ms doubling, each at least half: 0.1 + 0.2 + 0.4 + 0.8 + 1.6 + 3.2 s.
-    assert!(start.elapsed() >= Duration::from_millis(6_300), "{:?}", start.elapsed());
+    assert!(
+        start.elapsed() >= Duration::from_millis(6_300),
+        "{:?}",
+        start.elapsed()
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -228,14 +266,24 @@ async fn short_polling_an_empty_queue_does_not_spin() {
     assert!(receives <= 60, "{receives} receives in 60 s");
     // And a message sent now is still picked up within the idle back-off.
     q.send("m").unwrap();
-    run_while(&consumer, |d: Delivery| d.ack(), eventually("acked", || q.is_empty())).await;
+    run_while(
+        &consumer,
+        |d: Delivery| d.ack(),
+        eventually("acked", || q.is_empty()),
+    )
+    .await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn long_polling_an_empty_queue_costs_one_request_per_wait() {
     let q = queue(30);
     let consumer = Consumer::in_memory(&q).build().unwrap();
-    run_while(&consumer, |d: Delivery| d.ack(), sleep(secs(200) - Duration::from_millis(1))).await;
+    run_while(
+        &consumer,
+        |d: Delivery| d.ack(),
+        sleep(secs(200) - Duration::from_millis(1)),
+    )
+    .await;
     assert_eq!(q.requests().receive_message, 10);
 }
 

@@ -48,7 +48,11 @@ async fn a_received_message_is_hidden_for_the_visibility_timeout() {
     sleep_until(start + secs(29)).await;
     assert!(receive(&q).await.is_empty());
     sleep_until(start + secs(30)).await;
-    assert_eq!(receive(&q).await.len(), 1, "visible again once the timeout lapses");
+    assert_eq!(
+        receive(&q).await.len(),
+        1,
+        "visible again once the timeout lapses"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -70,12 +74,16 @@ async fn receipt_handles_change_on_every_receive_and_old_ones_are_refused() {
     sleep(secs(10)).await;
     let second = handle(&receive(&q).await[0]);
     assert_ne!(first, second);
-    assert_eq!(code(q.change_visibility(&first, 30)), "ReceiptHandleIsInvalid");
+    assert_eq!(
+        code(q.change_visibility(&first, 30)),
+        "ReceiptHandleIsInvalid"
+    );
     assert_eq!(code(q.delete(&first)), "ReceiptHandleIsInvalid");
     assert_eq!(code(q.delete("not-a-handle")), "ReceiptHandleIsInvalid");
     q.delete(&second).unwrap();
     assert!(q.is_empty());
-    q.delete(&second).expect("deleting a deleted message again succeeds, as in SQS");
+    q.delete(&second)
+        .expect("deleting a deleted message again succeeds, as in SQS");
 }
 
 #[tokio::test(start_paused = true)]
@@ -111,8 +119,12 @@ async fn visibility_cannot_end_past_12_hours_after_the_receive() {
     let err = q.change_visibility(&h, 43_200 - 99).unwrap_err();
     assert_eq!(err.code(), Some("InvalidParameterValue"));
     assert!(err.is_fatal());
-    q.change_visibility(&h, 43_200 - 100).expect("exactly 12 h is allowed");
-    assert_eq!(code(q.change_visibility(&h, 43_201)), "InvalidParameterValue");
+    q.change_visibility(&h, 43_200 - 100)
+        .expect("exactly 12 h is allowed");
+    assert_eq!(
+        code(q.change_visibility(&h, 43_201)),
+        "InvalidParameterValue"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -216,7 +228,8 @@ async fn fifo_locks_a_group_while_any_of_its_messages_is_in_flight() {
     let q = fifo();
     for body in ["a1", "a2", "b1"] {
         let group = &body[..1];
-        q.send_with(body, SendOptions::new().group_id(group)).unwrap();
+        q.send_with(body, SendOptions::new().group_id(group))
+            .unwrap();
     }
     let first = q.receive(1, Duration::ZERO).await.unwrap();
     assert_eq!(first[0].body(), Some("a1"));
@@ -237,7 +250,11 @@ async fn fifo_keeps_group_order_across_redeliveries() {
     }
     let got = receive(&q).await;
     let bodies: Vec<_> = got.iter().map(|m| m.body().unwrap()).collect();
-    assert_eq!(bodies, ["m0", "m1", "m2"], "one receive may return a group's run in order");
+    assert_eq!(
+        bodies,
+        ["m0", "m1", "m2"],
+        "one receive may return a group's run in order"
+    );
     // Release m1 and m2 but keep m0: nothing of the group comes while m0 is held.
     q.change_visibility(&handle(&got[1]), 0).unwrap();
     q.change_visibility(&handle(&got[2]), 0).unwrap();
@@ -259,7 +276,9 @@ async fn fifo_deduplicates_within_five_minutes() {
     let b = q.send_with("same", g()).unwrap();
     assert_eq!(a, b, "content-based duplicate returns the first id");
     let c = q.send_with("other", g().deduplication_id("x")).unwrap();
-    let d = q.send_with("different body", g().deduplication_id("x")).unwrap();
+    let d = q
+        .send_with("different body", g().deduplication_id("x"))
+        .unwrap();
     assert_eq!(c, d, "explicit id duplicate");
     assert_eq!(q.len(), 2);
     sleep(secs(300)).await;
@@ -270,10 +289,7 @@ async fn fifo_deduplicates_within_five_minutes() {
 #[tokio::test(start_paused = true)]
 async fn fifo_refuses_sends_without_a_group_or_deduplication_id() {
     let q = MemoryQueue::builder().fifo(true).build().unwrap();
-    assert_eq!(
-        q.send("x").unwrap_err().code(),
-        Some("MissingParameter")
-    );
+    assert_eq!(q.send("x").unwrap_err().code(), Some("MissingParameter"));
     assert_eq!(
         q.send_with("x", SendOptions::new().group_id("g"))
             .unwrap_err()

@@ -98,7 +98,10 @@ async fn a_dropped_delivery_comes_back_after_about_its_timeout(kind: Kind) {
     sleep(secs(T + 1)).await; // held past its first timeout by the heartbeat
     assert!(q.receive_raw(Duration::ZERO).await.is_empty());
     drop(d);
-    assert!(q.receive_raw(Duration::ZERO).await.is_empty(), "not at once");
+    assert!(
+        q.receive_raw(Duration::ZERO).await.is_empty(),
+        "not at once"
+    );
     let (m, after) = q
         .wait_for_message(secs(T + 3))
         .await
@@ -125,13 +128,19 @@ async fn release_after_makes_it_visible_after_the_delay(kind: Kind) {
     let d = take_one(&q.consumer().build().unwrap()).await;
     d.release_after(secs(4)).await.unwrap();
     sleep(secs(2)).await;
-    assert!(q.receive_raw(Duration::ZERO).await.is_empty(), "still hidden at 2 s");
+    assert!(
+        q.receive_raw(Duration::ZERO).await.is_empty(),
+        "still hidden at 2 s"
+    );
     let (m, after) = q
         .wait_for_message(secs(5))
         .await
         .expect("visible after the delay");
     let total = after + secs(2);
-    assert!(total >= Duration::from_millis(3_500) && total <= secs(6), "{total:?}");
+    assert!(
+        total >= Duration::from_millis(3_500) && total <= secs(6),
+        "{total:?}"
+    );
     assert_eq!(m.body(), Some("later"));
 }
 
@@ -185,7 +194,12 @@ async fn every_message_is_handled_and_the_queue_drains(kind: Kind) {
     for i in 0..N {
         q.send(&format!("m{i}")).await;
     }
-    let consumer = q.consumer().max_in_flight(8).wait_time(secs(1)).build().unwrap();
+    let consumer = q
+        .consumer()
+        .max_in_flight(8)
+        .wait_time(secs(1))
+        .build()
+        .unwrap();
     let seen: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
     let s = seen.clone();
     let handler = move |d: Delivery| {
@@ -199,12 +213,18 @@ async fn every_message_is_handled_and_the_queue_drains(kind: Kind) {
         }
     };
     run_while(&consumer, handler, async {
-        eventually("every message acked", secs(60), || seen.lock().unwrap().len() == N).await;
+        eventually("every message acked", secs(60), || {
+            seen.lock().unwrap().len() == N
+        })
+        .await;
         // Keep consuming past one timeout, so that anything redelivered is handled too.
         sleep(secs(T + 1)).await;
     })
     .await;
-    assert!(q.wait_for_message(secs(T + 1)).await.is_none(), "the queue is empty");
+    assert!(
+        q.wait_for_message(secs(T + 1)).await.is_none(),
+        "the queue is empty"
+    );
     let seen = seen.lock().unwrap();
     assert_eq!(seen.len(), N);
     if kind == Kind::Memory {

@@ -40,10 +40,17 @@ async fn a_missing_queue_makes_run_return_an_error_within_seconds() {
             .expect_err("a missing queue is an error");
         assert!(err.is_fatal(), "{err:?}");
         let code = err.code().unwrap_or_default();
-        assert!(code.contains("NonExistentQueue") || code.contains("QueueDoesNotExist"), "{code}");
+        assert!(
+            code.contains("NonExistentQueue") || code.contains("QueueDoesNotExist"),
+            "{code}"
+        );
         assert!(start.elapsed() < secs(5));
         let text = err.to_string();
-        let operation = if visibility.is_some() { "ReceiveMessage" } else { "GetQueueAttributes" };
+        let operation = if visibility.is_some() {
+            "ReceiveMessage"
+        } else {
+            "GetQueueAttributes"
+        };
         assert!(text.contains(operation), "{text}");
     }
 }
@@ -52,10 +59,23 @@ async fn a_missing_queue_makes_run_return_an_error_within_seconds() {
 async fn bad_settings_are_refused_before_anything_is_sent() {
     let client = server_client();
     let cases: Vec<(&str, sqs_consumer::ConsumerBuilder)> = vec![
-        ("visibility_timeout", Consumer::builder(client.clone(), "http://127.0.0.1:1/q").visibility_timeout(secs(43_201))),
-        ("wait_time", Consumer::builder(client.clone(), "http://127.0.0.1:1/q").wait_time(secs(21))),
-        ("batch_size", Consumer::builder(client.clone(), "http://127.0.0.1:1/q").batch_size(0)),
-        ("max_in_flight", Consumer::builder(client.clone(), "http://127.0.0.1:1/q").max_in_flight(0)),
+        (
+            "visibility_timeout",
+            Consumer::builder(client.clone(), "http://127.0.0.1:1/q")
+                .visibility_timeout(secs(43_201)),
+        ),
+        (
+            "wait_time",
+            Consumer::builder(client.clone(), "http://127.0.0.1:1/q").wait_time(secs(21)),
+        ),
+        (
+            "batch_size",
+            Consumer::builder(client.clone(), "http://127.0.0.1:1/q").batch_size(0),
+        ),
+        (
+            "max_in_flight",
+            Consumer::builder(client.clone(), "http://127.0.0.1:1/q").max_in_flight(0),
+        ),
         ("queue_url", Consumer::builder(client.clone(), "orders")),
     ];
     for (field, builder) in cases {
@@ -72,13 +92,22 @@ async fn the_queue_timeout_is_read_from_the_server() {
     let url = client
         .create_queue()
         .queue_name(unique_name("timeout"))
-        .attributes(aws_sdk_sqs::types::QueueAttributeName::VisibilityTimeout, "7")
+        .attributes(
+            aws_sdk_sqs::types::QueueAttributeName::VisibilityTimeout,
+            "7",
+        )
         .send()
         .await
         .unwrap()
         .queue_url
         .unwrap();
-    client.send_message().queue_url(&url).message_body("m").send().await.unwrap();
+    client
+        .send_message()
+        .queue_url(&url)
+        .message_body("m")
+        .send()
+        .await
+        .unwrap();
     let consumer = Consumer::builder(client, url).build().unwrap();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Duration>();
     let handler = move |d: Delivery| {

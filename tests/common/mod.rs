@@ -66,7 +66,11 @@ impl TestQueue {
 
     /// A fresh queue whose messages move to a fresh dead-letter queue after
     /// `max_receive_count` receives; returns (source, dead-letter queue).
-    pub async fn with_dead_letter(kind: Kind, visibility: u64, max_receive_count: u32) -> (Self, Self) {
+    pub async fn with_dead_letter(
+        kind: Kind,
+        visibility: u64,
+        max_receive_count: u32,
+    ) -> (Self, Self) {
         let dlq = Self::create(kind, 30, None).await;
         let source = Self::create(kind, visibility, Some((&dlq, max_receive_count))).await;
         (source, dlq)
@@ -86,12 +90,14 @@ impl TestQueue {
                 let mut call = client
                     .create_queue()
                     .queue_name(unique_name("test"))
-                    .attributes(QueueAttributeName::VisibilityTimeout, visibility.to_string());
+                    .attributes(
+                        QueueAttributeName::VisibilityTimeout,
+                        visibility.to_string(),
+                    );
                 if let Some((d, max)) = dlq {
                     let arn = d.arn().await;
-                    let policy = format!(
-                        r#"{{"deadLetterTargetArn":"{arn}","maxReceiveCount":"{max}"}}"#
-                    );
+                    let policy =
+                        format!(r#"{{"deadLetterTargetArn":"{arn}","maxReceiveCount":"{max}"}}"#);
                     call = call.attributes(QueueAttributeName::RedrivePolicy, policy);
                 }
                 let out = call.send().await.expect("CreateQueue on the test server");
@@ -188,7 +194,11 @@ pub fn receive_count(m: &Message) -> u32 {
 }
 
 /// Runs the consumer until `until` completes; the consumer must not stop first.
-pub async fn run_while<F: Future>(consumer: &Consumer, handler: impl Handler, until: F) -> F::Output {
+pub async fn run_while<F: Future>(
+    consumer: &Consumer,
+    handler: impl Handler,
+    until: F,
+) -> F::Output {
     tokio::select! {
         result = consumer.run(handler) => panic!("run ended early: {result:?}"),
         out = until => out,

@@ -1,0 +1,198 @@
+//! SQS error answers the test server never gives (`MessageNotInflight`, a stale receipt
+//! handle, throttling, 5xx), sent through the real SDK with `aws-smithy-mocks`, in the wire
+//! format SQS uses (JSON body plus the `x-amzn-query-error` header), on the paused clock.
+
+use std::time::Duration;
+
+use aws_sdk_sqs::config::http::HttpResponse;
+use aws_sdk_sqs::operation::change_message_visibility::ChangeMessageVisibilityOutput;
+use aws_sdk_sqs::operation::delete_message::DeleteMessageOutput;
+use aws_sdk_sqs::operation::receive_message::ReceiveMessageOutput;
+use aws_sdk_sqs::types::Message;
+use aws_sdk_sqs::Client;
+use aws_smithy_mocks::{mock, mock_client, Rule, RuleMode};
+use aws_smithy_runtime_api::http::StatusCode;
+use aws_smithy_types::body::SdkBody;
+use sqs_consumer::{Consumer, Delivery, LostReason};
+use tokio::sync::mpsc;
+use tokio::time::{sleep, Instant};
+
+const URL: &str = "https://sqs.us-east-1.amazonaws.com/123456789012/jobs";
+
+/// An SQS error answer as the service sends it.
+fn sqs_error(status: u16, code: &str) -> HttpResponse {
+    let short = code.rsplit('.').next().unwrap();
+    let body = format!(r#"{{"__type":"com.amazonaws.sqs#{short}","message":"{short} (test)"}}"#);
+    let mut response =
+        HttpResponse::new(StatusCode::try_from(status).unwrap(), SdkBody::from(body));
+    response
+        .headers_mut()
+        .insert("x-amzn-query-error", format!("{code};Sender"));
+    response
+        .headers_mut()
+        .insert("content-type", "application/x-amz-json-1.0");
+    response
+}
+
+fn one_message() -> ReceiveMessageOutput {
+    ReceiveMessageOutput::builder()
+        .messages(
+            Message::builder()
+                .message_id("m-1")
+                .receipt_handle("handle-1")
+                .body("work")
+                .build(),
+        )
+        .build()
+}
+
+/// Receives one message, then nothing.
+fn receive_once() -> Rule {
+    mock!(Client::receive_message)
+        .sequence()
+        .output(one_message)
+        .output(|| ReceiveMessageOutput::builder().build())
+        .repeatedly()
+        .build()
+}
+
+fn deletes() -> Rule {
+    mock!(Client::delete_message)
+        .sequence()
+        .output(|| DeleteMessageOutput::builder().build())
+        .repeatedly()
+        .build()
+}
+
+/// Takes one delivery from a consumer of the mocked queue with a 10 s visibility timeout.
+async fn take_one(client: Client) -> Delivery {
+    let consumer = Consumer::builder(client, URL)
+        .visibility_timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let (tx, mut rx) = mpsc::unbounded_channel::<Delivery>();
+    let handler = move |d: Delivery| {
+        let tx = tx.clone();
+        async move { tx.send(d).map_err(|_| "test ended") }
+    };
+    tokio::select! {
+        r = consumer.run(handler) => panic!("run ended: {r:?}"),
+        d = rx.recv() => d.unwrap(),
+    }
+}
+
+async fn lost_by(code: &'static str) -> (LostReason, sqs_consumer::Error) {
+    let change = mock!(Client::change_message_visibility)
+        .sequence()
+        .http_response(move || sqs_error(400, code))
+        .repeatedly()
+        .build();
+    let (receive, delete) = (receive_once(), deletes());
+    let client = mock_client!(
+        aws_sdk_sqs,
+        RuleMode::MatchAny,
+        [&receive, &change, &delete]
+    );
+    let d = take_one(client).await;
+    let start = Instant::now();
+    let reason = d.lost().await;
+    assert_eq!(
+        start.elapsed(),
+        Duration::from_secs(5),
+        "lost at the first extension"
+    );
+    assert_eq!(change.num_calls(), 1, "a lost delivery is not retried");
+    let err = d
+        .ack()
+        .await
+        .expect_err("ack of a lost delivery reports it");
+    (reason, err)
+}
+
+#[tokio::test(start_paused = true)]
+async fn message_not_inflight_from_sqs_loses_the_delivery() {
+    let (reason, err) = lost_by("AWS.SimpleQueueService.MessageNotInflight").await;
+    assert_eq!(reason, LostReason::NotInFlight);
+    assert!(err.is_lost(), "{err}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn receipt_handle_is_invalid_from_sqs_loses_the_delivery() {
+    let (reason, err) = lost_by("ReceiptHandleIsInvalid").await;
+    assert_eq!(reason, LostReason::ReceiptHandleInvalid);
+    assert!(err.is_lost(), "{err}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn throttled_and_failed_extensions_are_retried_and_the_delivery_survives() {
+    let change = mock!(Client::change_message_visibility)
+        .sequence()
+        .http_response(|| sqs_error(400, "RequestThrottled"))
+        .times(2)
+        .http_response(|| sqs_error(500, "InternalError"))
+        .output(|| ChangeMessageVisibilityOutput::builder().build())
+        .repeatedly()
+        .build();
+    let (receive, delete) = (receive_once(), deletes());
+    let client = mock_client!(
+        aws_sdk_sqs,
+        RuleMode::MatchAny,
+        [&receive, &change, &delete]
+    );
+    let d = take_one(client).await;
+    sleep(Duration::from_secs(60)).await;
+    assert!(!d.is_lost());
+    assert!(change.num_calls() >= 3 + 11, "{} calls", change.num_calls());
+    d.ack().await.expect("ack");
+    assert_eq!(delete.num_calls(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_missing_queue_ends_run_and_a_server_error_is_retried() {
+    let missing = mock!(Client::receive_message)
+        .sequence()
+        .http_response(|| sqs_error(400, "AWS.SimpleQueueService.NonExistentQueue"))
+        .repeatedly()
+        .build();
+    let client = mock_client!(aws_sdk_sqs, RuleMode::MatchAny, [&missing]);
+    let consumer = Consumer::builder(client, URL)
+        .visibility_timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let err = consumer.run(|d: Delivery| d.ack()).await.unwrap_err();
+    assert!(err.is_fatal(), "{err}");
+    assert_eq!(missing.num_calls(), 1);
+
+    let flaky = mock!(Client::receive_message)
+        .sequence()
+        .http_response(|| sqs_error(500, "InternalError"))
+        .times(3)
+        .output(one_message)
+        .output(|| ReceiveMessageOutput::builder().build())
+        .repeatedly()
+        .build();
+    let delete = deletes();
+    let client = mock_client!(aws_sdk_sqs, RuleMode::MatchAny, [&flaky, &delete]);
+    let d = take_one(client).await;
+    assert_eq!(d.message_id(), "m-1");
+    d.ack().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_message_without_receipt_handle_is_skipped_and_the_consumer_goes_on() {
+    let receive = mock!(Client::receive_message)
+        .sequence()
+        .output(|| {
+            ReceiveMessageOutput::builder()
+                .messages(Message::builder().message_id("broken").body("x").build())
+                .build()
+        })
+        .output(one_message)
+        .output(|| ReceiveMessageOutput::builder().build())
+        .repeatedly()
+        .build();
+    let delete = deletes();
+    let client = mock_client!(aws_sdk_sqs, RuleMode::MatchAny, [&receive, &delete]);
+    let d = take_one(client).await;
+    assert_eq!(d.message_id(), "m-1");
+}
