@@ -16,6 +16,20 @@ use crate::error::BoxError;
 /// A handler error is logged with the message id. What happens to the message then is the
 /// delivery's fate: if the handler did not settle it, it is dropped, its heartbeat stops,
 /// and the message is received again once its visibility timeout lapses.
+///
+/// Move the delivery into the returned future. A closure whose `async move` block does not
+/// use the delivery (`|_d| async move { .. }`) drops it before the work starts, which stops
+/// its heartbeat and frees its slot:
+///
+/// ```
+/// # use sqs_consumer::{Delivery, Error};
+/// # async fn work() {}
+/// let handler = |delivery: Delivery| async move {
+///     work().await;
+///     delivery.ack().await // the delivery lives (and stays hidden) until here
+/// };
+/// # let _ = handler;
+/// ```
 pub trait Handler: Send + Sync + 'static {
     /// Handles one delivery.
     fn handle(&self, delivery: Delivery) -> BoxFuture<'static, Result<(), BoxError>>;

@@ -34,10 +34,9 @@ pub(crate) const CAP_MARGIN: Duration = Duration::from_secs(5);
 pub(crate) struct Extension {
     /// When to send the call.
     pub(crate) at: Instant,
-    /// The visibility to ask for, in whole seconds, counted from the call.
+    /// The visibility to ask for, in whole seconds, counted from the call; less than the
+    /// timeout when the 12-hour limit cuts the extension short (the last one).
     pub(crate) visibility: u32,
-    /// `true` when the 12-hour limit cut this extension short: it is the last one.
-    pub(crate) capped: bool,
 }
 
 /// Plans the next extension of a delivery whose visibility currently ends at `deadline`.
@@ -59,7 +58,6 @@ pub(crate) fn next_extension(deadline: Instant, timeout: u32, limit: Instant) ->
         return Some(Extension {
             at,
             visibility: timeout,
-            capped: false,
         });
     }
     if room == 0 {
@@ -73,11 +71,7 @@ pub(crate) fn next_extension(deadline: Instant, timeout: u32, limit: Instant) ->
     if at + Duration::from_secs(u64::from(visibility)) <= deadline {
         return None;
     }
-    Some(Extension {
-        at,
-        visibility,
-        capped: true,
-    })
+    Some(Extension { at, visibility })
 }
 
 /// The latest instant an extension of a delivery received at `received_at` may end at.
@@ -97,20 +91,25 @@ pub(crate) async fn run(queue: Queue, shared: Arc<Shared>, timeout: u32, receive
     let limit = extension_limit(received_at);
     let mut warned = false;
     while let Some(ext) = next_extension(shared.deadline(), timeout, limit) {
-        if ext.capped && !warned {
-            warned = true;
-            tracing::warn!(
-                message_id = %shared.message_id,
-                held_for = ?ext.at.saturating_duration_since(received_at),
-                "delivery held for almost 12 hours: this is its last visibility extension; \
-                 SQS hands the message to another consumer when it lapses"
-            );
-        }
         sleep_until(ext.at).await;
-        if let Err(reason) = extend(&queue, &shared, timeout, limit).await {
-            shared.mark_lost(reason);
-            tracing::warn!(message_id = %shared.message_id, %reason, "delivery lost");
-            return;
+        match extend(&queue, &shared, timeout, limit).await {
+            Ok(Extended::By(visibility)) if visibility < timeout && !warned => {
+                warned = true;
+                tracing::warn!(
+                    message_id = %shared.message_id,
+                    held_for = ?Instant::now().saturating_duration_since(received_at),
+                    visibility,
+                    "delivery held for almost 12 hours: this was its last visibility \
+                     extension; SQS hands the message to another consumer when it lapses"
+                );
+            }
+            Ok(Extended::By(_)) => {}
+            Ok(Extended::NothingToGain) => break,
+            Err(reason) => {
+                shared.mark_lost(reason);
+                tracing::warn!(message_id = %shared.message_id, %reason, "delivery lost");
+                return;
+            }
         }
     }
     // No extension is possible any more: the 12-hour limit is reached. The delivery is ours
@@ -124,6 +123,15 @@ pub(crate) async fn run(queue: Queue, shared: Arc<Shared>, timeout: u32, receive
     );
 }
 
+/// What one extension achieved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Extended {
+    /// The visibility now ends this many seconds after the call.
+    By(u32),
+    /// The 12-hour limit leaves no room past the current deadline: extending is over.
+    NothingToGain,
+}
+
 /// Sends one extension, retrying transient failures until the current deadline.
 ///
 /// The visibility asked for is worked out again for every attempt, so a late retry never asks
@@ -133,7 +141,7 @@ async fn extend(
     shared: &Shared,
     timeout: u32,
     limit: Instant,
-) -> Result<(), LostReason> {
+) -> Result<Extended, LostReason> {
     let deadline = shared.deadline();
     let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
     loop {
@@ -145,8 +153,8 @@ async fn extend(
         let visibility = timeout.min(room);
         let ends = now + Duration::from_secs(u64::from(visibility));
         if ends <= deadline {
-            // The limit leaves nothing to gain any more; the caller stops extending.
-            return Ok(());
+            // A late retry near the limit: nothing can be gained any more.
+            return Ok(Extended::NothingToGain);
         }
         match timeout_at(
             deadline,
@@ -161,7 +169,7 @@ async fn extend(
                     visibility,
                     "visibility extended"
                 );
-                return Ok(());
+                return Ok(Extended::By(visibility));
             }
             Ok(Err(err)) => {
                 if let Some(ErrorKind::Lost(reason)) = err.kind() {
@@ -197,7 +205,7 @@ mod tests {
         let ext = next_extension(r + secs(30), 30, extension_limit(r)).expect("an extension");
         assert_eq!(ext.at, r + secs(15));
         assert_eq!(ext.visibility, 30);
-        assert!(!ext.capped);
+        assert_eq!(ext.visibility, 30);
     }
 
     #[tokio::test(start_paused = true)]
@@ -218,7 +226,7 @@ mod tests {
             assert!(ext.at < deadline, "sent before the current deadline");
             let ends = ext.at + secs(u64::from(ext.visibility));
             assert!(ends <= limit, "never past receive + 12 h - margin");
-            if ext.capped {
+            if ext.visibility < 30 {
                 capped += 1;
                 assert_eq!(ends, limit);
             }
@@ -234,7 +242,7 @@ mod tests {
         let r = Instant::now();
         let limit = extension_limit(r);
         let ext = next_extension(r + secs(30_000), 30_000, limit).expect("one extension");
-        assert!(ext.capped);
+        assert!(ext.visibility < 30_000);
         assert_eq!(ext.at + secs(u64::from(ext.visibility)), limit);
         assert!(ext.at < r + secs(30_000));
         // After it, nothing more can be gained.
@@ -447,6 +455,36 @@ mod tests {
                 Err(Error::Lost { reason, .. }) => assert_eq!(reason, LostReason::HardDeadline),
                 other => panic!("ack of a lost delivery must report it, got {other:?}"),
             }
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn late_retries_near_the_limit_stop_extending_instead_of_spinning() {
+            // T = 30: the capped extensions are due at 43,170 s and 43,180 s. Failures make
+            // the first land late (0.3..0.6 s) and the second less late (0.1..0.2 s), so the
+            // second can no longer gain anything: the heartbeat must stop, not retry at once
+            // forever.
+            let q = queue(30);
+            q.send("job").unwrap();
+            let d = hold(&q, None).await;
+            let r = d.received_at();
+            sleep_until(r + secs(43_169)).await;
+            q.fail_next(Action::ChangeMessageVisibility, "InternalError", 2);
+            sleep_until(r + secs(43_175)).await;
+            let first_late = d.deadline() - (r + secs(43_194));
+            assert!(first_late >= Duration::from_millis(300), "{first_late:?}");
+            q.fail_next(Action::ChangeMessageVisibility, "InternalError", 1);
+            let before = extensions(&q);
+            assert_eq!(d.lost().await, LostReason::HardDeadline);
+            assert_eq!(
+                Instant::now(),
+                r + secs(43_194) + first_late,
+                "lost at its deadline"
+            );
+            assert_eq!(
+                extensions(&q) - before,
+                1,
+                "one failed call, then nothing more"
+            );
         }
 
         #[tokio::test(start_paused = true)]

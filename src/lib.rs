@@ -60,3 +60,8 @@ pub use delivery::Delivery;
 pub use error::{BoxError, Error, ErrorKind, LostReason};
 pub use handler::Handler;
 pub use memory::{Action, MemoryQueue, MemoryQueueBuilder, RequestCounts, SendOptions};
+
+/// The README's Rust examples, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
