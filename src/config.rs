@@ -86,21 +86,10 @@ impl ConsumerBuilder {
 
     /// Checks the settings and creates the consumer. Nothing is sent to SQS yet.
     pub fn build(self) -> Result<Consumer, Error> {
-        let visibility_timeout = match self.visibility_timeout {
-            None => None,
-            Some(t) => Some(
-                whole_secs(t)
-                    .and_then(|s| u32::try_from(s).ok())
-                    .filter(|s| *s <= MAX_VISIBILITY_SECS)
-                    .ok_or_else(|| {
-                        Error::invalid(
-                            "visibility_timeout",
-                            t,
-                            "whole seconds in 0..=43200 (12 hours)",
-                        )
-                    })?,
-            ),
-        };
+        let visibility_timeout = self
+            .visibility_timeout
+            .map(|t| visibility_secs("visibility_timeout", t))
+            .transpose()?;
         if whole_secs(self.wait_time).is_none_or(|s| s > 20) {
             return Err(Error::invalid(
                 "wait_time",
@@ -141,8 +130,17 @@ impl ConsumerBuilder {
     }
 }
 
-fn whole_secs(d: Duration) -> Option<u64> {
+/// The whole seconds in `d`, or `None` if it has a fraction of a second.
+pub(crate) fn whole_secs(d: Duration) -> Option<u64> {
     (d.subsec_nanos() == 0).then_some(d.as_secs())
+}
+
+/// A visibility timeout in SQS's terms: whole seconds in 0..=43200.
+pub(crate) fn visibility_secs(field: &'static str, d: Duration) -> Result<u32, Error> {
+    whole_secs(d)
+        .and_then(|s| u32::try_from(s).ok())
+        .filter(|s| *s <= MAX_VISIBILITY_SECS)
+        .ok_or_else(|| Error::invalid(field, d, "whole seconds in 0..=43200 (12 hours)"))
 }
 
 #[cfg(test)]

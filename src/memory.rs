@@ -10,6 +10,7 @@ use tokio::sync::Notify;
 use tokio::time::{sleep_until, Instant};
 
 use crate::backoff::random_u64;
+use crate::config::{visibility_secs, whole_secs};
 use crate::error::{classify_code, Error};
 use crate::heartbeat::{HARD_LIMIT, MAX_VISIBILITY_SECS};
 
@@ -267,16 +268,7 @@ impl MemoryQueueBuilder {
 
     /// Checks the settings and creates the queue.
     pub fn build(self) -> Result<MemoryQueue, Error> {
-        let visibility_timeout = whole_secs(self.visibility_timeout)
-            .and_then(|s| u32::try_from(s).ok())
-            .filter(|s| *s <= MAX_VISIBILITY_SECS)
-            .ok_or_else(|| {
-                Error::invalid(
-                    "visibility_timeout",
-                    self.visibility_timeout,
-                    "whole seconds in 0..=43200",
-                )
-            })?;
+        let visibility_timeout = visibility_secs("visibility_timeout", self.visibility_timeout)?;
         if whole_secs(self.delay).is_none_or(|s| s > MAX_DELAY_SECS) {
             return Err(Error::invalid(
                 "delay",
@@ -296,30 +288,16 @@ impl MemoryQueueBuilder {
                 ));
             }
         }
-        let id = random_u64();
-        let name = self.name.unwrap_or_else(|| {
-            let base = format!("memory-{:08x}", id as u32);
-            if self.fifo {
-                format!("{base}.fifo")
-            } else {
-                base
-            }
-        });
-        Ok(MemoryQueue {
-            inner: Arc::new(Inner {
-                name,
-                id,
-                settings: Settings {
-                    visibility_timeout,
-                    delay: self.delay,
-                    fifo: self.fifo,
-                    content_based_deduplication: self.content_based_deduplication,
-                    dead_letter: self.dead_letter,
-                },
-                state: Mutex::new(State::default()),
-                changed: Notify::new(),
-            }),
-        })
+        Ok(MemoryQueue::with_settings(
+            self.name,
+            Settings {
+                visibility_timeout,
+                delay: self.delay,
+                fifo: self.fifo,
+                content_based_deduplication: self.content_based_deduplication,
+                dead_letter: self.dead_letter,
+            },
+        ))
     }
 }
 
@@ -332,17 +310,33 @@ impl Default for MemoryQueue {
 impl MemoryQueue {
     /// A standard queue with a 30-second visibility timeout and no delay.
     pub fn new() -> Self {
+        Self::with_settings(
+            None,
+            Settings {
+                visibility_timeout: 30,
+                delay: Duration::ZERO,
+                fifo: false,
+                content_based_deduplication: false,
+                dead_letter: None,
+            },
+        )
+    }
+
+    fn with_settings(name: Option<String>, settings: Settings) -> Self {
+        let id = random_u64();
+        let name = name.unwrap_or_else(|| {
+            let base = format!("memory-{:08x}", id as u32);
+            if settings.fifo {
+                format!("{base}.fifo")
+            } else {
+                base
+            }
+        });
         Self {
             inner: Arc::new(Inner {
-                name: format!("memory-{:08x}", random_u64() as u32),
-                id: random_u64(),
-                settings: Settings {
-                    visibility_timeout: 30,
-                    delay: Duration::ZERO,
-                    fifo: false,
-                    content_based_deduplication: false,
-                    dead_letter: None,
-                },
+                name,
+                id,
+                settings,
                 state: Mutex::new(State::default()),
                 changed: Notify::new(),
             }),
@@ -847,10 +841,6 @@ fn take_fault(state: &mut State, action: Action) -> Result<(), Error> {
         Some(code) => Err(refuse(action, &code, "injected failure")),
         None => Ok(()),
     }
-}
-
-fn whole_secs(d: Duration) -> Option<u64> {
-    (d.subsec_nanos() == 0).then_some(d.as_secs())
 }
 
 fn epoch_ms() -> u128 {

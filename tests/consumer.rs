@@ -1,17 +1,15 @@
 //! `Consumer::run` on a `MemoryQueue`, on tokio's paused clock.
 
+mod common;
+
 use std::collections::HashMap;
-use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use sqs_consumer::{Action, Consumer, Delivery, Error, Handler, MemoryQueue};
+use common::{eventually, run_while, secs, take_one};
+use sqs_consumer::{Action, Consumer, Delivery, Error, MemoryQueue};
 use tokio::sync::mpsc;
 use tokio::time::{sleep, Instant};
-
-fn secs(s: u64) -> Duration {
-    Duration::from_secs(s)
-}
 
 fn queue(visibility: u64) -> MemoryQueue {
     MemoryQueue::builder()
@@ -20,24 +18,8 @@ fn queue(visibility: u64) -> MemoryQueue {
         .unwrap()
 }
 
-/// Runs the consumer until `until` completes; the consumer must not stop first.
-async fn run_while<F: Future>(consumer: &Consumer, handler: impl Handler, until: F) -> F::Output {
-    tokio::select! {
-        result = consumer.run(handler) => panic!("run ended early: {result:?}"),
-        out = until => out,
-    }
-}
-
-/// Waits (in virtual time, bounded) until `cond` holds.
-async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
-    for _ in 0..10_000 {
-        if cond() {
-            return;
-        }
-        sleep(Duration::from_millis(100)).await;
-    }
-    panic!("timed out waiting for: {what}");
-}
+/// How long (in virtual time) a test waits for a condition.
+const LIMIT: Duration = Duration::from_secs(1000);
 
 type Seen = Arc<Mutex<HashMap<String, u32>>>;
 
@@ -65,7 +47,7 @@ async fn every_message_is_handled_once_and_acked() {
     run_while(
         &consumer,
         handler,
-        eventually("queue drained", || q.is_empty()),
+        eventually("queue drained", LIMIT, || q.is_empty()),
     )
     .await;
     let seen = seen.lock().unwrap();
@@ -90,7 +72,7 @@ async fn receives_only_while_a_slot_is_free_and_never_asks_for_more() {
         Ok::<(), Error>(())
     };
     run_while(&consumer, handler, async {
-        eventually("three held", || q.in_flight_len() == 3).await;
+        eventually("three held", LIMIT, || q.in_flight_len() == 3).await;
         let receives = q.requests().receive_message;
         sleep(secs(600)).await;
         assert_eq!(
@@ -163,7 +145,7 @@ async fn a_panicking_handler_is_caught_and_the_consumer_carries_on() {
     run_while(
         &consumer,
         handler,
-        eventually("five acked", || q.len() == 1),
+        eventually("five acked", LIMIT, || q.len() == 1),
     )
     .await;
     assert_eq!(
@@ -196,7 +178,7 @@ async fn a_failed_handler_leaves_the_message_to_come_back_after_its_timeout() {
         let (n2, t2) = rx.recv().await.unwrap();
         assert_eq!((n1, n2), (1, 2));
         assert_eq!(t2 - t1, secs(10), "back when its visibility timeout lapsed");
-        eventually("acked", || q.is_empty()).await;
+        eventually("acked", LIMIT, || q.is_empty()).await;
     })
     .await;
 }
@@ -239,7 +221,7 @@ async fn transient_receive_errors_back_off_and_recover() {
     run_while(
         &consumer,
         |d: Delivery| d.ack(),
-        eventually("acked", || q.is_empty()),
+        eventually("acked", LIMIT, || q.is_empty()),
     )
     .await;
     // Six failures, the receive that got the message, perhaps the next long poll.
@@ -269,7 +251,7 @@ async fn short_polling_an_empty_queue_does_not_spin() {
     run_while(
         &consumer,
         |d: Delivery| d.ack(),
-        eventually("acked", || q.is_empty()),
+        eventually("acked", LIMIT, || q.is_empty()),
     )
     .await;
 }
@@ -304,7 +286,12 @@ async fn the_queue_timeout_is_read_once_and_drives_the_heartbeat() {
             d.ack().await
         }
     };
-    run_while(&consumer, handler, eventually("acked", || q.is_empty())).await;
+    run_while(
+        &consumer,
+        handler,
+        eventually("acked", LIMIT, || q.is_empty()),
+    )
+    .await;
     assert_eq!(q.requests().get_queue_attributes, 1);
     assert_eq!(q.requests().change_message_visibility, 2 * 4);
     assert!(seen.lock().unwrap().values().all(|n| *n == 1));
@@ -318,12 +305,7 @@ async fn the_builder_timeout_overrides_the_queue_timeout() {
         .visibility_timeout(secs(4))
         .build()
         .unwrap();
-    let (tx, mut rx) = mpsc::unbounded_channel::<Delivery>();
-    let handler = move |d: Delivery| {
-        let tx = tx.clone();
-        async move { tx.send(d).map_err(|_| "test ended") }
-    };
-    let d = run_while(&consumer, handler, rx.recv()).await.unwrap();
+    let d = take_one(&consumer).await;
     assert_eq!(d.deadline(), d.received_at() + secs(4));
     assert_eq!(q.requests().get_queue_attributes, 0);
     let received = d.received_at();
@@ -349,7 +331,12 @@ async fn a_visibility_timeout_of_zero_runs_without_heartbeats() {
         sleep(secs(5)).await;
         d.ack().await
     };
-    run_while(&consumer, handler, eventually("acked", || q.is_empty())).await;
+    run_while(
+        &consumer,
+        handler,
+        eventually("acked", LIMIT, || q.is_empty()),
+    )
+    .await;
     assert_eq!(q.requests().change_message_visibility, 0);
 }
 
@@ -371,9 +358,9 @@ async fn a_redriven_message_leaves_and_the_consumer_carries_on() {
         }
     };
     run_while(&consumer, handler, async {
-        eventually("moved to the DLQ", || dlq.len() == 1).await;
+        eventually("moved to the DLQ", LIMIT, || dlq.len() == 1).await;
         q.send("good").unwrap();
-        eventually("good acked", || q.is_empty()).await;
+        eventually("good acked", LIMIT, || q.is_empty()).await;
     })
     .await;
     let moved = dlq.receive(1, Duration::ZERO).await.unwrap();

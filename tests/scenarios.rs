@@ -7,8 +7,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{eventually, receive_count, run_while, secs, Kind, TestQueue};
-use sqs_consumer::{Consumer, Delivery, Error};
+use common::{eventually, receive_count, run_while, secs, take_one, Kind, TestQueue};
+use sqs_consumer::{Delivery, Error};
 use tokio::sync::mpsc;
 use tokio::time::{sleep, Instant};
 
@@ -42,19 +42,6 @@ on_both!(
     a_redriven_message_reaches_the_dead_letter_queue_and_the_consumer_carries_on,
     every_message_is_handled_and_the_queue_drains,
 );
-
-/// Takes one delivery from a consumer and stops the consumer; the delivery (and its
-/// heartbeat) lives on in the caller.
-async fn take_one(consumer: &Consumer) -> Delivery {
-    let (tx, mut rx) = mpsc::unbounded_channel::<Delivery>();
-    let handler = move |d: Delivery| {
-        let tx = tx.clone();
-        async move { tx.send(d).map_err(|_| "test ended") }
-    };
-    run_while(consumer, handler, rx.recv())
-        .await
-        .expect("a delivery")
-}
 
 async fn a_handler_holding_three_timeouts_is_never_redelivered(kind: Kind) {
     let q = TestQueue::new(kind, T).await;

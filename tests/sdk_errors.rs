@@ -14,8 +14,11 @@ use aws_smithy_mocks::{mock, mock_client, Rule, RuleMode};
 use aws_smithy_runtime_api::http::StatusCode;
 use aws_smithy_types::body::SdkBody;
 use sqs_consumer::{Consumer, Delivery, LostReason};
-use tokio::sync::mpsc;
 use tokio::time::{sleep, Instant};
+
+mod common;
+
+use common::take_one;
 
 const URL: &str = "https://sqs.us-east-1.amazonaws.com/123456789012/jobs";
 
@@ -64,21 +67,12 @@ fn deletes() -> Rule {
         .build()
 }
 
-/// Takes one delivery from a consumer of the mocked queue with a 10 s visibility timeout.
-async fn take_one(client: Client) -> Delivery {
-    let consumer = Consumer::builder(client, URL)
+/// A consumer of the mocked queue with a 10 s visibility timeout.
+fn consumer(client: Client) -> Consumer {
+    Consumer::builder(client, URL)
         .visibility_timeout(Duration::from_secs(10))
         .build()
-        .unwrap();
-    let (tx, mut rx) = mpsc::unbounded_channel::<Delivery>();
-    let handler = move |d: Delivery| {
-        let tx = tx.clone();
-        async move { tx.send(d).map_err(|_| "test ended") }
-    };
-    tokio::select! {
-        r = consumer.run(handler) => panic!("run ended: {r:?}"),
-        d = rx.recv() => d.unwrap(),
-    }
+        .unwrap()
 }
 
 async fn lost_by(code: &'static str) -> (LostReason, sqs_consumer::Error) {
@@ -93,7 +87,7 @@ async fn lost_by(code: &'static str) -> (LostReason, sqs_consumer::Error) {
         RuleMode::MatchAny,
         [&receive, &change, &delete]
     );
-    let d = take_one(client).await;
+    let d = take_one(&consumer(client)).await;
     let start = Instant::now();
     let reason = d.lost().await;
     assert_eq!(
@@ -139,7 +133,7 @@ async fn throttled_and_failed_extensions_are_retried_and_the_delivery_survives()
         RuleMode::MatchAny,
         [&receive, &change, &delete]
     );
-    let d = take_one(client).await;
+    let d = take_one(&consumer(client)).await;
     sleep(Duration::from_secs(60)).await;
     assert!(!d.is_lost());
     assert!(change.num_calls() >= 3 + 11, "{} calls", change.num_calls());
@@ -155,11 +149,10 @@ async fn a_missing_queue_ends_run_and_a_server_error_is_retried() {
         .repeatedly()
         .build();
     let client = mock_client!(aws_sdk_sqs, RuleMode::MatchAny, [&missing]);
-    let consumer = Consumer::builder(client, URL)
-        .visibility_timeout(Duration::from_secs(10))
-        .build()
-        .unwrap();
-    let err = consumer.run(|d: Delivery| d.ack()).await.unwrap_err();
+    let err = consumer(client)
+        .run(|d: Delivery| d.ack())
+        .await
+        .unwrap_err();
     assert!(err.is_fatal(), "{err}");
     assert_eq!(missing.num_calls(), 1);
 
@@ -173,7 +166,7 @@ async fn a_missing_queue_ends_run_and_a_server_error_is_retried() {
         .build();
     let delete = deletes();
     let client = mock_client!(aws_sdk_sqs, RuleMode::MatchAny, [&flaky, &delete]);
-    let d = take_one(client).await;
+    let d = take_one(&consumer(client)).await;
     assert_eq!(d.message_id(), "m-1");
     d.ack().await.unwrap();
 }
@@ -193,6 +186,6 @@ async fn a_message_without_receipt_handle_is_skipped_and_the_consumer_goes_on() 
         .build();
     let delete = deletes();
     let client = mock_client!(aws_sdk_sqs, RuleMode::MatchAny, [&receive, &delete]);
-    let d = take_one(client).await;
+    let d = take_one(&consumer(client)).await;
     assert_eq!(d.message_id(), "m-1");
 }

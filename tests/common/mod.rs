@@ -7,7 +7,7 @@ use std::hash::{BuildHasher, Hasher};
 use std::time::Duration;
 
 use aws_sdk_sqs::types::{Message, MessageSystemAttributeName, QueueAttributeName};
-use sqs_consumer::{Consumer, ConsumerBuilder, Handler, MemoryQueue};
+use sqs_consumer::{Consumer, ConsumerBuilder, Delivery, Handler, MemoryQueue};
 use tokio::time::sleep;
 
 /// Where a scenario runs.
@@ -203,6 +203,19 @@ pub async fn run_while<F: Future>(
         result = consumer.run(handler) => panic!("run ended early: {result:?}"),
         out = until => out,
     }
+}
+
+/// Takes one delivery from a consumer, then stops the consumer; the delivery (and its
+/// heartbeat) lives on in the caller.
+pub async fn take_one(consumer: &Consumer) -> Delivery {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Delivery>();
+    let handler = move |d: Delivery| {
+        let tx = tx.clone();
+        async move { tx.send(d).map_err(|_| "test ended") }
+    };
+    run_while(consumer, handler, rx.recv())
+        .await
+        .expect("a delivery")
 }
 
 /// Waits (bounded) until `cond` holds.
