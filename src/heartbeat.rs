@@ -99,8 +99,8 @@ pub(crate) async fn run(queue: Queue, shared: Arc<Shared>, timeout: u32, receive
                     message_id = %shared.message_id,
                     held_for = ?Instant::now().saturating_duration_since(received_at),
                     visibility,
-                    "delivery held for almost 12 hours: this was its last visibility \
-                     extension; SQS hands the message to another consumer when it lapses"
+                    "last visibility extension: SQS keeps a message hidden for at most 12 hours \
+                     after the receive; it goes to another consumer when this one lapses"
                 );
             }
             Ok(Extended::By(_)) => {}
