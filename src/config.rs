@@ -6,11 +6,13 @@ use crate::consumer::Consumer;
 use crate::error::Error;
 use crate::heartbeat::MAX_VISIBILITY_SECS;
 use crate::queue::Queue;
+use crate::retry::RetryPolicy;
 
 /// Defaults, as documented on the setters.
 const DEFAULT_WAIT_TIME: Duration = Duration::from_secs(20);
 const DEFAULT_BATCH_SIZE: u32 = 10;
 const DEFAULT_MAX_IN_FLIGHT: usize = 32;
+const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
 /// SQS's approximate in-flight quota for a standard queue; more permits cannot be used.
 const MAX_IN_FLIGHT_LIMIT: usize = 120_000;
 
@@ -22,6 +24,8 @@ pub(crate) struct Settings {
     pub(crate) wait_time: Duration,
     pub(crate) batch_size: u32,
     pub(crate) max_in_flight: usize,
+    pub(crate) shutdown_timeout: Duration,
+    pub(crate) retry_policy: RetryPolicy,
 }
 
 /// Builds a [`Consumer`]; start with [`Consumer::builder`] or [`Consumer::in_memory`].
@@ -36,6 +40,8 @@ pub struct ConsumerBuilder {
     wait_time: Duration,
     batch_size: u32,
     max_in_flight: usize,
+    shutdown_timeout: Duration,
+    retry_policy: RetryPolicy,
 }
 
 impl ConsumerBuilder {
@@ -46,6 +52,8 @@ impl ConsumerBuilder {
             wait_time: DEFAULT_WAIT_TIME,
             batch_size: DEFAULT_BATCH_SIZE,
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
+            shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
+            retry_policy: RetryPolicy::Leave,
         }
     }
 
@@ -84,6 +92,21 @@ impl ConsumerBuilder {
         self
     }
 
+    /// How long a graceful shutdown ([`Consumer::run_until`]) lets running handlers finish
+    /// before it releases their messages and cancels them. Defaults to 30 s.
+    pub fn shutdown_timeout(mut self, timeout: Duration) -> Self {
+        self.shutdown_timeout = timeout;
+        self
+    }
+
+    /// What happens to a delivery dropped without being settled (its handler failed,
+    /// panicked, or forgot it). Defaults to [`RetryPolicy::Leave`]: the message returns when
+    /// its visibility timeout lapses.
+    pub fn retry_policy(mut self, policy: RetryPolicy) -> Self {
+        self.retry_policy = policy;
+        self
+    }
+
     /// Checks the settings and creates the consumer. Nothing is sent to SQS yet.
     pub fn build(self) -> Result<Consumer, Error> {
         let visibility_timeout = self
@@ -107,6 +130,7 @@ impl ConsumerBuilder {
                 "1..=120000",
             ));
         }
+        self.retry_policy.validate()?;
         if let Queue::Sqs { url, .. } = &self.queue {
             let ok = (url.starts_with("https://") || url.starts_with("http://"))
                 && url.len() > "https://".len();
@@ -125,6 +149,8 @@ impl ConsumerBuilder {
                 wait_time: self.wait_time,
                 batch_size: self.batch_size,
                 max_in_flight: self.max_in_flight,
+                shutdown_timeout: self.shutdown_timeout,
+                retry_policy: self.retry_policy,
             },
         ))
     }
@@ -220,6 +246,12 @@ mod tests {
             builder().max_in_flight(120_001),
             "max_in_flight",
             "1..=120000",
+        );
+        let backwards = RetryPolicy::backoff(Duration::from_secs(60), Duration::from_secs(1));
+        refused(
+            builder().retry_policy(backwards),
+            "retry_policy",
+            "base <= max",
         );
     }
 

@@ -6,14 +6,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aws_sdk_sqs::types::{Message, MessageSystemAttributeName};
+use tokio::runtime::Handle;
 use tokio::sync::{watch, OwnedSemaphorePermit};
-use tokio::task::AbortHandle;
+use tokio::task::{AbortHandle, JoinError};
 use tokio::time::{sleep, Instant};
+use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, Span};
 
 use crate::backoff::Backoff;
+use crate::context::Context;
 use crate::error::{Error, ErrorKind, LostReason};
 use crate::heartbeat::{self, HARD_LIMIT, MAX_VISIBILITY_SECS};
-use crate::queue::Queue;
+use crate::stats::bump;
 
 /// How long `ack` keeps retrying a transient `DeleteMessage` failure (the heartbeat keeps the
 /// message hidden meanwhile) before it gives up and reports the error.
@@ -21,6 +25,7 @@ const ACK_RETRY_WINDOW: Duration = Duration::from_secs(20);
 
 /// What the delivery and its heartbeat task share.
 pub(crate) struct Shared {
+    pub(crate) ctx: Arc<Context>,
     pub(crate) message_id: String,
     pub(crate) receipt: String,
     status: watch::Sender<Status>,
@@ -30,6 +35,14 @@ pub(crate) struct Shared {
 struct Status {
     deadline: Instant,
     lost: Option<LostReason>,
+    end: Option<End>,
+}
+
+/// How a delivery ended, for FIFO sequencing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum End {
+    Acked,
+    NotAcked,
 }
 
 impl Shared {
@@ -47,13 +60,22 @@ impl Shared {
 
     /// Marks the delivery lost; the first reason wins.
     pub(crate) fn mark_lost(&self, reason: LostReason) {
-        self.status.send_if_modified(|s| {
+        let first = self.status.send_if_modified(|s| {
             if s.lost.is_none() {
                 s.lost = Some(reason);
                 true
             } else {
                 false
             }
+        });
+        if first {
+            bump(&self.ctx.counters.lost);
+        }
+    }
+
+    fn set_end(&self, end: End) {
+        self.status.send_modify(|s| {
+            s.end.get_or_insert(end);
         });
     }
 }
@@ -67,65 +89,88 @@ impl Shared {
 /// Settle it with [`ack`](Delivery::ack) (delete), [`release`](Delivery::release) (visible
 /// again at once) or [`release_after`](Delivery::release_after) (visible again later). Each
 /// consumes the delivery, so a message cannot be settled twice. Dropping a delivery without
-/// settling it stops the heartbeat; the message becomes visible again when its current
-/// visibility timeout lapses.
+/// settling it stops the heartbeat and applies the consumer's
+/// [`RetryPolicy`](crate::RetryPolicy) (by default the message becomes visible again when its
+/// current visibility timeout lapses); once the consumer is shutting down, it releases the
+/// message at once.
 ///
 /// While held, a delivery counts against the consumer's
 /// [`max_in_flight`](crate::ConsumerBuilder::max_in_flight), wherever you move it.
 pub struct Delivery {
     message: Message,
     shared: Arc<Shared>,
-    queue: Queue,
     receive_count: u32,
     received_at: Instant,
+    timeout: u32,
     heartbeat: Option<AbortHandle>,
+    /// Cancelled when the run (or stream) that received this delivery shuts down.
+    shutdown: CancellationToken,
+    runtime: Handle,
+    span: Span,
+    /// `ack`, `release` or `release_after` has started: `Drop` leaves the message alone.
+    settling: bool,
+    acked: bool,
     _permit: Option<OwnedSemaphorePermit>,
+}
+
+/// What `Delivery::start` needs besides the message.
+pub(crate) struct Received {
+    pub(crate) receipt: String,
+    /// The instant taken just before the `ReceiveMessage` request was sent.
+    pub(crate) received_at: Instant,
+    /// The visibility timeout the receive applied, in seconds.
+    pub(crate) timeout: u32,
+    pub(crate) permit: Option<OwnedSemaphorePermit>,
+    pub(crate) shutdown: CancellationToken,
 }
 
 impl Delivery {
     /// Wraps a received message and starts its heartbeat at once.
-    ///
-    /// `received_at` is the instant taken just before the `ReceiveMessage` request was sent;
-    /// `timeout` is the visibility timeout the receive applied, in seconds.
-    pub(crate) fn start(
-        queue: Queue,
-        message: Message,
-        receipt: String,
-        received_at: Instant,
-        timeout: u32,
-        permit: Option<OwnedSemaphorePermit>,
-    ) -> Self {
+    pub(crate) fn start(ctx: Arc<Context>, message: Message, received: Received) -> Self {
         let receive_count = message
             .attributes()
             .and_then(|a| a.get(&MessageSystemAttributeName::ApproximateReceiveCount))
             .and_then(|v| v.parse().ok())
             .unwrap_or(1);
+        let message_id = message.message_id().unwrap_or_default().to_owned();
+        let span = tracing::info_span!(
+            "delivery",
+            message_id = %message_id,
+            receive_count,
+            queue = %ctx.queue_name
+        );
+        bump(&ctx.counters.received);
         let (status, _) = watch::channel(Status {
-            deadline: received_at + Duration::from_secs(u64::from(timeout)),
+            deadline: received.received_at + Duration::from_secs(u64::from(received.timeout)),
             lost: None,
+            end: None,
         });
         let shared = Arc::new(Shared {
-            message_id: message.message_id().unwrap_or_default().to_owned(),
-            receipt,
+            ctx,
+            message_id,
+            receipt: received.receipt,
             status,
         });
-        let heartbeat = (timeout > 0).then(|| {
-            tokio::spawn(heartbeat::run(
-                queue.clone(),
-                shared.clone(),
-                timeout,
-                received_at,
-            ))
+        let heartbeat = (received.timeout > 0).then(|| {
+            tokio::spawn(
+                heartbeat::run(shared.clone(), received.timeout, received.received_at)
+                    .instrument(span.clone()),
+            )
             .abort_handle()
         });
         Self {
             message,
             shared,
-            queue,
             receive_count,
-            received_at,
+            received_at: received.received_at,
+            timeout: received.timeout,
             heartbeat,
-            _permit: permit,
+            shutdown: received.shutdown,
+            runtime: Handle::current(),
+            span,
+            settling: false,
+            acked: false,
+            _permit: received.permit,
         }
     }
 
@@ -142,6 +187,14 @@ impl Delivery {
     /// The message as the SDK returned it, with its system and message attributes.
     pub fn message(&self) -> &Message {
         &self.message
+    }
+
+    /// The FIFO message group, if the message has one (`MessageGroupId`).
+    pub fn message_group_id(&self) -> Option<&str> {
+        self.message
+            .attributes()
+            .and_then(|a| a.get(&MessageSystemAttributeName::MessageGroupId))
+            .map(String::as_str)
     }
 
     /// How many times SQS has handed this message out, this receive included
@@ -205,32 +258,51 @@ impl Delivery {
         }
     }
 
+    /// Completes when the delivery has ended (settled or dropped), with how.
+    pub(crate) fn ended(&self) -> impl Future<Output = End> + Send + 'static {
+        let mut rx = self.shared.status.subscribe();
+        async move {
+            loop {
+                if let Some(end) = rx.borrow_and_update().end {
+                    return end;
+                }
+                if rx.changed().await.is_err() {
+                    return End::NotAcked;
+                }
+            }
+        }
+    }
+
+    pub(crate) fn span(&self) -> &Span {
+        &self.span
+    }
+
+    pub(crate) fn context(&self) -> &Arc<Context> {
+        &self.shared.ctx
+    }
+
     /// Deletes the message (`DeleteMessage`): it will not be delivered again.
     ///
     /// Transient failures are retried for a while; the heartbeat keeps the message hidden
-    /// meanwhile. If the delivery was already lost, the delete is still attempted (SQS may
-    /// still accept it), but the result is [`Error::Lost`]: the message may have been handed
-    /// to another consumer, so your work may be repeated.
-    pub async fn ack(self) -> Result<(), Error> {
-        let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
-        let give_up = Instant::now() + ACK_RETRY_WINDOW;
-        let result = loop {
-            match self.queue.delete(&self.shared.receipt).await {
-                Err(err) if err.is_retryable() && Instant::now() < give_up && !self.is_lost() => {
-                    let wait = backoff.next_delay();
-                    tracing::warn!(
-                        message_id = %self.message_id(),
-                        error = %err,
-                        retry_in = ?wait,
-                        "ack failed; retrying"
-                    );
-                    sleep(wait).await;
-                }
-                other => break other,
-            }
-        };
+    /// meanwhile. The delete runs as its own task: if the caller stops waiting (a cancelled
+    /// handler), it still completes, and a graceful shutdown waits for it.
+    ///
+    /// If the delivery was already lost, the delete is still attempted (SQS may still accept
+    /// it), but the result is [`Error::Lost`]: the message may have been handed to another
+    /// consumer, so your work may be repeated. The consumer remembers such a message and, if
+    /// it comes back to it, deletes it without calling the handler again.
+    pub async fn ack(mut self) -> Result<(), Error> {
+        self.settling = true;
+        let task = self.shared.ctx.settles.spawn_on(
+            delete_with_retries(self.shared.clone()).instrument(self.span.clone()),
+            &self.runtime,
+        );
+        let result = task
+            .await
+            .unwrap_or_else(|e| Err(cancelled("DeleteMessage", e)));
         self.stop_heartbeat();
-        match (result, self.shared.lost_reason()) {
+        let ctx = &self.shared.ctx;
+        let outcome = match (result, self.shared.lost_reason()) {
             (Err(err), _) if err.is_lost() => Err(self.lost_error(err.kind())),
             (Err(err), _) => Err(err),
             (Ok(()), Some(reason)) => Err(Error::Lost {
@@ -238,10 +310,17 @@ impl Delivery {
                 reason,
             }),
             (Ok(()), None) => {
-                tracing::debug!(message_id = %self.message_id(), "acked");
+                self.acked = true;
+                bump(&ctx.counters.acked);
+                tracing::debug!(parent: &self.span, "acked");
                 Ok(())
             }
+        };
+        if outcome.as_ref().is_err_and(Error::is_lost) {
+            ctx.lost_acks.remember(self.message_id());
+            tracing::warn!(parent: &self.span, "ack failed: the delivery was lost; the message may be handled again");
         }
+        outcome
     }
 
     /// Makes the message visible to every consumer at once (`ChangeMessageVisibility` to 0).
@@ -254,7 +333,7 @@ impl Delivery {
     ///
     /// SQS refuses a visibility that ends more than 12 hours after the receive; such a delay
     /// is refused here with [`Error::PastHardDeadline`] before anything is sent, and the
-    /// delivery is then dropped (the message returns when its current timeout lapses).
+    /// delivery is then dropped (the retry policy applies).
     pub async fn release_after(self, delay: Duration) -> Result<(), Error> {
         let secs = delay.as_secs() + u64::from(delay.subsec_nanos() > 0);
         let secs = match u32::try_from(secs) {
@@ -267,8 +346,7 @@ impl Delivery {
                 ))
             }
         };
-        let limit = heartbeat::extension_limit(self.received_at);
-        let room = limit.saturating_duration_since(Instant::now());
+        let room = self.room();
         if Duration::from_secs(u64::from(secs)) > room {
             return Err(Error::PastHardDeadline {
                 message_id: self.message_id().to_owned(),
@@ -279,18 +357,24 @@ impl Delivery {
         self.change_and_settle(secs).await
     }
 
-    async fn change_and_settle(self, visibility: u32) -> Result<(), Error> {
+    /// How long the message may still stay hidden: until receive + 12 h - margin.
+    fn room(&self) -> Duration {
+        heartbeat::extension_limit(self.received_at).saturating_duration_since(Instant::now())
+    }
+
+    async fn change_and_settle(mut self, visibility: u32) -> Result<(), Error> {
+        self.settling = true;
         // Stop the heartbeat first, so that no extension lands after the change.
         self.stop_heartbeat();
-        match self
-            .queue
-            .change_visibility(&self.shared.receipt, visibility)
+        let task = self.shared.ctx.settles.spawn_on(
+            change_visibility(self.shared.clone(), visibility).instrument(self.span.clone()),
+            &self.runtime,
+        );
+        match task
             .await
+            .unwrap_or_else(|e| Err(cancelled("ChangeMessageVisibility", e)))
         {
-            Ok(()) => {
-                tracing::debug!(message_id = %self.message_id(), visibility, "released");
-                Ok(())
-            }
+            Ok(()) => Ok(()),
             Err(err) if err.is_lost() => Err(self.lost_error(err.kind())),
             Err(err) => Err(err),
         }
@@ -315,10 +399,81 @@ impl Delivery {
     }
 }
 
+/// `DeleteMessage`, retrying transient failures for a while unless the delivery is lost.
+async fn delete_with_retries(shared: Arc<Shared>) -> Result<(), Error> {
+    let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
+    let give_up = Instant::now() + ACK_RETRY_WINDOW;
+    loop {
+        match shared.ctx.queue.delete(&shared.receipt).await {
+            Err(err)
+                if err.is_retryable()
+                    && Instant::now() < give_up
+                    && shared.lost_reason().is_none() =>
+            {
+                let wait = backoff.next_delay();
+                tracing::warn!(error = %err, retry_in = ?wait, "ack failed; retrying");
+                sleep(wait).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// `ChangeMessageVisibility` for a release; counts it when it succeeds.
+async fn change_visibility(shared: Arc<Shared>, visibility: u32) -> Result<(), Error> {
+    shared
+        .ctx
+        .queue
+        .change_visibility(&shared.receipt, visibility)
+        .await?;
+    bump(&shared.ctx.counters.released);
+    tracing::debug!(visibility, "released");
+    Ok(())
+}
+
+fn cancelled(operation: &'static str, err: JoinError) -> Error {
+    Error::Sqs {
+        operation,
+        code: None,
+        message: "the call was cancelled before it finished (is the runtime shutting down?)".into(),
+        kind: ErrorKind::Retryable,
+        source: Box::new(err),
+    }
+}
+
 impl Drop for Delivery {
     fn drop(&mut self) {
-        // Only a signal: the task stops at its next await point.
+        // Only signals: abort the heartbeat, hand a release to its own task.
         self.stop_heartbeat();
+        if !self.settling && self.timeout > 0 && !self.is_lost() {
+            let visibility = if self.shutdown.is_cancelled() {
+                Some(0)
+            } else {
+                let room = self.room();
+                self.shared
+                    .ctx
+                    .retry
+                    .visibility_on_drop(self.receive_count, room)
+            };
+            if let Some(visibility) = visibility {
+                let shared = self.shared.clone();
+                let span = self.span.clone();
+                self.shared.ctx.settles.spawn_on(
+                    async move {
+                        if let Err(err) = change_visibility(shared, visibility).await {
+                            tracing::warn!(error = %err, visibility, "releasing a dropped delivery failed; it returns when its visibility lapses");
+                        }
+                    }
+                    .instrument(span),
+                    &self.runtime,
+                );
+            }
+        }
+        self.shared.set_end(if self.acked {
+            End::Acked
+        } else {
+            End::NotAcked
+        });
     }
 }
 

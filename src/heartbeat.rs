@@ -14,7 +14,7 @@ use tokio::time::{sleep, sleep_until, timeout_at, Instant};
 use crate::backoff::Backoff;
 use crate::delivery::Shared;
 use crate::error::{ErrorKind, LostReason};
-use crate::queue::Queue;
+use crate::stats::bump;
 
 /// The largest visibility timeout SQS accepts, in seconds (12 hours).
 pub(crate) const MAX_VISIBILITY_SECS: u32 = 43_200;
@@ -83,7 +83,7 @@ pub(crate) fn extension_limit(received_at: Instant) -> Instant {
 ///
 /// Runs as its own task; the [`Delivery`](crate::Delivery) aborts it when it settles or is
 /// dropped. When it ends by itself, the delivery is lost (or `T = 0`, which has no deadline).
-pub(crate) async fn run(queue: Queue, shared: Arc<Shared>, timeout: u32, received_at: Instant) {
+pub(crate) async fn run(shared: Arc<Shared>, timeout: u32, received_at: Instant) {
     if timeout == 0 {
         // Nothing to keep: the message is visible to other receivers at once.
         return;
@@ -92,11 +92,10 @@ pub(crate) async fn run(queue: Queue, shared: Arc<Shared>, timeout: u32, receive
     let mut warned = false;
     while let Some(ext) = next_extension(shared.deadline(), timeout, limit) {
         sleep_until(ext.at).await;
-        match extend(&queue, &shared, timeout, limit).await {
+        match extend(&shared, timeout, limit).await {
             Ok(Extended::By(visibility)) if visibility < timeout && !warned => {
                 warned = true;
                 tracing::warn!(
-                    message_id = %shared.message_id,
                     held_for = ?Instant::now().saturating_duration_since(received_at),
                     visibility,
                     "last visibility extension: SQS keeps a message hidden for at most 12 hours \
@@ -107,7 +106,7 @@ pub(crate) async fn run(queue: Queue, shared: Arc<Shared>, timeout: u32, receive
             Ok(Extended::NothingToGain) => break,
             Err(reason) => {
                 shared.mark_lost(reason);
-                tracing::warn!(message_id = %shared.message_id, %reason, "delivery lost");
+                tracing::warn!(%reason, "delivery lost");
                 return;
             }
         }
@@ -116,11 +115,7 @@ pub(crate) async fn run(queue: Queue, shared: Arc<Shared>, timeout: u32, receive
     // until the current deadline, and lost after it.
     sleep_until(shared.deadline()).await;
     shared.mark_lost(LostReason::HardDeadline);
-    tracing::warn!(
-        message_id = %shared.message_id,
-        reason = %LostReason::HardDeadline,
-        "delivery lost"
-    );
+    tracing::warn!(reason = %LostReason::HardDeadline, "delivery lost");
 }
 
 /// What one extension achieved.
@@ -136,12 +131,9 @@ enum Extended {
 ///
 /// The visibility asked for is worked out again for every attempt, so a late retry never asks
 /// past the 12-hour limit.
-async fn extend(
-    queue: &Queue,
-    shared: &Shared,
-    timeout: u32,
-    limit: Instant,
-) -> Result<Extended, LostReason> {
+async fn extend(shared: &Shared, timeout: u32, limit: Instant) -> Result<Extended, LostReason> {
+    let queue = &shared.ctx.queue;
+    let counters = &shared.ctx.counters;
     let deadline = shared.deadline();
     let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
     loop {
@@ -164,21 +156,18 @@ async fn extend(
         {
             Ok(Ok(())) => {
                 shared.set_deadline(ends);
-                tracing::debug!(
-                    message_id = %shared.message_id,
-                    visibility,
-                    "visibility extended"
-                );
+                bump(&counters.extended);
+                tracing::debug!(visibility, "visibility extended");
                 return Ok(Extended::By(visibility));
             }
             Ok(Err(err)) => {
+                bump(&counters.extension_failures);
                 if let Some(ErrorKind::Lost(reason)) = err.kind() {
                     return Err(reason);
                 }
                 let remaining = deadline.saturating_duration_since(Instant::now());
                 let wait = backoff.next_delay().min(remaining / 4);
                 tracing::warn!(
-                    message_id = %shared.message_id,
                     error = %err,
                     retry_in = ?wait,
                     remaining = ?remaining,
@@ -186,7 +175,10 @@ async fn extend(
                 );
                 sleep(wait).await;
             }
-            Err(_elapsed) => return Err(LostReason::ExtensionFailed),
+            Err(_elapsed) => {
+                bump(&counters.extension_failures);
+                return Err(LostReason::ExtensionFailed);
+            }
         }
     }
 }
@@ -266,11 +258,14 @@ mod tests {
 
         use tokio::time::sleep;
         use tracing::field::{Field, Visit};
-        use tracing_subscriber::layer::{Context, SubscriberExt};
+        use tracing_subscriber::layer::{Context as LayerContext, SubscriberExt};
         use tracing_subscriber::Layer;
 
         use super::*;
-        use crate::{Action, Delivery, Error, MemoryQueue};
+        use crate::context::Context;
+        use crate::delivery::Received;
+        use crate::queue::Queue;
+        use crate::{Action, Delivery, Error, MemoryQueue, RetryPolicy};
 
         fn queue(visibility: u64) -> MemoryQueue {
             MemoryQueue::builder()
@@ -293,14 +288,15 @@ mod tests {
                 .expect("a receipt handle")
                 .to_owned();
             let timeout = visibility.unwrap_or(queue.visibility_timeout().as_secs() as u32);
-            Delivery::start(
-                Queue::Memory(queue.clone()),
-                message,
+            let ctx = Context::new(Queue::Memory(queue.clone()), RetryPolicy::Leave);
+            let received = Received {
                 receipt,
                 received_at,
                 timeout,
-                None,
-            )
+                permit: None,
+                shutdown: Default::default(),
+            };
+            Delivery::start(std::sync::Arc::new(ctx), message, received)
         }
 
         fn extensions(queue: &MemoryQueue) -> u64 {
@@ -401,7 +397,7 @@ mod tests {
         }
 
         impl<S: tracing::Subscriber> Layer<S> for Warnings {
-            fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
+            fn on_event(&self, event: &tracing::Event<'_>, _: LayerContext<'_, S>) {
                 if *event.metadata().level() == tracing::Level::WARN {
                     let mut text = MessageText(String::new());
                     event.record(&mut text);

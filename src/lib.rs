@@ -47,19 +47,26 @@
 mod backoff;
 mod config;
 mod consumer;
+mod context;
 mod delivery;
 mod error;
+mod fifo;
 mod handler;
 mod heartbeat;
+mod lost_acks;
 mod memory;
 mod queue;
+mod retry;
+mod stats;
 
 pub use config::ConsumerBuilder;
-pub use consumer::Consumer;
+pub use consumer::{Consumer, DeliveryStream};
 pub use delivery::Delivery;
 pub use error::{BoxError, Error, ErrorKind, LostReason};
 pub use handler::Handler;
 pub use memory::{Action, MemoryQueue, MemoryQueueBuilder, RequestCounts, SendOptions};
+pub use retry::RetryPolicy;
+pub use stats::Stats;
 
 /// The README's Rust examples, compiled and run as doc tests.
 #[cfg(doctest)]

@@ -31,6 +31,14 @@ pub(crate) struct Receive {
 }
 
 impl Queue {
+    /// `true` for a FIFO queue (its URL or name ends in `.fifo`).
+    pub(crate) fn is_fifo(&self) -> bool {
+        match self {
+            Queue::Sqs { url, .. } => url.trim_end_matches('/').ends_with(".fifo"),
+            Queue::Memory(q) => q.is_fifo(),
+        }
+    }
+
     /// A description for logs and errors.
     pub(crate) fn describe(&self) -> String {
         match self {

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{eventually, receive_count, run_while, secs, take_one, Kind, TestQueue};
+use common::{eventually, run_while, secs, Kind, Taker, TestQueue};
 use sqs_consumer::{Delivery, Error};
 use tokio::sync::mpsc;
 use tokio::time::{sleep, Instant};
@@ -53,9 +53,8 @@ on_both!(
     every_message_is_handled_and_the_queue_drains,
 );
 
-/// A consumer that holds one delivery at most. While `take_one`'s delivery is held it starts
-/// no further receive; a long poll left running on the server after the consumer stopped
-/// could otherwise take the message again when it becomes visible.
+/// A consumer that holds one delivery at most: while the test holds its delivery, it starts no
+/// further receive.
 fn one_at_a_time(q: &TestQueue) -> sqs_consumer::ConsumerBuilder {
     q.consumer().max_in_flight(1)
 }
@@ -98,58 +97,64 @@ async fn a_handler_holding_three_timeouts_is_never_redelivered(kind: Kind) {
 async fn a_dropped_delivery_comes_back_after_about_its_timeout(kind: Kind) {
     let q = TestQueue::new(kind, T).await;
     q.send("dropped").await;
-    let d = take_one(&one_at_a_time(&q).build().unwrap()).await;
-    // Held past its first timeout by the heartbeat; dropped between two extensions.
+    let mut taker = Taker::start(one_at_a_time(&q).build().unwrap());
+    let d = taker.next(secs(5)).await;
+    // Held past its first timeout by the heartbeat; dropped between two extensions, half a
+    // timeout before its current deadline.
     sleep(secs(T) + Duration::from_millis(T * 1000 / 4)).await;
     assert!(q.receive_raw(Duration::ZERO).await.is_empty());
+    let remaining = d.deadline() - Instant::now();
     drop(d);
+    let dropped = Instant::now();
     assert!(
         q.receive_raw(Duration::ZERO).await.is_empty(),
         "not at once"
     );
-    let (m, after) = q
-        .wait_for_message(secs(T + 4))
-        .await
-        .expect("the message comes back");
+    let again = taker.next(secs(T) + slack(kind) + secs(2)).await;
+    let after = dropped.elapsed();
     assert!(
-        after <= secs(T) + slack(kind),
+        after >= remaining.min(secs(1)),
         "back {after:?} after the drop"
     );
-    assert_eq!(m.body(), Some("dropped"));
-    assert_eq!(receive_count(&m), 2);
+    assert!(
+        after <= remaining + slack(kind),
+        "back {after:?} after the drop"
+    );
+    assert_eq!(again.body(), "dropped");
+    assert_eq!(again.receive_count(), 2);
 }
 
 async fn release_makes_the_message_visible_at_once(kind: Kind) {
     let q = TestQueue::new(kind, T).await;
     q.send("released").await;
-    let d = take_one(&one_at_a_time(&q).build().unwrap()).await;
+    let mut taker = Taker::start(one_at_a_time(&q).build().unwrap());
+    let d = taker.next(secs(5)).await;
     sleep(secs(T + 1)).await;
     d.release().await.unwrap();
-    let got = q.receive_raw(Duration::ZERO).await;
-    assert_eq!(got.len(), 1, "visible right after release");
-    assert_eq!(receive_count(&got[0]), 2);
+    let released = Instant::now();
+    let again = taker.next(secs(5)).await;
+    assert!(
+        released.elapsed() <= slack(kind),
+        "{:?}",
+        released.elapsed()
+    );
+    assert_eq!(again.receive_count(), 2);
 }
 
 async fn release_after_makes_it_visible_after_the_delay(kind: Kind) {
     let q = TestQueue::new(kind, T).await;
     q.send("later").await;
-    let d = take_one(&one_at_a_time(&q).build().unwrap()).await;
+    let mut taker = Taker::start(one_at_a_time(&q).build().unwrap());
+    let d = taker.next(secs(5)).await;
     d.release_after(secs(4)).await.unwrap();
-    sleep(secs(2)).await;
+    let released = Instant::now();
+    let again = taker.next(secs(10)).await;
+    let after = released.elapsed();
     assert!(
-        q.receive_raw(Duration::ZERO).await.is_empty(),
-        "still hidden at 2 s"
+        after >= Duration::from_millis(3_500) && after <= secs(4) + slack(kind),
+        "{after:?}"
     );
-    let (m, after) = q
-        .wait_for_message(secs(5))
-        .await
-        .expect("visible after the delay");
-    let total = after + secs(2);
-    assert!(
-        total >= Duration::from_millis(3_500) && total <= secs(4) + slack(kind),
-        "{total:?}"
-    );
-    assert_eq!(m.body(), Some("later"));
+    assert_eq!(again.body(), "later");
 }
 
 async fn the_builder_timeout_overrides_the_queue_timeout(kind: Kind) {
@@ -159,17 +164,19 @@ async fn the_builder_timeout_overrides_the_queue_timeout(kind: Kind) {
         .visibility_timeout(secs(T))
         .build()
         .unwrap();
-    let d = take_one(&consumer).await;
+    let mut taker = Taker::start(consumer);
+    let d = taker.next(secs(5)).await;
     assert_eq!(d.deadline() - d.received_at(), secs(T));
     drop(d);
-    let (_, after) = q
-        .wait_for_message(secs(T + 4))
-        .await
-        .expect("back after the builder's timeout, not the queue's 30 s");
+    let dropped = Instant::now();
+    // Back after the builder's timeout, not the queue's 30 s.
+    let again = taker.next(secs(T) + slack(kind) + secs(2)).await;
     assert!(
-        after <= secs(T) + slack(kind),
-        "back {after:?} after the drop"
+        dropped.elapsed() <= secs(T) + slack(kind),
+        "{:?}",
+        dropped.elapsed()
     );
+    assert_eq!(again.receive_count(), 2);
 }
 
 async fn a_redriven_message_reaches_the_dead_letter_queue_and_the_consumer_carries_on(kind: Kind) {

@@ -218,6 +218,41 @@ pub async fn take_one(consumer: &Consumer) -> Delivery {
         .expect("a delivery")
 }
 
+/// A consumer running in the background that hands every delivery to the test.
+pub struct Taker {
+    deliveries: tokio::sync::mpsc::UnboundedReceiver<Delivery>,
+    run: tokio::task::JoinHandle<()>,
+}
+
+impl Taker {
+    pub fn start(consumer: Consumer) -> Self {
+        let (tx, deliveries) = tokio::sync::mpsc::unbounded_channel::<Delivery>();
+        let handler = move |d: Delivery| {
+            let tx = tx.clone();
+            async move { tx.send(d).map_err(|_| "test ended") }
+        };
+        let run = tokio::spawn(async move {
+            let result = consumer.run(handler).await;
+            panic!("run ended: {result:?}");
+        });
+        Self { deliveries, run }
+    }
+
+    /// The next delivery, within `limit`.
+    pub async fn next(&mut self, limit: Duration) -> Delivery {
+        tokio::time::timeout(limit, self.deliveries.recv())
+            .await
+            .expect("a delivery in time")
+            .expect("the consumer is running")
+    }
+}
+
+impl Drop for Taker {
+    fn drop(&mut self) {
+        self.run.abort();
+    }
+}
+
 /// Waits (bounded) until `cond` holds.
 pub async fn eventually(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
     let start = tokio::time::Instant::now();

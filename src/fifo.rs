@@ -1,0 +1,82 @@
+//! Per-message-group sequencing for FIFO queues.
+//!
+//! One receive from a FIFO queue may return several messages of one group, in order. SQS
+//! hands out no more of that group while any of them is in flight, but handling them at
+//! once would still break their order. So the deliveries of a group from one receive are
+//! handed out one at a time; the next waits (hidden by its own heartbeat) until the one
+//! before it has ended. If one ends without an ack, the rest are released, so that SQS
+//! delivers them again in order after it.
+
+use std::collections::{HashMap, VecDeque};
+
+use futures::future::BoxFuture;
+use tokio_util::sync::CancellationToken;
+
+use crate::delivery::{Delivery, End};
+
+/// Splits one receive's deliveries into groups handled one delivery at a time: one group per
+/// `MessageGroupId` on a FIFO queue (in receive order), one per message otherwise.
+pub(crate) fn partition(deliveries: Vec<Delivery>, fifo: bool) -> Vec<VecDeque<Delivery>> {
+    if !fifo {
+        return deliveries
+            .into_iter()
+            .map(|d| VecDeque::from([d]))
+            .collect();
+    }
+    let mut groups: Vec<VecDeque<Delivery>> = Vec::new();
+    let mut index: HashMap<String, usize> = HashMap::new();
+    for d in deliveries {
+        let Some(group) = d.message_group_id().map(str::to_owned) else {
+            groups.push(VecDeque::from([d]));
+            continue;
+        };
+        let i = *index.entry(group).or_insert_with(|| {
+            groups.push(VecDeque::new());
+            groups.len() - 1
+        });
+        groups[i].push_back(d);
+    }
+    groups
+}
+
+/// Hands a group's deliveries to `dispatch` one at a time, each after the one before it
+/// ended with an ack. On a delivery that ends otherwise, or on shutdown, releases the rest.
+pub(crate) async fn run_group<F>(
+    mut group: VecDeque<Delivery>,
+    shutdown: CancellationToken,
+    dispatch: F,
+) where
+    F: Fn(Delivery) -> BoxFuture<'static, ()>,
+{
+    while let Some(d) = group.pop_front() {
+        if shutdown.is_cancelled() {
+            group.push_front(d);
+            break;
+        }
+        if group.is_empty() {
+            dispatch(d).await;
+            return;
+        }
+        let ended = d.ended();
+        dispatch(d).await;
+        // The handler may have moved the delivery elsewhere: wait for its real end.
+        let end = tokio::select! {
+            end = ended => end,
+            () = shutdown.cancelled() => End::NotAcked,
+        };
+        if end != End::Acked {
+            break;
+        }
+    }
+    if !group.is_empty() {
+        tracing::debug!(
+            count = group.len(),
+            "releasing the rest of a FIFO message group, to keep its order"
+        );
+    }
+    for d in group {
+        if let Err(err) = d.release().await {
+            tracing::warn!(error = %err, "releasing a waiting FIFO delivery failed; it returns when its visibility lapses");
+        }
+    }
+}

@@ -1,0 +1,122 @@
+//! `RetryPolicy`: what happens to a delivery that is dropped without being settled.
+
+use std::time::Duration;
+
+use crate::backoff::jitter;
+use crate::config::whole_secs;
+use crate::error::Error;
+use crate::heartbeat::MAX_VISIBILITY_SECS;
+
+/// What happens to a delivery that ends without being settled: its handler returned an
+/// error, panicked, or dropped it without calling `ack`, `release` or `release_after`.
+///
+/// An explicit [`release_after`](crate::Delivery::release_after) (or `release`, or `ack`)
+/// always wins over the policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum RetryPolicy {
+    /// Leave the message hidden: SQS delivers it again when its current visibility timeout
+    /// lapses (between half a timeout and a whole one after the drop). The default.
+    #[default]
+    Leave,
+    /// Make the message visible again at once (`ChangeMessageVisibility` to 0).
+    ReleaseNow,
+    /// Make the message visible again after an exponential back-off on its receive count:
+    /// `base * 2^(receive_count - 1)`, at most `max`, with jitter (a uniform draw between
+    /// half and all of it), rounded up to whole seconds, and never past SQS's 12-hour limit
+    /// counted from the receive.
+    Backoff {
+        /// The delay after the first receive. At least 1 s.
+        base: Duration,
+        /// The longest delay, at most 43200 s (12 hours).
+        max: Duration,
+    },
+}
+
+impl RetryPolicy {
+    /// Back-off from `base`, doubling with every receive, up to `max`.
+    pub fn backoff(base: Duration, max: Duration) -> Self {
+        RetryPolicy::Backoff { base, max }
+    }
+
+    pub(crate) fn validate(&self) -> Result<(), Error> {
+        if let RetryPolicy::Backoff { base, max } = self {
+            let allowed = "Backoff with 1 s <= base <= max <= 43200 s";
+            if *base < Duration::from_secs(1)
+                || base > max
+                || *max > Duration::from_secs(u64::from(MAX_VISIBILITY_SECS))
+            {
+                return Err(Error::invalid("retry_policy", self, allowed));
+            }
+        }
+        Ok(())
+    }
+
+    /// The visibility (seconds) to set on a delivery dropped unsettled, or `None` to leave
+    /// it. `room` is how long the message may still stay hidden (the 12-hour limit).
+    pub(crate) fn visibility_on_drop(&self, receive_count: u32, room: Duration) -> Option<u32> {
+        match self {
+            RetryPolicy::Leave => None,
+            RetryPolicy::ReleaseNow => Some(0),
+            RetryPolicy::Backoff { base, max } => {
+                let doublings = receive_count.saturating_sub(1).min(31);
+                let delay = base.saturating_mul(1u32 << doublings).min(*max);
+                let delay = jitter(delay);
+                let secs = delay.as_secs() + u64::from(whole_secs(delay).is_none());
+                let secs = secs.min(room.as_secs());
+                Some(u32::try_from(secs).unwrap_or(MAX_VISIBILITY_SECS))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ROOM: Duration = Duration::from_secs(43_000);
+
+    #[test]
+    fn leave_and_release_now() {
+        assert_eq!(RetryPolicy::Leave.visibility_on_drop(3, ROOM), None);
+        assert_eq!(RetryPolicy::ReleaseNow.visibility_on_drop(3, ROOM), Some(0));
+    }
+
+    #[test]
+    fn backoff_doubles_per_receive_with_jitter_up_to_max() {
+        let p = RetryPolicy::backoff(Duration::from_secs(10), Duration::from_secs(300));
+        for _ in 0..200 {
+            for (count, full) in [(1, 10), (2, 20), (3, 40), (5, 160), (6, 300), (40, 300)] {
+                let v = p.visibility_on_drop(count, ROOM).unwrap();
+                assert!(
+                    v >= full / 2 && v <= full,
+                    "receive {count}: {v} not in {}..={full}",
+                    full / 2
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn backoff_never_asks_past_the_12_hour_limit() {
+        let p = RetryPolicy::backoff(Duration::from_secs(60), Duration::from_secs(43_200));
+        for room in [0, 1, 59, 3_600] {
+            let v = p.visibility_on_drop(30, Duration::from_secs(room)).unwrap();
+            assert!(u64::from(v) <= room);
+        }
+    }
+
+    #[test]
+    fn bad_backoffs_are_refused() {
+        let s = Duration::from_secs;
+        for p in [
+            RetryPolicy::backoff(Duration::ZERO, s(10)),
+            RetryPolicy::backoff(s(20), s(10)),
+            RetryPolicy::backoff(s(1), s(43_201)),
+        ] {
+            let err = p.validate().unwrap_err();
+            assert!(err.to_string().contains("retry_policy"), "{err}");
+        }
+        assert!(RetryPolicy::backoff(s(1), s(43_200)).validate().is_ok());
+    }
+}

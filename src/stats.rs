@@ -1,0 +1,72 @@
+//! `Stats`: what the consumer has done so far, as cheap atomic counters.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A snapshot of a consumer's counters, from [`Consumer::stats`](crate::Consumer::stats).
+///
+/// Counters only grow (except `in_flight`), from the moment the consumer was built, across
+/// every `run`, `run_until` and `stream` of it. Reading them costs a few atomic loads.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Stats {
+    /// Messages received and handed out as deliveries.
+    pub received: u64,
+    /// Deliveries acked (`DeleteMessage` succeeded and the delivery was not lost).
+    pub acked: u64,
+    /// Deliveries released: by `release`, `release_after`, the retry policy, FIFO ordering
+    /// (the rest of a group after a delivery ended without an ack), or shutdown.
+    pub released: u64,
+    /// Successful visibility extensions.
+    pub extended: u64,
+    /// Failed visibility extension attempts (each retry counts).
+    pub extension_failures: u64,
+    /// Deliveries lost: the message may have gone to another consumer.
+    pub lost: u64,
+    /// Handlers that returned an error.
+    pub handler_errors: u64,
+    /// Handlers that panicked.
+    pub handler_panics: u64,
+    /// Deliveries held right now (handlers running, FIFO deliveries waiting their turn, and
+    /// deliveries moved elsewhere and not yet settled or dropped).
+    pub in_flight: u64,
+    /// Redeliveries of messages whose ack had failed because their delivery was lost: deleted
+    /// on arrival without calling the handler again.
+    pub skipped_redeliveries: u64,
+}
+
+/// The live counters behind [`Stats`].
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub(crate) received: AtomicU64,
+    pub(crate) acked: AtomicU64,
+    pub(crate) released: AtomicU64,
+    pub(crate) extended: AtomicU64,
+    pub(crate) extension_failures: AtomicU64,
+    pub(crate) lost: AtomicU64,
+    pub(crate) handler_errors: AtomicU64,
+    pub(crate) handler_panics: AtomicU64,
+    pub(crate) skipped_redeliveries: AtomicU64,
+}
+
+/// Adds one to a counter. Relaxed: the counters are statistics, not synchronisation.
+pub(crate) fn bump(counter: &AtomicU64) {
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
+impl Counters {
+    pub(crate) fn snapshot(&self, in_flight: u64) -> Stats {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        Stats {
+            received: get(&self.received),
+            acked: get(&self.acked),
+            released: get(&self.released),
+            extended: get(&self.extended),
+            extension_failures: get(&self.extension_failures),
+            lost: get(&self.lost),
+            handler_errors: get(&self.handler_errors),
+            handler_panics: get(&self.handler_panics),
+            in_flight,
+            skipped_redeliveries: get(&self.skipped_redeliveries),
+        }
+    }
+}
