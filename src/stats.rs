@@ -22,6 +22,9 @@ pub struct Stats {
     pub extension_failures: u64,
     /// Deliveries lost: the message may have gone to another consumer.
     pub lost: u64,
+    /// Deliveries held until SQS's 12-hour limit: their last extension was cut short (and a
+    /// warning logged).
+    pub capped: u64,
     /// Handlers that returned an error.
     pub handler_errors: u64,
     /// Handlers that panicked.
@@ -43,6 +46,7 @@ pub(crate) struct Counters {
     pub(crate) extended: AtomicU64,
     pub(crate) extension_failures: AtomicU64,
     pub(crate) lost: AtomicU64,
+    pub(crate) capped: AtomicU64,
     pub(crate) handler_errors: AtomicU64,
     pub(crate) handler_panics: AtomicU64,
     pub(crate) skipped_redeliveries: AtomicU64,
@@ -63,6 +67,7 @@ impl Counters {
             extended: get(&self.extended),
             extension_failures: get(&self.extension_failures),
             lost: get(&self.lost),
+            capped: get(&self.capped),
             handler_errors: get(&self.handler_errors),
             handler_panics: get(&self.handler_panics),
             in_flight,
