@@ -51,6 +51,8 @@ on_both!(
     the_builder_timeout_overrides_the_queue_timeout,
     a_redriven_message_reaches_the_dead_letter_queue_and_the_consumer_carries_on,
     every_message_is_handled_and_the_queue_drains,
+    fifo_groups_are_handled_in_send_order_one_message_at_a_time,
+    fifo_a_released_message_holds_back_the_rest_of_its_group,
 );
 
 /// A consumer that holds one delivery at most: while the test holds its delivery, it starts no
@@ -253,4 +255,129 @@ async fn every_message_is_handled_and_the_queue_drains(kind: Kind) {
         // under concurrent deletes) delivers exactly once here.
         assert!(seen.values().all(|n| *n == 1), "{seen:?}");
     }
+}
+
+/// A handler delay from 0 to 200 ms that looks random but is the same on every run.
+fn pseudo_random_delay(body: &str) -> Duration {
+    use std::hash::{DefaultHasher, Hash, Hasher};
+    let mut h = DefaultHasher::new();
+    body.hash(&mut h);
+    Duration::from_millis(h.finish() % 200)
+}
+
+#[derive(Default)]
+struct GroupLog {
+    /// Handlers running now, per group.
+    active: HashMap<String, u32>,
+    /// Times a handler started while another of its group was running.
+    overlaps: u32,
+    /// Message numbers in the order first handled, per group.
+    order: HashMap<String, Vec<usize>>,
+    /// Bodies acked.
+    acked: std::collections::HashSet<String>,
+    /// The most groups handled at the same moment.
+    most_groups_at_once: usize,
+}
+
+async fn fifo_groups_are_handled_in_send_order_one_message_at_a_time(kind: Kind) {
+    const GROUPS: [&str; 3] = ["a", "b", "c"];
+    const PER_GROUP: usize = 15;
+    let q = TestQueue::new_fifo(kind, 5).await;
+    for i in 0..PER_GROUP {
+        for g in GROUPS {
+            q.send_to_group(&format!("{g}-{i:02}"), g).await;
+        }
+    }
+    let consumer = q
+        .consumer()
+        .max_in_flight(10)
+        .wait_time(secs(1))
+        .build()
+        .unwrap();
+    let log: Arc<Mutex<GroupLog>> = Arc::default();
+    // The test server can lose one of two concurrent deletes (SQS does not): ack one at a time.
+    let ack_lock = Arc::new(tokio::sync::Mutex::new(()));
+    let (l, lock) = (log.clone(), ack_lock.clone());
+    let handler = move |d: Delivery| {
+        let (log, lock) = (l.clone(), lock.clone());
+        async move {
+            let group = d.message_group_id().expect("a FIFO group").to_owned();
+            let body = d.body().to_owned();
+            let n: usize = body[2..].parse().unwrap();
+            {
+                let mut guard = log.lock().unwrap();
+                let log = &mut *guard;
+                let active = log.active.entry(group.clone()).or_default();
+                *active += 1;
+                if *active > 1 {
+                    log.overlaps += 1;
+                }
+                if !log.acked.contains(&body) {
+                    let order = log.order.entry(group.clone()).or_default();
+                    if !order.contains(&n) {
+                        order.push(n);
+                    }
+                }
+                let busy = log.active.values().filter(|a| **a > 0).count();
+                log.most_groups_at_once = log.most_groups_at_once.max(busy);
+            }
+            sleep(pseudo_random_delay(&body)).await;
+            {
+                let _one_at_a_time = lock.lock().await;
+                d.ack().await?;
+            }
+            let mut log = log.lock().unwrap();
+            *log.active.get_mut(&group).unwrap() -= 1;
+            log.acked.insert(body);
+            Ok::<(), Error>(())
+        }
+    };
+    run_while(&consumer, handler, async {
+        eventually("every message acked", secs(120), || {
+            log.lock().unwrap().acked.len() == GROUPS.len() * PER_GROUP
+        })
+        .await;
+    })
+    .await;
+    let log = log.lock().unwrap();
+    assert_eq!(log.overlaps, 0, "two messages of one group were handled at once");
+    for g in GROUPS {
+        assert_eq!(log.order[g], (0..PER_GROUP).collect::<Vec<_>>(), "group {g} out of order");
+    }
+    assert!(log.most_groups_at_once >= 2, "groups should run in parallel");
+}
+
+async fn fifo_a_released_message_holds_back_the_rest_of_its_group(kind: Kind) {
+    let q = TestQueue::new_fifo(kind, 5).await;
+    for body in ["m0", "m1", "m2"] {
+        q.send_to_group(body, "g").await;
+    }
+    let consumer = q.consumer().wait_time(secs(1)).build().unwrap();
+    let seen: Arc<Mutex<Vec<(String, u32)>>> = Arc::default();
+    let s = seen.clone();
+    let handler = move |d: Delivery| {
+        let s = s.clone();
+        async move {
+            s.lock()
+                .unwrap()
+                .push((d.body().to_owned(), d.receive_count()));
+            if d.body() == "m0" && d.receive_count() == 1 {
+                return d.release().await;
+            }
+            d.ack().await
+        }
+    };
+    run_while(&consumer, handler, async {
+        eventually("m2 handled", secs(30), || {
+            seen.lock().unwrap().iter().any(|(b, _)| b == "m2")
+        })
+        .await;
+        // Give a wrongly released message time to show up twice.
+        sleep(secs(1)).await;
+    })
+    .await;
+    let seen = seen.lock().unwrap();
+    let bodies: Vec<&str> = seen.iter().map(|(b, _)| b.as_str()).collect();
+    assert_eq!(bodies, ["m0", "m0", "m1", "m2"], "{seen:?}");
+    assert_eq!(seen[1].1, 2, "m0 again, received a second time");
 }

@@ -64,6 +64,56 @@ impl TestQueue {
         Self::create(kind, visibility, None).await
     }
 
+    /// A fresh FIFO queue with content-based deduplication.
+    pub async fn new_fifo(kind: Kind, visibility: u64) -> Self {
+        match kind {
+            Kind::Memory => TestQueue::Memory(
+                MemoryQueue::builder()
+                    .fifo(true)
+                    .content_based_deduplication(true)
+                    .visibility_timeout(secs(visibility))
+                    .build()
+                    .unwrap(),
+            ),
+            Kind::Server => {
+                let client = server_client();
+                let out = client
+                    .create_queue()
+                    .queue_name(format!("{}.fifo", unique_name("fifo")))
+                    .attributes(QueueAttributeName::FifoQueue, "true")
+                    .attributes(QueueAttributeName::ContentBasedDeduplication, "true")
+                    .attributes(QueueAttributeName::VisibilityTimeout, visibility.to_string())
+                    .send()
+                    .await
+                    .expect("CreateQueue (FIFO) on the test server");
+                TestQueue::Server {
+                    client,
+                    url: out.queue_url.expect("a queue URL"),
+                }
+            }
+        }
+    }
+
+    /// Sends to a FIFO message group.
+    pub async fn send_to_group(&self, body: &str, group: &str) {
+        match self {
+            TestQueue::Memory(q) => {
+                q.send_with(body, sqs_consumer::SendOptions::new().group_id(group))
+                    .unwrap();
+            }
+            TestQueue::Server { client, url } => {
+                client
+                    .send_message()
+                    .queue_url(url)
+                    .message_body(body)
+                    .message_group_id(group)
+                    .send()
+                    .await
+                    .expect("SendMessage (FIFO)");
+            }
+        }
+    }
+
     /// A fresh queue whose messages move to a fresh dead-letter queue after
     /// `max_receive_count` receives; returns (source, dead-letter queue).
     pub async fn with_dead_letter(
