@@ -60,7 +60,11 @@ struct Inner {
 struct Batch {
     messages: Vec<Message>,
     permits: Vec<OwnedSemaphorePermit>,
+    /// Just before the request was sent: SQS's 12-hour limit counts from the request.
     received_at: Instant,
+    /// When the answer arrived: SQS starts each message's visibility timeout when it hands
+    /// the message out, which in a long poll can be long after the request.
+    returned_at: Instant,
 }
 
 impl Consumer {
@@ -312,6 +316,7 @@ impl Inner {
                     messages,
                     permits,
                     received_at,
+                    returned_at: Instant::now(),
                 }))
             }
             Err(err) if err.is_fatal() => {
@@ -368,6 +373,7 @@ impl Inner {
             let received = Received {
                 receipt,
                 received_at: batch.received_at,
+                returned_at: batch.returned_at,
                 timeout,
                 permit,
                 shutdown: shutdown.clone(),

@@ -116,8 +116,12 @@ pub struct Delivery {
 /// What `Delivery::start` needs besides the message.
 pub(crate) struct Received {
     pub(crate) receipt: String,
-    /// The instant taken just before the `ReceiveMessage` request was sent.
+    /// The instant taken just before the `ReceiveMessage` request was sent; the 12-hour limit
+    /// counts from it.
     pub(crate) received_at: Instant,
+    /// The instant the answer arrived; the first visibility timeout counts from it (a long
+    /// poll may hand the message out long after the request was sent).
+    pub(crate) returned_at: Instant,
     /// The visibility timeout the receive applied, in seconds.
     pub(crate) timeout: u32,
     pub(crate) permit: Option<OwnedSemaphorePermit>,
@@ -141,7 +145,7 @@ impl Delivery {
         );
         bump(&ctx.counters.received);
         let (status, _) = watch::channel(Status {
-            deadline: received.received_at + Duration::from_secs(u64::from(received.timeout)),
+            deadline: received.returned_at + Duration::from_secs(u64::from(received.timeout)),
             lost: None,
             end: None,
         });
@@ -211,9 +215,10 @@ impl Delivery {
 
     /// When the message's current visibility timeout ends, as far as this consumer knows.
     ///
-    /// The heartbeat moves it forward with every extension. After it passes without an
-    /// extension, the delivery is lost. With a visibility timeout of 0 it equals
-    /// [`received_at`](Delivery::received_at).
+    /// It starts as the visibility timeout counted from when the receive's answer arrived;
+    /// the heartbeat moves it forward with every extension. After it passes without an
+    /// extension, the delivery is lost. With a visibility timeout of 0 there is no deadline to
+    /// keep and it stays at that arrival.
     pub fn deadline(&self) -> Instant {
         self.shared.deadline()
     }

@@ -288,6 +288,7 @@ mod tests {
             let received = Received {
                 receipt,
                 received_at,
+                returned_at: Instant::now(),
                 timeout,
                 permit: None,
                 shutdown: Default::default(),

@@ -89,7 +89,8 @@ struct Stored {
     available_at: Instant,
     /// The receipt handle of the latest receive, if any.
     receipt: Option<String>,
-    /// The latest receive, on tokio's clock; the 12-hour limit counts from it.
+    /// When the latest receive's request arrived, on tokio's clock; the 12-hour limit counts
+    /// from it.
     received_at: Option<Instant>,
     first_receive_ms: Option<u128>,
     receive_count: u32,
@@ -503,13 +504,16 @@ impl MemoryQueue {
                 "VisibilityTimeout must be in 0..=43200",
             ));
         }
-        let until = Instant::now() + wait;
+        // SQS counts the 12-hour limit from the moment it got the request.
+        let requested_at = Instant::now();
+        let until = requested_at + wait;
         loop {
             // Register for wake-ups before looking, so a send in between is not missed.
             let changed = self.inner.changed.notified();
             tokio::pin!(changed);
             changed.as_mut().enable();
-            let (messages, wake) = self.try_receive(max_messages as usize, visibility);
+            let (messages, wake) =
+                self.try_receive(max_messages as usize, visibility, requested_at);
             let now = Instant::now();
             if !messages.is_empty() || now >= until {
                 return Ok(messages);
@@ -523,7 +527,12 @@ impl MemoryQueue {
     }
 
     /// One pass over the queue; also returns when the next hidden message becomes visible.
-    fn try_receive(&self, max: usize, visibility: u32) -> (Vec<Message>, Option<Instant>) {
+    fn try_receive(
+        &self,
+        max: usize,
+        visibility: u32,
+        requested_at: Instant,
+    ) -> (Vec<Message>, Option<Instant>) {
         let settings = &self.inner.settings;
         let now = Instant::now();
         let mut moved = Vec::new();
@@ -572,7 +581,7 @@ impl MemoryQueue {
                     random_u64()
                 );
                 m.receipt = Some(receipt.clone());
-                m.received_at = Some(now);
+                m.received_at = Some(requested_at);
                 m.first_receive_ms.get_or_insert_with(epoch_ms);
                 m.available_at = now + Duration::from_secs(u64::from(visibility));
                 out.push(to_message(m, *seq, receipt, settings.fifo));
@@ -677,9 +686,8 @@ impl MemoryQueue {
         }
         m.available_at = ends;
         drop(state);
-        if secs == 0 {
-            self.inner.changed.notify_waiters();
-        }
+        // Long polls recompute when the next hidden message becomes visible.
+        self.inner.changed.notify_waiters();
         Ok(())
     }
 

@@ -366,3 +366,37 @@ async fn a_redriven_message_leaves_and_the_consumer_carries_on() {
     let moved = dlq.receive(1, Duration::ZERO).await.unwrap();
     assert_eq!(moved[0].body(), Some("poison"));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_message_handed_out_late_in_a_long_poll_gets_its_whole_timeout() {
+    // The long poll is sent at 0 s; the message arrives at 12 s, more than a timeout later.
+    // Its visibility counts from the hand-out, so the heartbeat must not count it as lapsed.
+    let q = queue(5);
+    let consumer = Consumer::in_memory(&q).build().unwrap();
+    let sender = q.clone();
+    tokio::spawn(async move {
+        sleep(secs(12)).await;
+        sender.send("late").unwrap();
+    });
+    let seen = Seen::default();
+    let s = seen.clone();
+    let handler = move |d: Delivery| {
+        let s = s.clone();
+        async move {
+            count(&s, d.body());
+            assert_eq!(d.deadline(), Instant::now() + secs(5));
+            sleep(secs(20)).await;
+            assert!(!d.is_lost());
+            d.ack().await
+        }
+    };
+    run_while(
+        &consumer,
+        handler,
+        eventually("acked", LIMIT, || q.requests().delete_message == 1),
+    )
+    .await;
+    assert!(q.is_empty());
+    assert_eq!(seen.lock().unwrap()["late"], 1);
+    assert_eq!(consumer.stats().lost, 0);
+}

@@ -358,3 +358,33 @@ async fn receive_arguments_are_checked() {
         .unwrap_err();
     assert!(err.to_string().contains("visibility_timeout"));
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_12_hour_limit_counts_from_the_receive_request_not_the_hand_out() {
+    let q = queue(30);
+    let sender = q.clone();
+    tokio::spawn(async move {
+        sleep(secs(10)).await;
+        sender.send("late").unwrap();
+    });
+    // The request arrives at 0 s; the message is handed out at 10 s.
+    let m = q.receive(1, secs(20)).await.unwrap().pop().unwrap();
+    let err = q.change_visibility(&handle(&m), 43_200 - 9).unwrap_err();
+    assert_eq!(err.code(), Some("InvalidParameterValue"));
+    q.change_visibility(&handle(&m), 43_200 - 10).unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_long_poll_sees_a_visibility_shortened_meanwhile() {
+    let q = queue(300);
+    q.send("m").unwrap();
+    let h = handle(&receive(&q).await[0]);
+    let changer = q.clone();
+    tokio::spawn(async move {
+        sleep(secs(1)).await;
+        changer.change_visibility(&h, 2).unwrap();
+    });
+    let start = Instant::now();
+    assert_eq!(q.receive(10, secs(20)).await.unwrap().len(), 1);
+    assert_eq!(start.elapsed(), secs(3));
+}

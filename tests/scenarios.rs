@@ -168,7 +168,9 @@ async fn the_builder_timeout_overrides_the_queue_timeout(kind: Kind) {
         .unwrap();
     let mut taker = Taker::start(consumer);
     let d = taker.next(secs(5)).await;
-    assert_eq!(d.deadline() - d.received_at(), secs(T));
+    // T after the answer arrived (the request was sent a moment earlier).
+    let timeout = d.deadline() - d.received_at();
+    assert!(timeout >= secs(T) && timeout <= secs(T) + slack(kind), "{timeout:?}");
     drop(d);
     let dropped = Instant::now();
     // Back after the builder's timeout, not the queue's 30 s.
@@ -340,11 +342,21 @@ async fn fifo_groups_are_handled_in_send_order_one_message_at_a_time(kind: Kind)
     })
     .await;
     let log = log.lock().unwrap();
-    assert_eq!(log.overlaps, 0, "two messages of one group were handled at once");
+    assert_eq!(
+        log.overlaps, 0,
+        "two messages of one group were handled at once"
+    );
     for g in GROUPS {
-        assert_eq!(log.order[g], (0..PER_GROUP).collect::<Vec<_>>(), "group {g} out of order");
+        assert_eq!(
+            log.order[g],
+            (0..PER_GROUP).collect::<Vec<_>>(),
+            "group {g} out of order"
+        );
     }
-    assert!(log.most_groups_at_once >= 2, "groups should run in parallel");
+    assert!(
+        log.most_groups_at_once >= 2,
+        "groups should run in parallel"
+    );
 }
 
 async fn fifo_a_released_message_holds_back_the_rest_of_its_group(kind: Kind) {

@@ -121,5 +121,6 @@ async fn the_queue_timeout_is_read_from_the_server() {
         r = consumer.run(handler) => panic!("run ended: {r:?}"),
         t = rx.recv() => t.unwrap(),
     };
-    assert_eq!(timeout, secs(7));
+    // Seven seconds from the answer's arrival, a moment after the request.
+    assert!(timeout >= secs(7) && timeout < secs(8), "{timeout:?}");
 }

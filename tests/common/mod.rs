@@ -82,7 +82,10 @@ impl TestQueue {
                     .queue_name(format!("{}.fifo", unique_name("fifo")))
                     .attributes(QueueAttributeName::FifoQueue, "true")
                     .attributes(QueueAttributeName::ContentBasedDeduplication, "true")
-                    .attributes(QueueAttributeName::VisibilityTimeout, visibility.to_string())
+                    .attributes(
+                        QueueAttributeName::VisibilityTimeout,
+                        visibility.to_string(),
+                    )
                     .send()
                     .await
                     .expect("CreateQueue (FIFO) on the test server");
