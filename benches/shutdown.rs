@@ -1,0 +1,171 @@
+//! Shutdown latency: from the signal to `run_until` returning.
+//!
+//! ```text
+//! cargo bench --bench shutdown
+//! SQS_TEST_ENDPOINT=http://127.0.0.1:PORT cargo bench --bench shutdown   # also against a server
+//! ```
+//!
+//! Two cases, each run several times (medians reported, the machine being noisy):
+//! - idle: the consumer is in a 20 s long poll of an empty queue; the signal must abandon
+//!   it. Signal to return is the time to stop receiving.
+//! - draining: N handlers are running at the signal and finish (ack) 50 ms after it. Signal
+//!   to return, minus those 50 ms, is what the shutdown itself costs.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqs_consumer::{Consumer, ConsumerBuilder, Delivery, MemoryQueue};
+use tokio::sync::watch;
+use tokio::time::{sleep, Instant};
+
+const IDLE_RUNS: usize = 20;
+const DRAIN_RUNS: usize = 10;
+const HANDLER_TAIL: Duration = Duration::from_millis(50);
+
+/// A fresh queue per run: in memory, or on the server.
+enum Target {
+    Memory,
+    Server(aws_sdk_sqs::Client),
+}
+
+impl Target {
+    async fn queue(&self, name: &str) -> (ConsumerBuilder, Box<dyn Fn(usize) -> futures::future::BoxFuture<'static, ()>>) {
+        match self {
+            Target::Memory => {
+                let q = MemoryQueue::new();
+                let sender = q.clone();
+                (
+                    Consumer::in_memory(&q),
+                    Box::new(move |n| {
+                        for i in 0..n {
+                            sender.send(format!("m{i}")).unwrap();
+                        }
+                        Box::pin(async {})
+                    }),
+                )
+            }
+            Target::Server(client) => {
+                let url = client
+                    .create_queue()
+                    .queue_name(name)
+                    .send()
+                    .await
+                    .unwrap()
+                    .queue_url
+                    .unwrap();
+                let (c, u) = (client.clone(), url.clone());
+                (
+                    Consumer::builder(client.clone(), url),
+                    Box::new(move |n| {
+                        let (c, u) = (c.clone(), u.clone());
+                        Box::pin(async move {
+                            for i in 0..n {
+                                c.send_message().queue_url(&u).message_body(format!("m{i}")).send().await.unwrap();
+                            }
+                        })
+                    }),
+                )
+            }
+        }
+    }
+}
+
+async fn idle(target: &Target, run: usize) -> Duration {
+    let (builder, _) = target.queue(&format!("bench-idle-{}-{run}", std::process::id())).await;
+    let consumer = builder.wait_time(Duration::from_secs(20)).build().unwrap();
+    let signalled = std::sync::Mutex::new(None::<Instant>);
+    let signal = async {
+        sleep(Duration::from_millis(300)).await; // the long poll is under way
+        *signalled.lock().unwrap() = Some(Instant::now());
+    };
+    consumer.run_until(|d: Delivery| d.ack(), signal).await.unwrap();
+    let at = signalled.lock().unwrap().unwrap();
+    at.elapsed()
+}
+
+async fn draining(target: &Target, handlers: usize, run: usize) -> Duration {
+    let (builder, send) = target
+        .queue(&format!("bench-drain-{}-{handlers}-{run}", std::process::id()))
+        .await;
+    send(handlers).await;
+    let consumer = builder
+        .max_in_flight(handlers)
+        .wait_time(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let (tx, rx) = watch::channel(None::<Instant>);
+    let started = Arc::new(AtomicUsize::new(0));
+    let s = started.clone();
+    let handler = move |d: Delivery| {
+        let (mut rx, s) = (rx.clone(), s.clone());
+        async move {
+            s.fetch_add(1, Ordering::SeqCst);
+            let _ = rx.wait_for(|at| at.is_some()).await;
+            sleep(HANDLER_TAIL).await;
+            d.ack().await
+        }
+    };
+    let signal = async {
+        while started.load(Ordering::SeqCst) < handlers {
+            sleep(Duration::from_millis(5)).await;
+        }
+        tx.send(Some(Instant::now())).unwrap();
+    };
+    consumer.run_until(handler, signal).await.unwrap();
+    let at = tx.borrow().unwrap();
+    at.elapsed().saturating_sub(HANDLER_TAIL)
+}
+
+fn median(mut v: Vec<Duration>) -> (Duration, Duration) {
+    v.sort();
+    (v[v.len() / 2], v[v.len() - 1])
+}
+
+fn report(what: &str, v: Vec<Duration>) {
+    let runs = v.len();
+    let (med, max) = median(v);
+    println!("{what:<52} median {:>9.3} ms   max {:>9.3} ms   ({runs} runs)", ms(med), ms(max));
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+async fn bench(name: &str, target: Target) {
+    let mut v = Vec::new();
+    for run in 0..IDLE_RUNS {
+        v.push(idle(&target, run).await);
+    }
+    report(&format!("{name}: signal -> return, idle in a 20 s poll"), v);
+    for handlers in [1, 16, 64] {
+        let mut v = Vec::new();
+        for run in 0..DRAIN_RUNS {
+            v.push(draining(&target, handlers, run).await);
+        }
+        report(&format!("{name}: signal -> return, {handlers} handlers draining"), v);
+    }
+}
+
+fn main() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        println!("shutdown latency (beyond the handlers' own 50 ms)");
+        bench("memory", Target::Memory).await;
+        if let Ok(endpoint) = std::env::var("SQS_TEST_ENDPOINT") {
+            let config = aws_sdk_sqs::Config::builder()
+                .behavior_version(aws_sdk_sqs::config::BehaviorVersion::latest())
+                .region(aws_sdk_sqs::config::Region::new("us-east-1"))
+                .credentials_provider(aws_sdk_sqs::config::Credentials::new("test", "test", None, None, "bench"))
+                .endpoint_url(endpoint)
+                .build();
+            bench("server", Target::Server(aws_sdk_sqs::Client::from_conf(config))).await;
+        } else {
+            println!("(set SQS_TEST_ENDPOINT to measure against an SQS-compatible server too)");
+        }
+    });
+}
