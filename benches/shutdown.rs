@@ -30,7 +30,13 @@ enum Target {
 }
 
 impl Target {
-    async fn queue(&self, name: &str) -> (ConsumerBuilder, Box<dyn Fn(usize) -> futures::future::BoxFuture<'static, ()>>) {
+    async fn queue(
+        &self,
+        name: &str,
+    ) -> (
+        ConsumerBuilder,
+        Box<dyn Fn(usize) -> futures::future::BoxFuture<'static, ()>>,
+    ) {
         match self {
             Target::Memory => {
                 let q = MemoryQueue::new();
@@ -61,7 +67,12 @@ impl Target {
                         let (c, u) = (c.clone(), u.clone());
                         Box::pin(async move {
                             for i in 0..n {
-                                c.send_message().queue_url(&u).message_body(format!("m{i}")).send().await.unwrap();
+                                c.send_message()
+                                    .queue_url(&u)
+                                    .message_body(format!("m{i}"))
+                                    .send()
+                                    .await
+                                    .unwrap();
                             }
                         })
                     }),
@@ -72,21 +83,29 @@ impl Target {
 }
 
 async fn idle(target: &Target, run: usize) -> Duration {
-    let (builder, _) = target.queue(&format!("bench-idle-{}-{run}", std::process::id())).await;
+    let (builder, _) = target
+        .queue(&format!("bench-idle-{}-{run}", std::process::id()))
+        .await;
     let consumer = builder.wait_time(Duration::from_secs(20)).build().unwrap();
     let signalled = std::sync::Mutex::new(None::<Instant>);
     let signal = async {
         sleep(Duration::from_millis(300)).await; // the long poll is under way
         *signalled.lock().unwrap() = Some(Instant::now());
     };
-    consumer.run_until(|d: Delivery| d.ack(), signal).await.unwrap();
+    consumer
+        .run_until(|d: Delivery| d.ack(), signal)
+        .await
+        .unwrap();
     let at = signalled.lock().unwrap().unwrap();
     at.elapsed()
 }
 
 async fn draining(target: &Target, handlers: usize, run: usize) -> Duration {
     let (builder, send) = target
-        .queue(&format!("bench-drain-{}-{handlers}-{run}", std::process::id()))
+        .queue(&format!(
+            "bench-drain-{}-{handlers}-{run}",
+            std::process::id()
+        ))
         .await;
     send(handlers).await;
     let consumer = builder
@@ -125,7 +144,11 @@ fn median(mut v: Vec<Duration>) -> (Duration, Duration) {
 fn report(what: &str, v: Vec<Duration>) {
     let runs = v.len();
     let (med, max) = median(v);
-    println!("{what:<52} median {:>9.3} ms   max {:>9.3} ms   ({runs} runs)", ms(med), ms(max));
+    println!(
+        "{what:<52} median {:>9.3} ms   max {:>9.3} ms   ({runs} runs)",
+        ms(med),
+        ms(max)
+    );
 }
 
 fn ms(d: Duration) -> f64 {
@@ -143,7 +166,10 @@ async fn bench(name: &str, target: Target) {
         for run in 0..DRAIN_RUNS {
             v.push(draining(&target, handlers, run).await);
         }
-        report(&format!("{name}: signal -> return, {handlers} handlers draining"), v);
+        report(
+            &format!("{name}: signal -> return, {handlers} handlers draining"),
+            v,
+        );
     }
 }
 
@@ -160,10 +186,16 @@ fn main() {
             let config = aws_sdk_sqs::Config::builder()
                 .behavior_version(aws_sdk_sqs::config::BehaviorVersion::latest())
                 .region(aws_sdk_sqs::config::Region::new("us-east-1"))
-                .credentials_provider(aws_sdk_sqs::config::Credentials::new("test", "test", None, None, "bench"))
+                .credentials_provider(aws_sdk_sqs::config::Credentials::new(
+                    "test", "test", None, None, "bench",
+                ))
                 .endpoint_url(endpoint)
                 .build();
-            bench("server", Target::Server(aws_sdk_sqs::Client::from_conf(config))).await;
+            bench(
+                "server",
+                Target::Server(aws_sdk_sqs::Client::from_conf(config)),
+            )
+            .await;
         } else {
             println!("(set SQS_TEST_ENDPOINT to measure against an SQS-compatible server too)");
         }

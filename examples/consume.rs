@@ -1,4 +1,6 @@
-//! Consumes a real queue (AWS, or any SQS-compatible server) until Ctrl-C.
+//! Consumes a real queue (AWS, or any SQS-compatible server) until Ctrl-C, then shuts down
+//! gracefully: receiving stops at once, running handlers get up to 30 s to finish, whatever
+//! is still held after that is released for another consumer.
 //!
 //! ```text
 //! QUEUE_URL=https://sqs.eu-west-1.amazonaws.com/123456789012/jobs cargo run --example consume
@@ -18,7 +20,7 @@
 
 use std::time::Duration;
 
-use sqs_consumer::{Consumer, Delivery};
+use sqs_consumer::{Consumer, Delivery, RetryPolicy};
 use tracing_subscriber::EnvFilter;
 
 #[tokio::main]
@@ -41,6 +43,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let client = aws_sdk_sqs::Client::new(&config);
     let consumer = Consumer::builder(client, queue_url)
         .max_in_flight(16)
+        .shutdown_timeout(Duration::from_secs(30))
+        .retry_policy(RetryPolicy::backoff(
+            Duration::from_secs(5),
+            Duration::from_secs(300),
+        ))
         .build()?;
 
     let handler = move |delivery: Delivery| async move {
@@ -54,9 +61,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         delivery.ack().await
     };
 
-    tokio::select! {
-        result = consumer.run(handler) => result?,
-        _ = tokio::signal::ctrl_c() => tracing::info!("stopping"),
-    }
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+        tracing::info!("Ctrl-C: shutting down");
+    };
+    consumer.run_until(handler, ctrl_c).await?;
+    tracing::info!(stats = ?consumer.stats(), "stopped");
     Ok(())
 }

@@ -48,15 +48,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         }
     };
 
+    // Stop (gracefully) once every message has been acked.
     let drained = async {
         while !queue.is_empty() {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     };
-    tokio::select! {
-        result = consumer.run(handler) => result?,
-        () = drained => {}
-    }
+    consumer.run_until(handler, drained).await?;
 
     let requests = queue.requests();
     println!(
