@@ -6,17 +6,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{eventually, run_while, secs, take_one};
+use common::{eventually, memory_queue as queue, run_while, secs, take_one};
 use sqs_consumer::{Action, Consumer, Delivery, Error, MemoryQueue};
 use tokio::sync::mpsc;
 use tokio::time::{sleep, Instant};
-
-fn queue(visibility: u64) -> MemoryQueue {
-    MemoryQueue::builder()
-        .visibility_timeout(secs(visibility))
-        .build()
-        .unwrap()
-}
 
 /// How long (in virtual time) a test waits for a condition.
 const LIMIT: Duration = Duration::from_secs(1000);

@@ -7,29 +7,13 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{eventually, run_while, secs};
+use common::{eventually, memory_fifo as fifo, memory_queue as queue, run_while, secs};
 use futures::StreamExt;
 use sqs_consumer::{Action, Consumer, Delivery, Error, MemoryQueue, RetryPolicy, SendOptions};
 use tokio::sync::mpsc;
 use tokio::time::{sleep, sleep_until, Instant};
 
 const LIMIT: Duration = Duration::from_secs(1000);
-
-fn queue(visibility: u64) -> MemoryQueue {
-    MemoryQueue::builder()
-        .visibility_timeout(secs(visibility))
-        .build()
-        .unwrap()
-}
-
-fn fifo(visibility: u64) -> MemoryQueue {
-    MemoryQueue::builder()
-        .fifo(true)
-        .content_based_deduplication(true)
-        .visibility_timeout(secs(visibility))
-        .build()
-        .unwrap()
-}
 
 /// A signal that fires after `after`, noting how many receives had been sent by then.
 fn signal_after(

@@ -33,6 +33,24 @@ pub fn secs(s: u64) -> Duration {
     Duration::from_secs(s)
 }
 
+/// A standard in-memory queue with the given visibility timeout.
+pub fn memory_queue(visibility: u64) -> MemoryQueue {
+    MemoryQueue::builder()
+        .visibility_timeout(secs(visibility))
+        .build()
+        .unwrap()
+}
+
+/// A FIFO in-memory queue with content-based deduplication.
+pub fn memory_fifo(visibility: u64) -> MemoryQueue {
+    MemoryQueue::builder()
+        .fifo(true)
+        .content_based_deduplication(true)
+        .visibility_timeout(secs(visibility))
+        .build()
+        .unwrap()
+}
+
 /// A client for the test server the test command started.
 pub fn server_client() -> aws_sdk_sqs::Client {
     let endpoint = std::env::var("SQS_TEST_ENDPOINT").unwrap_or_else(|_| {
@@ -67,14 +85,7 @@ impl TestQueue {
     /// A fresh FIFO queue with content-based deduplication.
     pub async fn new_fifo(kind: Kind, visibility: u64) -> Self {
         match kind {
-            Kind::Memory => TestQueue::Memory(
-                MemoryQueue::builder()
-                    .fifo(true)
-                    .content_based_deduplication(true)
-                    .visibility_timeout(secs(visibility))
-                    .build()
-                    .unwrap(),
-            ),
+            Kind::Memory => TestQueue::Memory(memory_fifo(visibility)),
             Kind::Server => {
                 let client = server_client();
                 let out = client
