@@ -361,9 +361,9 @@ impl Inner {
                     "deleting a redelivered message whose ack had failed (its delivery was \
                      lost); the handler is not called again"
                 );
-                let queue = ctx.queue.clone();
-                ctx.settles.spawn(async move {
-                    if let Err(err) = queue.delete(&receipt).await {
+                let ctx = ctx.clone();
+                self.ctx.settles.spawn(async move {
+                    if let Err(err) = ctx.deletes.submit(&receipt, 0).await {
                         tracing::warn!(error = %err, "deleting a redelivered message failed");
                     }
                     drop(permit);

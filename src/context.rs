@@ -3,6 +3,7 @@
 
 use tokio_util::task::TaskTracker;
 
+use crate::batch::{Batcher, Call};
 use crate::lost_acks::LostAcks;
 use crate::queue::Queue;
 use crate::retry::RetryPolicy;
@@ -21,6 +22,10 @@ pub(crate) struct Context {
     /// tasks, so that neither a cancelled caller nor a `Drop` cuts them short, and shutdown
     /// waits for them.
     pub(crate) settles: TaskTracker,
+    /// Every delete goes through this, in batches.
+    pub(crate) deletes: Batcher,
+    /// Every visibility change (extensions and releases) goes through this, in batches.
+    pub(crate) visibility: Batcher,
 }
 
 impl Context {
@@ -28,6 +33,8 @@ impl Context {
         let fifo = queue.is_fifo();
         Self {
             queue_name: queue.describe(),
+            deletes: Batcher::new(queue.clone(), Call::Delete),
+            visibility: Batcher::new(queue.clone(), Call::ChangeVisibility),
             queue,
             fifo,
             retry,

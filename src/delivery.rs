@@ -409,7 +409,7 @@ async fn delete_with_retries(shared: Arc<Shared>) -> Result<(), Error> {
     let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
     let give_up = Instant::now() + ACK_RETRY_WINDOW;
     loop {
-        match shared.ctx.queue.delete(&shared.receipt).await {
+        match shared.ctx.deletes.submit(&shared.receipt, 0).await {
             Err(err)
                 if err.is_retryable()
                     && Instant::now() < give_up
@@ -428,8 +428,8 @@ async fn delete_with_retries(shared: Arc<Shared>) -> Result<(), Error> {
 async fn change_visibility(shared: Arc<Shared>, visibility: u32) -> Result<(), Error> {
     shared
         .ctx
-        .queue
-        .change_visibility(&shared.receipt, visibility)
+        .visibility
+        .submit(&shared.receipt, visibility)
         .await?;
     bump(&shared.ctx.counters.released);
     tracing::debug!(visibility, "released");

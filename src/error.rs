@@ -176,6 +176,52 @@ impl Error {
     }
 }
 
+/// One error shared by several callers (the entries of a failed batch request).
+#[derive(Debug)]
+struct SharedError(std::sync::Arc<Error>);
+
+impl fmt::Display for SharedError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for SharedError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        std::error::Error::source(&*self.0)
+    }
+}
+
+impl Error {
+    /// A copy of `shared` for one of the callers it concerns: the same variant data, with
+    /// the original as its source.
+    pub(crate) fn replicate(shared: &std::sync::Arc<Error>) -> Error {
+        let source = Box::new(SharedError(shared.clone()));
+        match &**shared {
+            Error::Sqs {
+                operation,
+                code,
+                message,
+                kind,
+                ..
+            } => Error::Sqs {
+                operation,
+                code: code.clone(),
+                message: message.clone(),
+                kind: *kind,
+                source,
+            },
+            other => Error::Sqs {
+                operation: "batch",
+                code: other.code().map(str::to_owned),
+                message: other.to_string(),
+                kind: other.kind().unwrap_or(ErrorKind::Fatal),
+                source,
+            },
+        }
+    }
+}
+
 /// Classifies an SQS error code (from the SDK or the in-memory queue).
 ///
 /// `status` is the HTTP status when known; unknown codes are retryable on 5xx and fatal on

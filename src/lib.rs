@@ -45,6 +45,7 @@
 )]
 
 mod backoff;
+mod batch;
 mod config;
 mod consumer;
 mod context;

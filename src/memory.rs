@@ -14,6 +14,9 @@ use crate::config::{visibility_secs, whole_secs};
 use crate::error::{classify_code, Error};
 use crate::heartbeat::{HARD_LIMIT, MAX_VISIBILITY_SECS};
 
+/// The answer to a batch request: each entry's id and result, or the whole request's error.
+pub(crate) type BatchResult = Result<Vec<(String, Result<(), Error>)>, Error>;
+
 /// The FIFO deduplication window.
 const DEDUP_WINDOW: Duration = Duration::from_secs(300);
 /// The longest delay SQS allows on a queue or a message.
@@ -119,6 +122,10 @@ pub enum Action {
     ChangeMessageVisibility,
     /// `GetQueueAttributes`.
     GetQueueAttributes,
+    /// `DeleteMessageBatch` (a fault fails the whole request).
+    DeleteMessageBatch,
+    /// `ChangeMessageVisibilityBatch` (a fault fails the whole request).
+    ChangeMessageVisibilityBatch,
 }
 
 impl Action {
@@ -129,6 +136,8 @@ impl Action {
             Action::DeleteMessage => "DeleteMessage",
             Action::ChangeMessageVisibility => "ChangeMessageVisibility",
             Action::GetQueueAttributes => "GetQueueAttributes",
+            Action::DeleteMessageBatch => "DeleteMessageBatch",
+            Action::ChangeMessageVisibilityBatch => "ChangeMessageVisibilityBatch",
         }
     }
 }
@@ -147,16 +156,36 @@ pub struct RequestCounts {
     pub change_message_visibility: u64,
     /// `GetQueueAttributes` requests.
     pub get_queue_attributes: u64,
+    /// `DeleteMessageBatch` requests.
+    pub delete_message_batch: u64,
+    /// `ChangeMessageVisibilityBatch` requests.
+    pub change_message_visibility_batch: u64,
+    /// Entries in `DeleteMessageBatch` requests.
+    pub delete_message_batch_entries: u64,
+    /// Entries in `ChangeMessageVisibilityBatch` requests.
+    pub change_message_visibility_batch_entries: u64,
 }
 
 impl RequestCounts {
-    /// All requests together.
+    /// Deletes asked for, alone or in batches.
+    pub fn deletes(&self) -> u64 {
+        self.delete_message + self.delete_message_batch_entries
+    }
+
+    /// Visibility changes asked for, alone or in batches.
+    pub fn visibility_changes(&self) -> u64 {
+        self.change_message_visibility + self.change_message_visibility_batch_entries
+    }
+
+    /// All requests together (a batch counts once, as SQS bills it).
     pub fn total(&self) -> u64 {
         self.send_message
             + self.receive_message
             + self.delete_message
             + self.change_message_visibility
             + self.get_queue_attributes
+            + self.delete_message_batch
+            + self.change_message_visibility_batch
     }
 
     fn count(&mut self, action: Action) {
@@ -166,6 +195,8 @@ impl RequestCounts {
             Action::DeleteMessage => &mut self.delete_message,
             Action::ChangeMessageVisibility => &mut self.change_message_visibility,
             Action::GetQueueAttributes => &mut self.get_queue_attributes,
+            Action::DeleteMessageBatch => &mut self.delete_message_batch,
+            Action::ChangeMessageVisibilityBatch => &mut self.change_message_visibility_batch,
         };
         *slot += 1;
     }
@@ -627,6 +658,13 @@ impl MemoryQueue {
         let mut state = self.lock();
         state.requests.count(action);
         take_fault(&mut state, action)?;
+        let result = self.delete_locked(&mut state, receipt, action);
+        drop(state);
+        self.inner.changed.notify_waiters();
+        result
+    }
+
+    fn delete_locked(&self, state: &mut State, receipt: &str, action: Action) -> Result<(), Error> {
         let seq = self.parse_receipt(receipt, action)?;
         let now = Instant::now();
         let Some(m) = state.messages.get(&seq) else {
@@ -646,8 +684,6 @@ impl MemoryQueue {
             ));
         }
         state.messages.remove(&seq);
-        drop(state);
-        self.inner.changed.notify_waiters();
         Ok(())
     }
 
@@ -661,6 +697,20 @@ impl MemoryQueue {
         let mut state = self.lock();
         state.requests.count(action);
         take_fault(&mut state, action)?;
+        let result = self.change_locked(&mut state, receipt, secs, action);
+        drop(state);
+        // Long polls recompute when the next hidden message becomes visible.
+        self.inner.changed.notify_waiters();
+        result
+    }
+
+    fn change_locked(
+        &self,
+        state: &mut State,
+        receipt: &str,
+        secs: u32,
+        action: Action,
+    ) -> Result<(), Error> {
         let seq = self.parse_receipt(receipt, action)?;
         let now = Instant::now();
         let m = state
@@ -685,14 +735,81 @@ impl MemoryQueue {
             ));
         }
         m.available_at = ends;
-        drop(state);
-        // Long polls recompute when the next hidden message becomes visible.
-        self.inner.changed.notify_waiters();
         Ok(())
+    }
+
+    /// `DeleteMessageBatch`: one result per entry (`id`, receipt handle), in order.
+    pub(crate) fn delete_batch(&self, entries: &[(String, String)]) -> BatchResult {
+        self.batch(
+            Action::DeleteMessageBatch,
+            entries.iter().map(|(id, r)| (id, r, 0)),
+        )
+    }
+
+    /// `ChangeMessageVisibilityBatch`: one result per entry (`id`, receipt handle, seconds).
+    pub(crate) fn change_visibility_batch(&self, entries: &[(String, String, u32)]) -> BatchResult {
+        self.batch(
+            Action::ChangeMessageVisibilityBatch,
+            entries.iter().map(|(id, r, v)| (id, r, *v)),
+        )
+    }
+
+    fn batch<'a>(
+        &self,
+        action: Action,
+        entries: impl ExactSizeIterator<Item = (&'a String, &'a String, u32)> + Clone,
+    ) -> BatchResult {
+        let mut state = self.lock();
+        state.requests.count(action);
+        take_fault(&mut state, action)?;
+        match entries.len() {
+            0 => return Err(refuse(action, "EmptyBatchRequest", "no entries")),
+            1..=10 => {}
+            _ => {
+                return Err(refuse(
+                    action,
+                    "TooManyEntriesInBatchRequest",
+                    "at most 10 entries",
+                ))
+            }
+        }
+        let ids: HashSet<&String> = entries.clone().map(|(id, _, _)| id).collect();
+        if ids.len() != entries.len() {
+            return Err(refuse(
+                action,
+                "BatchEntryIdsNotDistinct",
+                "two entries have the same id",
+            ));
+        }
+        let results = entries
+            .map(|(id, receipt, secs)| {
+                // A fault injected for the single action fails just this entry.
+                let result = match action {
+                    Action::DeleteMessageBatch => {
+                        state.requests.delete_message_batch_entries += 1;
+                        take_fault(&mut state, Action::DeleteMessage)
+                            .and_then(|()| self.delete_locked(&mut state, receipt, action))
+                    }
+                    _ => {
+                        state.requests.change_message_visibility_batch_entries += 1;
+                        take_fault(&mut state, Action::ChangeMessageVisibility)
+                            .and_then(|()| self.change_locked(&mut state, receipt, secs, action))
+                    }
+                };
+                (id.clone(), result)
+            })
+            .collect();
+        drop(state);
+        self.inner.changed.notify_waiters();
+        Ok(results)
     }
 
     /// Makes the next `times` calls of `action` fail with the SQS error `code` (for example
     /// `"RequestThrottled"`, `"InternalError"`, `"MessageNotInflight"`), without acting.
+    ///
+    /// A fault for `DeleteMessage` or `ChangeMessageVisibility` also fails single entries of
+    /// the batch calls (each entry takes one); a fault for a batch action fails the whole
+    /// batch request.
     pub fn fail_next(&self, action: Action, code: &str, times: usize) {
         let mut state = self.lock();
         let faults = state.faults.entry(action).or_default();

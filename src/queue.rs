@@ -6,10 +6,15 @@ use std::time::Duration;
 
 use aws_sdk_sqs::config::http::HttpResponse;
 use aws_sdk_sqs::error::{ProvideErrorMetadata, SdkError};
-use aws_sdk_sqs::types::{Message, MessageSystemAttributeName, QueueAttributeName};
+use std::collections::HashSet;
+
+use aws_sdk_sqs::types::{
+    BatchResultErrorEntry, ChangeMessageVisibilityBatchRequestEntry,
+    DeleteMessageBatchRequestEntry, Message, MessageSystemAttributeName, QueueAttributeName,
+};
 
 use crate::error::{classify_code, Error, ErrorKind};
-use crate::memory::MemoryQueue;
+use crate::memory::{BatchResult, MemoryQueue};
 
 /// Where messages come from.
 #[derive(Clone)]
@@ -102,6 +107,71 @@ impl Queue {
         }
     }
 
+    /// `DeleteMessageBatch` of (`id`, receipt handle) entries: each entry's result, or the
+    /// whole request's error.
+    pub(crate) async fn delete_batch(&self, entries: &[(String, String)]) -> BatchResult {
+        match self {
+            Queue::Sqs { client, url } => {
+                let mut call = client.delete_message_batch().queue_url(url.as_ref());
+                for (id, receipt) in entries {
+                    let entry = DeleteMessageBatchRequestEntry::builder()
+                        .id(id)
+                        .receipt_handle(receipt)
+                        .build()
+                        .map_err(|e| build_error("DeleteMessageBatch", e))?;
+                    call = call.entries(entry);
+                }
+                let out = call
+                    .send()
+                    .await
+                    .map_err(|e| sdk_error("DeleteMessageBatch", e))?;
+                let ok = out.successful().iter().map(|e| e.id());
+                Ok(entry_results(
+                    "DeleteMessageBatch",
+                    entries.iter().map(|(id, _)| id),
+                    ok,
+                    out.failed(),
+                ))
+            }
+            Queue::Memory(q) => q.delete_batch(entries),
+        }
+    }
+
+    /// `ChangeMessageVisibilityBatch` of (`id`, receipt handle, seconds) entries.
+    pub(crate) async fn change_visibility_batch(
+        &self,
+        entries: &[(String, String, u32)],
+    ) -> BatchResult {
+        match self {
+            Queue::Sqs { client, url } => {
+                let mut call = client
+                    .change_message_visibility_batch()
+                    .queue_url(url.as_ref());
+                for (id, receipt, secs) in entries {
+                    let entry = ChangeMessageVisibilityBatchRequestEntry::builder()
+                        .id(id)
+                        .receipt_handle(receipt)
+                        .visibility_timeout(to_i32(*secs))
+                        .build()
+                        .map_err(|e| build_error("ChangeMessageVisibilityBatch", e))?;
+                    call = call.entries(entry);
+                }
+                let out = call
+                    .send()
+                    .await
+                    .map_err(|e| sdk_error("ChangeMessageVisibilityBatch", e))?;
+                let ok = out.successful().iter().map(|e| e.id());
+                Ok(entry_results(
+                    "ChangeMessageVisibilityBatch",
+                    entries.iter().map(|(id, _, _)| id),
+                    ok,
+                    out.failed(),
+                ))
+            }
+            Queue::Memory(q) => q.change_visibility_batch(entries),
+        }
+    }
+
     /// The queue's `VisibilityTimeout` attribute, in seconds.
     pub(crate) async fn visibility_timeout(&self) -> Result<u32, Error> {
         match self {
@@ -127,6 +197,52 @@ impl Queue {
             }
             Queue::Memory(q) => q.visibility_timeout_secs(),
         }
+    }
+}
+
+/// Matches a batch answer to the entries sent; an entry the answer does not mention failed
+/// (retryably).
+fn entry_results<'a>(
+    operation: &'static str,
+    sent: impl Iterator<Item = &'a String>,
+    successful: impl Iterator<Item = &'a str>,
+    failed: &[BatchResultErrorEntry],
+) -> Vec<(String, Result<(), Error>)> {
+    let ok: HashSet<&str> = successful.collect();
+    sent.map(|id| {
+        let result = if ok.contains(id.as_str()) {
+            Ok(())
+        } else if let Some(f) = failed.iter().find(|f| f.id() == id) {
+            let status = if f.sender_fault() { 400 } else { 500 };
+            let message = f.message().unwrap_or("batch entry failed").to_owned();
+            Err(Error::Sqs {
+                operation,
+                code: Some(f.code().to_owned()),
+                kind: classify_code(f.code(), Some(status)),
+                source: message.clone().into(),
+                message,
+            })
+        } else {
+            Err(Error::Sqs {
+                operation,
+                code: None,
+                message: "the answer does not mention this entry".into(),
+                kind: ErrorKind::Retryable,
+                source: "entry missing from the batch answer".into(),
+            })
+        };
+        (id.clone(), result)
+    })
+    .collect()
+}
+
+fn build_error(operation: &'static str, err: aws_sdk_sqs::error::BuildError) -> Error {
+    Error::Sqs {
+        operation,
+        code: None,
+        message: format!("the request could not be built: {err}"),
+        kind: ErrorKind::Fatal,
+        source: Box::new(err),
     }
 }
 

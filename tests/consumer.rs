@@ -49,7 +49,7 @@ async fn every_message_is_handled_once_and_acked() {
         seen.values().all(|n| *n == 1),
         "handled once each: {seen:?}"
     );
-    assert_eq!(q.requests().delete_message, 25);
+    assert_eq!(q.requests().deletes(), 25);
 }
 
 #[tokio::test(start_paused = true)]
@@ -80,7 +80,7 @@ async fn receives_only_while_a_slot_is_free_and_never_asks_for_more() {
             "no receive while full"
         );
         // The held ones are kept hidden by their heartbeats all along.
-        assert!(q.requests().change_message_visibility >= 3 * (600 / 15 - 1));
+        assert!(q.requests().visibility_changes() >= 3 * (600 / 15 - 1));
     })
     .await;
 }
@@ -286,7 +286,7 @@ async fn the_queue_timeout_is_read_once_and_drives_the_heartbeat() {
     )
     .await;
     assert_eq!(q.requests().get_queue_attributes, 1);
-    assert_eq!(q.requests().change_message_visibility, 2 * 4);
+    assert_eq!(q.requests().visibility_changes(), 2 * 4);
     assert!(seen.lock().unwrap().values().all(|n| *n == 1));
 }
 
@@ -330,7 +330,7 @@ async fn a_visibility_timeout_of_zero_runs_without_heartbeats() {
         eventually("acked", LIMIT, || q.is_empty()),
     )
     .await;
-    assert_eq!(q.requests().change_message_visibility, 0);
+    assert_eq!(q.requests().visibility_changes(), 0);
 }
 
 #[tokio::test(start_paused = true)]
@@ -386,7 +386,7 @@ async fn a_message_handed_out_late_in_a_long_poll_gets_its_whole_timeout() {
     run_while(
         &consumer,
         handler,
-        eventually("acked", LIMIT, || q.requests().delete_message == 1),
+        eventually("acked", LIMIT, || q.requests().deletes() == 1),
     )
     .await;
     assert!(q.is_empty());

@@ -125,10 +125,10 @@ async fn at_the_shutdown_timeout_held_messages_are_released_and_visible_at_once(
     );
     let stats = consumer.stats();
     assert_eq!((stats.released, stats.in_flight), (4, 0));
-    let extensions = q.requests().change_message_visibility;
+    let extensions = q.requests().visibility_changes();
     sleep(secs(120)).await;
     assert_eq!(
-        q.requests().change_message_visibility,
+        q.requests().visibility_changes(),
         extensions,
         "no heartbeat left"
     );
@@ -189,10 +189,10 @@ async fn dropping_the_run_future_releases_and_stops_every_heartbeat() {
     };
     run_while(&consumer, handler, sleep(secs(40))).await; // the run future is dropped here
     eventually("released", LIMIT, || q.visible_len() == 3).await;
-    let extensions = q.requests().change_message_visibility;
+    let extensions = q.requests().visibility_changes();
     sleep(secs(300)).await;
     assert_eq!(
-        q.requests().change_message_visibility,
+        q.requests().visibility_changes(),
         extensions,
         "no heartbeat left"
     );
@@ -260,7 +260,7 @@ async fn fifo_deliveries_keep_their_heartbeat_while_they_wait() {
     })
     .await;
     // Both extended every 5 s while "slow" ran: 7 each.
-    assert!(q.requests().change_message_visibility >= 14);
+    assert!(q.requests().visibility_changes() >= 14);
 }
 
 // ---- retry policy ----

@@ -1,14 +1,20 @@
 //! SQS error answers the test server never gives (`MessageNotInflight`, a stale receipt
-//! handle, throttling, 5xx), sent through the real SDK with `aws-smithy-mocks`, in the wire
-//! format SQS uses (JSON body plus the `x-amzn-query-error` header), on the paused clock.
+//! handle, throttling, 5xx), sent through the real SDK with `aws-smithy-mocks`, on the paused
+//! clock: whole-request errors in the wire format SQS uses (JSON body plus the
+//! `x-amzn-query-error` header), per-entry errors as batch answers.
 
 use std::time::Duration;
 
 use aws_sdk_sqs::config::http::HttpResponse;
-use aws_sdk_sqs::operation::change_message_visibility::ChangeMessageVisibilityOutput;
-use aws_sdk_sqs::operation::delete_message::DeleteMessageOutput;
+use aws_sdk_sqs::operation::change_message_visibility_batch::{
+    ChangeMessageVisibilityBatchInput, ChangeMessageVisibilityBatchOutput,
+};
+use aws_sdk_sqs::operation::delete_message_batch::DeleteMessageBatchOutput;
 use aws_sdk_sqs::operation::receive_message::ReceiveMessageOutput;
-use aws_sdk_sqs::types::Message;
+use aws_sdk_sqs::types::{
+    BatchResultErrorEntry, ChangeMessageVisibilityBatchResultEntry, DeleteMessageBatchResultEntry,
+    Message,
+};
 use aws_sdk_sqs::Client;
 use aws_smithy_mocks::{mock, mock_client, Rule, RuleMode};
 use aws_smithy_runtime_api::http::StatusCode;
@@ -60,11 +66,54 @@ fn receive_once() -> Rule {
 }
 
 fn deletes() -> Rule {
-    mock!(Client::delete_message)
-        .sequence()
-        .output(|| DeleteMessageOutput::builder().build())
-        .repeatedly()
+    mock!(Client::delete_message_batch).then_compute_output(|req| {
+        let ok = req.entries().iter().map(|e| {
+            DeleteMessageBatchResultEntry::builder()
+                .id(e.id())
+                .build()
+                .unwrap()
+        });
+        DeleteMessageBatchOutput::builder()
+            .set_successful(Some(ok.collect()))
+            .set_failed(Some(vec![]))
+            .build()
+            .unwrap()
+    })
+}
+
+/// A `ChangeMessageVisibilityBatch` answer: entries whose receipt handle `fails` accepts
+/// fail with `code`, the others succeed.
+fn change_answer(
+    req: &ChangeMessageVisibilityBatchInput,
+    fails: impl Fn(&str) -> bool,
+    code: &str,
+) -> ChangeMessageVisibilityBatchOutput {
+    let (mut ok, mut failed) = (vec![], vec![]);
+    for e in req.entries() {
+        if fails(e.receipt_handle()) {
+            failed.push(
+                BatchResultErrorEntry::builder()
+                    .id(e.id())
+                    .sender_fault(true)
+                    .code(code)
+                    .message("test")
+                    .build()
+                    .unwrap(),
+            );
+        } else {
+            ok.push(
+                ChangeMessageVisibilityBatchResultEntry::builder()
+                    .id(e.id())
+                    .build()
+                    .unwrap(),
+            );
+        }
+    }
+    ChangeMessageVisibilityBatchOutput::builder()
+        .set_successful(Some(ok))
+        .set_failed(Some(failed))
         .build()
+        .unwrap()
 }
 
 /// A consumer of the mocked queue with a 10 s visibility timeout.
@@ -76,11 +125,8 @@ fn consumer(client: Client) -> Consumer {
 }
 
 async fn lost_by(code: &'static str) -> (LostReason, sqs_consumer::Error) {
-    let change = mock!(Client::change_message_visibility)
-        .sequence()
-        .http_response(move || sqs_error(400, code))
-        .repeatedly()
-        .build();
+    let change = mock!(Client::change_message_visibility_batch)
+        .then_compute_output(move |req| change_answer(req, |_| true, code));
     let (receive, delete) = (receive_once(), deletes());
     let client = mock_client!(
         aws_sdk_sqs,
@@ -119,12 +165,23 @@ async fn receipt_handle_is_invalid_from_sqs_loses_the_delivery() {
 
 #[tokio::test(start_paused = true)]
 async fn throttled_and_failed_extensions_are_retried_and_the_delivery_survives() {
-    let change = mock!(Client::change_message_visibility)
+    let change = mock!(Client::change_message_visibility_batch)
         .sequence()
         .http_response(|| sqs_error(400, "RequestThrottled"))
         .times(2)
         .http_response(|| sqs_error(500, "InternalError"))
-        .output(|| ChangeMessageVisibilityOutput::builder().build())
+        .output(|| {
+            ChangeMessageVisibilityBatchOutput::builder()
+                .successful(
+                    ChangeMessageVisibilityBatchResultEntry::builder()
+                        .id("0")
+                        .build()
+                        .unwrap(),
+                )
+                .set_failed(Some(vec![]))
+                .build()
+                .unwrap()
+        })
         .repeatedly()
         .build();
     let (receive, delete) = (receive_once(), deletes());
@@ -139,6 +196,65 @@ async fn throttled_and_failed_extensions_are_retried_and_the_delivery_survives()
     assert!(change.num_calls() >= 3 + 11, "{} calls", change.num_calls());
     d.ack().await.expect("ack");
     assert_eq!(delete.num_calls(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_partly_failed_batch_loses_only_the_failed_entry() {
+    let receive = mock!(Client::receive_message)
+        .sequence()
+        .output(|| {
+            let m = |n: u32| {
+                Message::builder()
+                    .message_id(format!("m-{n}"))
+                    .receipt_handle(format!("handle-{n}"))
+                    .body("work")
+                    .build()
+            };
+            ReceiveMessageOutput::builder()
+                .messages(m(1))
+                .messages(m(2))
+                .build()
+        })
+        .output(|| ReceiveMessageOutput::builder().build())
+        .repeatedly()
+        .build();
+    let change = mock!(Client::change_message_visibility_batch).then_compute_output(|req| {
+        change_answer(
+            req,
+            |h| h == "handle-2",
+            "AWS.SimpleQueueService.MessageNotInflight",
+        )
+    });
+    let delete = deletes();
+    let client = mock_client!(
+        aws_sdk_sqs,
+        RuleMode::MatchAny,
+        [&receive, &change, &delete]
+    );
+    let consumer = consumer(client);
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Delivery>();
+    let handler = move |d: Delivery| {
+        let tx = tx.clone();
+        async move { tx.send(d).map_err(|_| "test ended") }
+    };
+    let (one, two) = tokio::select! {
+        r = consumer.run(handler) => panic!("run ended: {r:?}"),
+        pair = async { (rx.recv().await.unwrap(), rx.recv().await.unwrap()) } => pair,
+    };
+    let (one, two) = if one.message_id() == "m-1" {
+        (one, two)
+    } else {
+        (two, one)
+    };
+    assert_eq!(two.lost().await, LostReason::NotInFlight);
+    sleep(Duration::from_secs(60)).await;
+    assert!(
+        !one.is_lost(),
+        "the other entry's success went to its own delivery"
+    );
+    // The first round went out as one request for both.
+    assert!(change.num_calls() <= 1 + 12, "{} calls", change.num_calls());
+    one.ack().await.unwrap();
 }
 
 #[tokio::test(start_paused = true)]
