@@ -203,3 +203,189 @@ async fn send(queue: Queue, call: Call, mut batch: Vec<Entry>, _slot: OwnedSemap
         sleep(wait).await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use tokio::time::Instant;
+
+    use super::*;
+    use crate::{Action, MemoryQueue};
+
+    fn queue() -> MemoryQueue {
+        MemoryQueue::builder()
+            .visibility_timeout(Duration::from_secs(60))
+            .build()
+            .unwrap()
+    }
+
+    /// Sends `n` messages and receives them all; returns their receipt handles.
+    async fn held(q: &MemoryQueue, n: usize) -> Vec<String> {
+        for i in 0..n {
+            q.send(format!("m{i}")).unwrap();
+        }
+        let mut handles = Vec::new();
+        while handles.len() < n {
+            for m in q.receive(10, Duration::ZERO).await.unwrap() {
+                handles.push(m.receipt_handle().unwrap().to_owned());
+            }
+        }
+        handles
+    }
+
+    /// Submits every handle at once, each from its own task; returns each result.
+    async fn submit_all(
+        batcher: Arc<Batcher>,
+        handles: Vec<String>,
+        visibility: u32,
+    ) -> Vec<Result<(), Error>> {
+        let tasks: Vec<_> = handles
+            .into_iter()
+            .map(|h| {
+                let b = batcher.clone();
+                tokio::spawn(async move { b.submit(&h, visibility).await })
+            })
+            .collect();
+        let mut results = Vec::new();
+        for t in tasks {
+            results.push(t.await.unwrap());
+        }
+        results
+    }
+
+    fn entry(receipt: &str) -> Entry {
+        Entry {
+            receipt: receipt.to_owned(),
+            visibility: 0,
+            reply: oneshot::channel().0,
+        }
+    }
+
+    #[test]
+    fn a_batch_takes_ten_in_order_and_never_one_handle_twice() {
+        let mut waiting: VecDeque<Entry> =
+            ["a", "b", "a", "c", "d", "e", "f", "g", "h", "i", "j", "k"]
+                .into_iter()
+                .map(entry)
+                .collect();
+        let first: Vec<String> = take_batch(&mut waiting)
+            .into_iter()
+            .map(|e| e.receipt)
+            .collect();
+        assert_eq!(first, ["a", "b", "c", "d", "e", "f", "g", "h", "i", "j"]);
+        let rest: Vec<&str> = waiting.iter().map(|e| e.receipt.as_str()).collect();
+        assert_eq!(rest, ["a", "k"], "the second \"a\" waits, in its place");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lone_entry_goes_out_at_once() {
+        let q = queue();
+        let h = held(&q, 1).await;
+        let batcher = Batcher::new(Queue::Memory(q.clone()), Call::Delete);
+        let start = Instant::now();
+        batcher.submit(&h[0], 0).await.unwrap();
+        assert_eq!(start.elapsed(), Duration::ZERO);
+        assert_eq!(q.requests().delete_message_batch, 1);
+        assert!(q.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn eleven_entries_take_two_requests() {
+        let q = queue();
+        let h = held(&q, 11).await;
+        let batcher = Arc::new(Batcher::new(Queue::Memory(q.clone()), Call::Delete));
+        let results = submit_all(batcher, h, 0).await;
+        assert!(results.iter().all(Result::is_ok));
+        let r = q.requests();
+        assert_eq!(
+            (r.delete_message_batch, r.delete_message_batch_entries),
+            (2, 11)
+        );
+        assert!(q.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_same_handle_twice_goes_in_two_requests() {
+        let q = queue();
+        let h = held(&q, 1).await;
+        let batcher = Arc::new(Batcher::new(
+            Queue::Memory(q.clone()),
+            Call::ChangeVisibility,
+        ));
+        let results = submit_all(batcher, vec![h[0].clone(), h[0].clone()], 30).await;
+        assert!(results.iter().all(Result::is_ok));
+        assert_eq!(q.requests().change_message_visibility_batch, 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_entry_goes_back_to_its_own_caller() {
+        let q = queue();
+        let h = held(&q, 3).await;
+        // The second entry carries a stale handle; the others are fine.
+        let batcher = Arc::new(Batcher::new(Queue::Memory(q.clone()), Call::Delete));
+        let stale = format!("{}x", &h[1][..h[1].len() - 1]);
+        let results = submit_all(batcher, vec![h[0].clone(), stale, h[2].clone()], 0).await;
+        assert!(results[0].is_ok() && results[2].is_ok());
+        let err = results[1].as_ref().unwrap_err();
+        assert!(err.is_lost(), "{err}");
+        assert_eq!(
+            q.requests().delete_message_batch,
+            1,
+            "one request for all three"
+        );
+        assert_eq!(q.len(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn transient_entry_failures_are_retried() {
+        let q = queue();
+        let h = held(&q, 3).await;
+        q.fail_next(Action::DeleteMessage, "InternalError", 2);
+        let batcher = Arc::new(Batcher::new(Queue::Memory(q.clone()), Call::Delete));
+        let results = submit_all(batcher, h, 0).await;
+        assert!(results.iter().all(Result::is_ok));
+        assert!(q.is_empty());
+        assert_eq!(
+            q.requests().delete_message_batch,
+            2,
+            "the two failed ones, once more"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_whole_request_failure_reaches_every_caller_or_is_retried() {
+        let q = queue();
+        let h = held(&q, 3).await;
+        let batcher = Arc::new(Batcher::new(Queue::Memory(q.clone()), Call::Delete));
+        q.fail_next(Action::DeleteMessageBatch, "AccessDenied", 1);
+        let results = submit_all(batcher.clone(), h.clone(), 0).await;
+        for r in &results {
+            let err = r.as_ref().unwrap_err();
+            assert!(
+                err.is_fatal() && err.code() == Some("AccessDenied"),
+                "{err}"
+            );
+        }
+        assert_eq!(q.len(), 3);
+        q.fail_next(Action::DeleteMessageBatch, "InternalError", 2);
+        let results = submit_all(batcher, h, 0).await;
+        assert!(results.iter().all(Result::is_ok));
+        assert!(q.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn entries_submitted_together_share_requests() {
+        let q = queue();
+        let h = held(&q, 30).await;
+        let batcher = Arc::new(Batcher::new(
+            Queue::Memory(q.clone()),
+            Call::ChangeVisibility,
+        ));
+        let results = submit_all(batcher, h, 30).await;
+        assert!(results.iter().all(Result::is_ok));
+        let r = q.requests();
+        assert_eq!(r.change_message_visibility_batch_entries, 30);
+        assert_eq!(r.change_message_visibility_batch, 3);
+    }
+}
