@@ -13,6 +13,7 @@ const DEFAULT_WAIT_TIME: Duration = Duration::from_secs(20);
 const DEFAULT_BATCH_SIZE: u32 = 10;
 const DEFAULT_MAX_IN_FLIGHT: usize = 32;
 const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
+const DEFAULT_MAX_CONCURRENT_RECEIVES: usize = 8;
 /// SQS's approximate in-flight quota for a standard queue; more permits cannot be used.
 const MAX_IN_FLIGHT_LIMIT: usize = 120_000;
 
@@ -26,6 +27,7 @@ pub(crate) struct Settings {
     pub(crate) max_in_flight: usize,
     pub(crate) shutdown_timeout: Duration,
     pub(crate) retry_policy: RetryPolicy,
+    pub(crate) max_concurrent_receives: usize,
 }
 
 /// Builds a [`Consumer`]; start with [`Consumer::builder`] or [`Consumer::in_memory`].
@@ -42,6 +44,7 @@ pub struct ConsumerBuilder {
     max_in_flight: usize,
     shutdown_timeout: Duration,
     retry_policy: RetryPolicy,
+    max_concurrent_receives: usize,
 }
 
 impl ConsumerBuilder {
@@ -54,6 +57,7 @@ impl ConsumerBuilder {
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
             retry_policy: RetryPolicy::Leave,
+            max_concurrent_receives: DEFAULT_MAX_CONCURRENT_RECEIVES,
         }
     }
 
@@ -107,6 +111,16 @@ impl ConsumerBuilder {
         self
     }
 
+    /// The most `ReceiveMessage` calls under way at once, 1..=64. The consumer starts with one
+    /// and adds another each time a receive comes back full while slots are free, so a busy
+    /// queue keeps `max_in_flight` filled; an empty answer brings it back to one, so a quiet
+    /// queue costs one long poll at a time. Never more than `max_in_flight / batch_size`
+    /// (rounded up). Defaults to 8.
+    pub fn max_concurrent_receives(mut self, max: usize) -> Self {
+        self.max_concurrent_receives = max;
+        self
+    }
+
     /// Checks the settings and creates the consumer. Nothing is sent to SQS yet.
     pub fn build(self) -> Result<Consumer, Error> {
         let visibility_timeout = self
@@ -130,6 +144,13 @@ impl ConsumerBuilder {
                 "1..=120000",
             ));
         }
+        if !(1..=64).contains(&self.max_concurrent_receives) {
+            return Err(Error::invalid(
+                "max_concurrent_receives",
+                self.max_concurrent_receives,
+                "1..=64",
+            ));
+        }
         self.retry_policy.validate()?;
         if let Queue::Sqs { url, .. } = &self.queue {
             let ok = (url.starts_with("https://") || url.starts_with("http://"))
@@ -151,6 +172,7 @@ impl ConsumerBuilder {
                 max_in_flight: self.max_in_flight,
                 shutdown_timeout: self.shutdown_timeout,
                 retry_policy: self.retry_policy,
+                max_concurrent_receives: self.max_concurrent_receives,
             },
         ))
     }

@@ -6,13 +6,14 @@ use std::fmt;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
 
 use aws_sdk_sqs::types::Message;
 use futures::future::BoxFuture;
-use futures::{FutureExt, Stream};
+use futures::stream::FuturesUnordered;
+use futures::{FutureExt, Stream, StreamExt};
 use tokio::sync::{mpsc, OnceCell, OwnedSemaphorePermit, Semaphore};
 use tokio::task::{AbortHandle, JoinSet};
 use tokio::time::{sleep, Instant};
@@ -54,6 +55,21 @@ struct Inner {
     permits: Arc<Semaphore>,
     /// The visibility timeout in force, seconds: the builder's, or the queue's read once.
     visibility: OnceCell<u32>,
+}
+
+/// What one receive came back with.
+enum Answer {
+    Batch(Batch),
+    /// An empty answer.
+    Empty,
+    /// A transient failure (already waited out).
+    Nothing,
+}
+
+/// The back-off states shared by the receives under way.
+struct Backoffs {
+    failures: Backoff,
+    idle: Backoff,
 }
 
 /// One receive's worth of messages, with the slots they take.
@@ -256,6 +272,11 @@ impl Consumer {
 impl Inner {
     /// Receives and dispatches until shutdown is signalled (the caller drops this future) or
     /// a fatal error.
+    ///
+    /// Several receives may be under way at once: one to start with, one more each time a
+    /// receive comes back full while slots are still free (up to
+    /// `max_concurrent_receives`), and back to one when a receive comes back empty. Each
+    /// receive holds the slots for the messages it asks for.
     async fn receive_loop(
         &self,
         shutdown: &CancellationToken,
@@ -263,56 +284,108 @@ impl Inner {
         dispatch: &Dispatch,
     ) -> Result<(), Error> {
         let timeout = self.resolve_visibility_timeout().await?;
-        let mut failures = Backoff::new(Duration::from_millis(200), Duration::from_secs(20));
-        let mut idle = Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
+        let backoffs = Mutex::new(Backoffs {
+            failures: Backoff::new(Duration::from_millis(200), Duration::from_secs(20)),
+            idle: Backoff::new(Duration::from_millis(50), Duration::from_secs(2)),
+        });
+        let settings = &self.settings;
+        let most = settings
+            .max_concurrent_receives
+            .min(
+                settings
+                    .max_in_flight
+                    .div_ceil(settings.batch_size as usize),
+            )
+            .max(1);
+        let mut target = 1;
+        let mut receives = FuturesUnordered::new();
         tracing::info!(
             queue = %self.ctx.queue_name,
             visibility_timeout = timeout,
-            max_in_flight = self.settings.max_in_flight,
+            max_in_flight = settings.max_in_flight,
             fifo = self.ctx.fifo,
             "consumer started"
         );
         loop {
             // Group tasks log their own failures; this only frees finished ones.
             while groups.try_join_next().is_some() {}
-            if let Some(batch) = self.next_batch(&mut failures, &mut idle).await? {
-                self.dispatch(batch, timeout, shutdown, groups, dispatch);
+            while receives.len() < target {
+                // The first receive waits for a slot; more start only on slots free now.
+                let permits = if receives.is_empty() {
+                    self.acquire_permits().await
+                } else {
+                    self.try_acquire_permits()
+                };
+                let Some(permits) = permits else {
+                    if receives.is_empty() {
+                        return Ok(()); // the slots are gone: the consumer is being dropped
+                    }
+                    break;
+                };
+                receives.push(self.receive_once(permits, &backoffs));
+            }
+            let Some(outcome) = receives.next().await else {
+                continue;
+            };
+            match outcome? {
+                Answer::Batch(batch) => {
+                    let full = batch.messages.len() == settings.batch_size as usize;
+                    if full && target < most && self.permits.available_permits() > 0 {
+                        target += 1;
+                    }
+                    self.dispatch(batch, timeout, shutdown, groups, dispatch);
+                }
+                Answer::Empty => target = 1,
+                Answer::Nothing => {}
             }
         }
     }
 
-    /// Waits for a free slot, then receives once. `None` when there is nothing to hand out
-    /// (after any back-off); an error only when it is fatal.
-    async fn next_batch(
+    /// One receive with the slots it holds; on an empty answer or a transient failure, it
+    /// also waits out the back-off before it completes. An error only when it is fatal.
+    async fn receive_once(
         &self,
-        failures: &mut Backoff,
-        idle: &mut Backoff,
-    ) -> Result<Option<Batch>, Error> {
+        permits: Vec<OwnedSemaphorePermit>,
+        backoffs: &Mutex<Backoffs>,
+    ) -> Result<Answer, Error> {
         let settings = &self.settings;
-        let Some(permits) = self.acquire_permits().await else {
-            return Ok(None);
-        };
         let received_at = Instant::now();
         let request = Receive {
             max_messages: u32::try_from(permits.len()).unwrap_or(settings.batch_size),
             wait: settings.wait_time,
             visibility: settings.visibility_timeout,
         };
-        match self.ctx.queue.receive(request).await {
+        let result = self.ctx.queue.receive(request).await;
+        let backoff = |pick: fn(&mut Backoffs) -> &mut Backoff| {
+            let mut b = backoffs.lock().unwrap_or_else(PoisonError::into_inner);
+            pick(&mut b).next_delay()
+        };
+        let reset = |b: &mut Backoffs, idle: bool| {
+            b.failures.reset();
+            if idle {
+                b.idle.reset();
+            }
+        };
+        match result {
             Ok(messages) if messages.is_empty() => {
-                failures.reset();
+                reset(
+                    &mut backoffs.lock().unwrap_or_else(PoisonError::into_inner),
+                    false,
+                );
                 let waited = received_at.elapsed();
                 if settings.wait_time.is_zero() || waited < settings.wait_time / 2 {
                     // Short polling (or a server that answers early): do not spin.
-                    sleep(idle.next_delay()).await;
+                    sleep(backoff(|b| &mut b.idle)).await;
                 }
-                Ok(None)
+                Ok(Answer::Empty)
             }
             Ok(messages) => {
-                failures.reset();
-                idle.reset();
+                reset(
+                    &mut backoffs.lock().unwrap_or_else(PoisonError::into_inner),
+                    true,
+                );
                 tracing::debug!(count = messages.len(), "received");
-                Ok(Some(Batch {
+                Ok(Answer::Batch(Batch {
                     messages,
                     permits,
                     received_at,
@@ -324,10 +397,11 @@ impl Inner {
                 Err(err)
             }
             Err(err) => {
-                let wait = failures.next_delay();
+                drop(permits);
+                let wait = backoff(|b| &mut b.failures);
                 tracing::warn!(error = %err, retry_in = ?wait, "receive failed; retrying");
                 sleep(wait).await;
-                Ok(None)
+                Ok(Answer::Nothing)
             }
         }
     }
@@ -414,8 +488,18 @@ impl Inner {
 
     /// Waits for one free slot, then takes as many more as one receive may use.
     async fn acquire_permits(&self) -> Option<Vec<OwnedSemaphorePermit>> {
+        let first = self.permits.clone().acquire_owned().await.ok()?;
+        Some(self.more_permits(first))
+    }
+
+    /// The same without waiting: `None` when no slot is free.
+    fn try_acquire_permits(&self) -> Option<Vec<OwnedSemaphorePermit>> {
+        let first = self.permits.clone().try_acquire_owned().ok()?;
+        Some(self.more_permits(first))
+    }
+
+    fn more_permits(&self, first: OwnedSemaphorePermit) -> Vec<OwnedSemaphorePermit> {
         let sem = &self.permits;
-        let first = sem.clone().acquire_owned().await.ok()?;
         let mut permits = vec![first];
         while permits.len() < self.settings.batch_size as usize {
             match sem.clone().try_acquire_owned() {
@@ -423,7 +507,7 @@ impl Inner {
                 Err(_) => break,
             }
         }
-        Some(permits)
+        permits
     }
 
     async fn resolve_visibility_timeout(&self) -> Result<u32, Error> {

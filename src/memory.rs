@@ -67,6 +67,7 @@ struct Inner {
 
 #[derive(Clone)]
 struct Settings {
+    latency: Duration,
     visibility_timeout: u32,
     delay: Duration,
     fifo: bool,
@@ -245,6 +246,7 @@ impl SendOptions {
 #[derive(Debug, Clone)]
 pub struct MemoryQueueBuilder {
     name: Option<String>,
+    latency: Duration,
     visibility_timeout: Duration,
     delay: Duration,
     fifo: bool,
@@ -258,6 +260,14 @@ impl MemoryQueueBuilder {
     #[must_use]
     pub fn name(mut self, name: impl Into<String>) -> Self {
         self.name = Some(name.into());
+        self
+    }
+
+    /// How long every request takes, as a network round trip would (on tokio's clock):
+    /// receives, and the consumer's deletes and visibility changes. Defaults to 0.
+    #[must_use]
+    pub fn latency(mut self, latency: Duration) -> Self {
+        self.latency = latency;
         self
     }
 
@@ -323,6 +333,7 @@ impl MemoryQueueBuilder {
         Ok(MemoryQueue::with_settings(
             self.name,
             Settings {
+                latency: self.latency,
                 visibility_timeout,
                 delay: self.delay,
                 fifo: self.fifo,
@@ -345,6 +356,7 @@ impl MemoryQueue {
         Self::with_settings(
             None,
             Settings {
+                latency: Duration::ZERO,
                 visibility_timeout: 30,
                 delay: Duration::ZERO,
                 fifo: false,
@@ -379,6 +391,7 @@ impl MemoryQueue {
     pub fn builder() -> MemoryQueueBuilder {
         MemoryQueueBuilder {
             name: None,
+            latency: Duration::ZERO,
             visibility_timeout: Duration::from_secs(30),
             delay: Duration::ZERO,
             fifo: false,
@@ -390,6 +403,14 @@ impl MemoryQueue {
     /// The queue's name.
     pub fn name(&self) -> &str {
         &self.inner.name
+    }
+
+    /// Waits out the configured request latency.
+    pub(crate) async fn round_trip(&self) {
+        let latency = self.inner.settings.latency;
+        if !latency.is_zero() {
+            tokio::time::sleep(latency).await;
+        }
     }
 
     /// `true` for a FIFO queue.
@@ -535,6 +556,11 @@ impl MemoryQueue {
                 "VisibilityTimeout must be in 0..=43200",
             ));
         }
+        // Half the round trip on the way there, half on the way back.
+        let half = self.inner.settings.latency / 2;
+        if !half.is_zero() {
+            tokio::time::sleep(half).await;
+        }
         // SQS counts the 12-hour limit from the moment it got the request.
         let requested_at = Instant::now();
         let until = requested_at + wait;
@@ -547,6 +573,9 @@ impl MemoryQueue {
                 self.try_receive(max_messages as usize, visibility, requested_at);
             let now = Instant::now();
             if !messages.is_empty() || now >= until {
+                if !half.is_zero() {
+                    tokio::time::sleep(half).await;
+                }
                 return Ok(messages);
             }
             let wake = wake.map_or(until, |w| w.min(until));

@@ -88,7 +88,10 @@ impl Queue {
                 .await
                 .map(drop)
                 .map_err(|e| sdk_error("DeleteMessage", e)),
-            Queue::Memory(q) => q.delete(receipt),
+            Queue::Memory(q) => {
+                q.round_trip().await;
+                q.delete(receipt)
+            }
         }
     }
 
@@ -103,7 +106,10 @@ impl Queue {
                 .await
                 .map(drop)
                 .map_err(|e| sdk_error("ChangeMessageVisibility", e)),
-            Queue::Memory(q) => q.change_visibility(receipt, secs),
+            Queue::Memory(q) => {
+                q.round_trip().await;
+                q.change_visibility(receipt, secs)
+            }
         }
     }
 
@@ -133,7 +139,10 @@ impl Queue {
                     out.failed(),
                 ))
             }
-            Queue::Memory(q) => q.delete_batch(entries),
+            Queue::Memory(q) => {
+                q.round_trip().await;
+                q.delete_batch(entries)
+            }
         }
     }
 
@@ -168,7 +177,10 @@ impl Queue {
                     out.failed(),
                 ))
             }
-            Queue::Memory(q) => q.change_visibility_batch(entries),
+            Queue::Memory(q) => {
+                q.round_trip().await;
+                q.change_visibility_batch(entries)
+            }
         }
     }
 

@@ -393,3 +393,40 @@ async fn a_message_handed_out_late_in_a_long_poll_gets_its_whole_timeout() {
     assert_eq!(seen.lock().unwrap()["late"], 1);
     assert_eq!(consumer.stats().lost, 0);
 }
+
+/// Drains 1,000 messages through a queue whose requests take 50 ms, with instant handlers;
+/// returns how long that took (virtual time).
+async fn drain_with_latency(max_concurrent_receives: usize) -> Duration {
+    let q = MemoryQueue::builder()
+        .latency(Duration::from_millis(50))
+        .build()
+        .unwrap();
+    for i in 0..1_000 {
+        q.send(format!("m{i}")).unwrap();
+    }
+    let consumer = Consumer::in_memory(&q)
+        .max_in_flight(100)
+        .max_concurrent_receives(max_concurrent_receives)
+        .build()
+        .unwrap();
+    let start = Instant::now();
+    run_while(
+        &consumer,
+        |d: Delivery| d.ack(),
+        eventually("drained", LIMIT, || q.is_empty()),
+    )
+    .await;
+    start.elapsed()
+}
+
+#[tokio::test(start_paused = true)]
+async fn concurrent_receives_keep_the_consumer_busy_when_requests_take_time() {
+    // One receive at a time: 100 receives of 10, 50 ms each.
+    let alone = drain_with_latency(1).await;
+    assert!(alone >= secs(5), "{alone:?}");
+    let together = drain_with_latency(8).await;
+    assert!(
+        together * 3 < alone,
+        "{together:?} with 8, {alone:?} with 1"
+    );
+}
