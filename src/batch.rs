@@ -12,6 +12,8 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio::time::sleep;
+use tokio_util::task::task_tracker::TaskTrackerToken;
+use tokio_util::task::TaskTracker;
 
 use crate::backoff::Backoff;
 use crate::error::Error;
@@ -48,6 +50,9 @@ struct Entry {
     /// Seconds, for `ChangeVisibility`.
     visibility: u32,
     reply: oneshot::Sender<Result<(), Error>>,
+    /// Keeps the consumer's tracker of settle calls busy until this entry is answered, so a
+    /// shutdown waits for it even if its caller gave up.
+    _pending: TaskTrackerToken,
 }
 
 /// Sends one kind of call in batches; see the module docs.
@@ -55,15 +60,17 @@ struct Entry {
 pub(crate) struct Batcher {
     queue: Queue,
     call: Call,
+    settles: TaskTracker,
     /// Started on first use, inside the runtime that uses it.
     tx: OnceLock<mpsc::UnboundedSender<Entry>>,
 }
 
 impl Batcher {
-    pub(crate) fn new(queue: Queue, call: Call) -> Self {
+    pub(crate) fn new(queue: Queue, call: Call, settles: TaskTracker) -> Self {
         Self {
             queue,
             call,
+            settles,
             tx: OnceLock::new(),
         }
     }
@@ -81,6 +88,7 @@ impl Batcher {
             receipt: receipt.to_owned(),
             visibility,
             reply,
+            _pending: self.settles.token(),
         };
         if tx.send(entry).is_ok() {
             if let Ok(result) = answer.await {
@@ -259,6 +267,7 @@ mod tests {
             receipt: receipt.to_owned(),
             visibility: 0,
             reply: oneshot::channel().0,
+            _pending: TaskTracker::new().token(),
         }
     }
 
@@ -282,7 +291,7 @@ mod tests {
     async fn a_lone_entry_goes_out_at_once() {
         let q = queue();
         let h = held(&q, 1).await;
-        let batcher = Batcher::new(Queue::Memory(q.clone()), Call::Delete);
+        let batcher = Batcher::new(Queue::Memory(q.clone()), Call::Delete, TaskTracker::new());
         let start = Instant::now();
         batcher.submit(&h[0], 0).await.unwrap();
         assert_eq!(start.elapsed(), Duration::ZERO);
@@ -294,7 +303,11 @@ mod tests {
     async fn eleven_entries_take_two_requests() {
         let q = queue();
         let h = held(&q, 11).await;
-        let batcher = Arc::new(Batcher::new(Queue::Memory(q.clone()), Call::Delete));
+        let batcher = Arc::new(Batcher::new(
+            Queue::Memory(q.clone()),
+            Call::Delete,
+            TaskTracker::new(),
+        ));
         let results = submit_all(batcher, h, 0).await;
         assert!(results.iter().all(Result::is_ok));
         let r = q.requests();
@@ -312,6 +325,7 @@ mod tests {
         let batcher = Arc::new(Batcher::new(
             Queue::Memory(q.clone()),
             Call::ChangeVisibility,
+            TaskTracker::new(),
         ));
         let results = submit_all(batcher, vec![h[0].clone(), h[0].clone()], 30).await;
         assert!(results.iter().all(Result::is_ok));
@@ -323,7 +337,11 @@ mod tests {
         let q = queue();
         let h = held(&q, 3).await;
         // The second entry carries a stale handle; the others are fine.
-        let batcher = Arc::new(Batcher::new(Queue::Memory(q.clone()), Call::Delete));
+        let batcher = Arc::new(Batcher::new(
+            Queue::Memory(q.clone()),
+            Call::Delete,
+            TaskTracker::new(),
+        ));
         let stale = format!("{}x", &h[1][..h[1].len() - 1]);
         let results = submit_all(batcher, vec![h[0].clone(), stale, h[2].clone()], 0).await;
         assert!(results[0].is_ok() && results[2].is_ok());
@@ -342,7 +360,11 @@ mod tests {
         let q = queue();
         let h = held(&q, 3).await;
         q.fail_next(Action::DeleteMessage, "InternalError", 2);
-        let batcher = Arc::new(Batcher::new(Queue::Memory(q.clone()), Call::Delete));
+        let batcher = Arc::new(Batcher::new(
+            Queue::Memory(q.clone()),
+            Call::Delete,
+            TaskTracker::new(),
+        ));
         let results = submit_all(batcher, h, 0).await;
         assert!(results.iter().all(Result::is_ok));
         assert!(q.is_empty());
@@ -357,7 +379,11 @@ mod tests {
     async fn a_whole_request_failure_reaches_every_caller_or_is_retried() {
         let q = queue();
         let h = held(&q, 3).await;
-        let batcher = Arc::new(Batcher::new(Queue::Memory(q.clone()), Call::Delete));
+        let batcher = Arc::new(Batcher::new(
+            Queue::Memory(q.clone()),
+            Call::Delete,
+            TaskTracker::new(),
+        ));
         q.fail_next(Action::DeleteMessageBatch, "AccessDenied", 1);
         let results = submit_all(batcher.clone(), h.clone(), 0).await;
         for r in &results {
@@ -381,6 +407,7 @@ mod tests {
         let batcher = Arc::new(Batcher::new(
             Queue::Memory(q.clone()),
             Call::ChangeVisibility,
+            TaskTracker::new(),
         ));
         let results = submit_all(batcher, h, 30).await;
         assert!(results.iter().all(Result::is_ok));

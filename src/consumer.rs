@@ -298,6 +298,7 @@ impl Inner {
             )
             .max(1);
         let mut target = 1;
+        let mut busy = false;
         let mut receives = FuturesUnordered::new();
         tracing::info!(
             queue = %self.ctx.queue_name,
@@ -310,11 +311,13 @@ impl Inner {
             // Group tasks log their own failures; this only frees finished ones.
             while groups.try_join_next().is_some() {}
             while receives.len() < target {
-                // The first receive waits for a slot; more start only on slots free now.
-                let permits = if receives.is_empty() {
-                    self.acquire_permits().await
-                } else {
-                    self.try_acquire_permits()
+                // The first receive waits for a slot (for a whole batch of them while the
+                // queue is busy: receives of 10 cost the least); more receives start only on
+                // a whole batch of slots free now.
+                let permits = match (receives.is_empty(), busy) {
+                    (true, false) => self.acquire_permits().await,
+                    (true, true) => self.acquire_batch().await,
+                    (false, _) => self.try_acquire_batch(),
                 };
                 let Some(permits) = permits else {
                     if receives.is_empty() {
@@ -329,13 +332,16 @@ impl Inner {
             };
             match outcome? {
                 Answer::Batch(batch) => {
-                    let full = batch.messages.len() == settings.batch_size as usize;
-                    if full && target < most && self.permits.available_permits() > 0 {
+                    busy = batch.messages.len() == settings.batch_size as usize;
+                    if busy && target < most && self.permits.available_permits() > 0 {
                         target += 1;
                     }
                     self.dispatch(batch, timeout, shutdown, groups, dispatch);
                 }
-                Answer::Empty => target = 1,
+                Answer::Empty => {
+                    target = 1;
+                    busy = false;
+                }
                 Answer::Nothing => {}
             }
         }
@@ -492,10 +498,23 @@ impl Inner {
         Some(self.more_permits(first))
     }
 
-    /// The same without waiting: `None` when no slot is free.
-    fn try_acquire_permits(&self) -> Option<Vec<OwnedSemaphorePermit>> {
-        let first = self.permits.clone().try_acquire_owned().ok()?;
-        Some(self.more_permits(first))
+    /// Waits for a whole batch of free slots (fewer if `max_in_flight` is smaller).
+    async fn acquire_batch(&self) -> Option<Vec<OwnedSemaphorePermit>> {
+        let n = self.batch_permits();
+        let all = self.permits.clone().acquire_many_owned(n).await.ok()?;
+        Some(split_permits(all))
+    }
+
+    /// A whole batch of slots if they are free now.
+    fn try_acquire_batch(&self) -> Option<Vec<OwnedSemaphorePermit>> {
+        let n = self.batch_permits();
+        let all = self.permits.clone().try_acquire_many_owned(n).ok()?;
+        Some(split_permits(all))
+    }
+
+    fn batch_permits(&self) -> u32 {
+        let n = (self.settings.batch_size as usize).min(self.settings.max_in_flight);
+        u32::try_from(n).unwrap_or(1)
     }
 
     fn more_permits(&self, first: OwnedSemaphorePermit) -> Vec<OwnedSemaphorePermit> {
@@ -532,6 +551,19 @@ impl Inner {
             .await
             .copied()
     }
+}
+
+/// One permit per message.
+fn split_permits(mut all: OwnedSemaphorePermit) -> Vec<OwnedSemaphorePermit> {
+    let mut one_each = Vec::with_capacity(all.num_permits());
+    while all.num_permits() > 1 {
+        match all.split(1) {
+            Some(one) => one_each.push(one),
+            None => break,
+        }
+    }
+    one_each.push(all);
+    one_each
 }
 
 async fn run_handler<H: Handler>(handler: Arc<H>, delivery: Delivery) {

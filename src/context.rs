@@ -18,9 +18,9 @@ pub(crate) struct Context {
     pub(crate) retry: RetryPolicy,
     pub(crate) counters: Counters,
     pub(crate) lost_acks: LostAcks,
-    /// Deletes and visibility changes sent on behalf of deliveries: they run as their own
-    /// tasks, so that neither a cancelled caller nor a `Drop` cuts them short, and shutdown
-    /// waits for them.
+    /// Deletes and visibility changes under way on behalf of deliveries (batch entries, and
+    /// the releases of dropped deliveries): neither a cancelled caller nor a `Drop` cuts them
+    /// short, and shutdown waits for them.
     pub(crate) settles: TaskTracker,
     /// Every delete goes through this, in batches.
     pub(crate) deletes: Batcher,
@@ -31,16 +31,17 @@ pub(crate) struct Context {
 impl Context {
     pub(crate) fn new(queue: Queue, retry: RetryPolicy) -> Self {
         let fifo = queue.is_fifo();
+        let settles = TaskTracker::new();
         Self {
             queue_name: queue.describe(),
-            deletes: Batcher::new(queue.clone(), Call::Delete),
-            visibility: Batcher::new(queue.clone(), Call::ChangeVisibility),
+            deletes: Batcher::new(queue.clone(), Call::Delete, settles.clone()),
+            visibility: Batcher::new(queue.clone(), Call::ChangeVisibility, settles.clone()),
             queue,
             fifo,
             retry,
             counters: Counters::default(),
             lost_acks: LostAcks::default(),
-            settles: TaskTracker::new(),
+            settles,
         }
     }
 

@@ -2,13 +2,14 @@
 
 use std::fmt;
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use aws_sdk_sqs::types::{Message, MessageSystemAttributeName};
 use tokio::runtime::Handle;
 use tokio::sync::{watch, OwnedSemaphorePermit};
-use tokio::task::{AbortHandle, JoinError};
+use tokio::task::AbortHandle;
 use tokio::time::{sleep, Instant};
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, Span};
@@ -29,6 +30,10 @@ pub(crate) struct Shared {
     pub(crate) message_id: String,
     pub(crate) receipt: String,
     status: watch::Sender<Status>,
+    /// Set when `ack` or a release starts: from then on the outcome of that call decides,
+    /// not a heartbeat result racing it (an extension that reaches SQS just after the delete
+    /// fails, but the message was not lost).
+    settling: AtomicBool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -56,6 +61,15 @@ impl Shared {
 
     pub(crate) fn lost_reason(&self) -> Option<LostReason> {
         self.status.borrow().lost
+    }
+
+    /// Marks the delivery lost, as the heartbeat found it, unless a settle call has started.
+    pub(crate) fn heartbeat_lost(&self, reason: LostReason) -> bool {
+        if self.settling.load(Ordering::Acquire) {
+            return false;
+        }
+        self.mark_lost(reason);
+        true
     }
 
     /// Marks the delivery lost; the first reason wins.
@@ -154,6 +168,7 @@ impl Delivery {
             message_id,
             receipt: received.receipt,
             status,
+            settling: AtomicBool::new(false),
         });
         let heartbeat = (received.timeout > 0).then(|| {
             tokio::spawn(
@@ -289,8 +304,9 @@ impl Delivery {
     /// Deletes the message (`DeleteMessage`): it will not be delivered again.
     ///
     /// Transient failures are retried for a while; the heartbeat keeps the message hidden
-    /// meanwhile. The delete runs as its own task: if the caller stops waiting (a cancelled
-    /// handler), it still completes, and a graceful shutdown waits for it.
+    /// meanwhile. The delete goes out in a batch with others: once asked for, it is sent even
+    /// if the caller stops waiting (a cancelled handler), and a graceful shutdown waits for
+    /// it.
     ///
     /// If the delivery was already lost, the delete is still attempted (SQS may still accept
     /// it), but the result is [`Error::Lost`]: the message may have been handed to another
@@ -298,16 +314,14 @@ impl Delivery {
     /// it comes back to it, deletes it without calling the handler again.
     pub async fn ack(mut self) -> Result<(), Error> {
         self.settling = true;
-        let task = self.shared.ctx.settles.spawn_on(
-            delete_with_retries(self.shared.clone()).instrument(self.span.clone()),
-            &self.runtime,
-        );
-        let result = task
-            .await
-            .unwrap_or_else(|e| Err(cancelled("DeleteMessage", e)));
+        self.shared.settling.store(true, Ordering::Release);
+        let lost_before = self.shared.lost_reason();
+        let result = delete_with_retries(self.shared.clone())
+            .instrument(self.span.clone())
+            .await;
         self.stop_heartbeat();
         let ctx = &self.shared.ctx;
-        let outcome = match (result, self.shared.lost_reason()) {
+        let outcome = match (result, lost_before) {
             (Err(err), _) if err.is_lost() => Err(self.lost_error(err.kind())),
             (Err(err), _) => Err(err),
             (Ok(()), Some(reason)) => Err(Error::Lost {
@@ -369,15 +383,12 @@ impl Delivery {
 
     async fn change_and_settle(mut self, visibility: u32) -> Result<(), Error> {
         self.settling = true;
+        self.shared.settling.store(true, Ordering::Release);
         // Stop the heartbeat first, so that no extension lands after the change.
         self.stop_heartbeat();
-        let task = self.shared.ctx.settles.spawn_on(
-            change_visibility(self.shared.clone(), visibility).instrument(self.span.clone()),
-            &self.runtime,
-        );
-        match task
+        match change_visibility(self.shared.clone(), visibility)
+            .instrument(self.span.clone())
             .await
-            .unwrap_or_else(|e| Err(cancelled("ChangeMessageVisibility", e)))
         {
             Ok(()) => Ok(()),
             Err(err) if err.is_lost() => Err(self.lost_error(err.kind())),
@@ -434,16 +445,6 @@ async fn change_visibility(shared: Arc<Shared>, visibility: u32) -> Result<(), E
     bump(&shared.ctx.counters.released);
     tracing::debug!(visibility, "released");
     Ok(())
-}
-
-fn cancelled(operation: &'static str, err: JoinError) -> Error {
-    Error::Sqs {
-        operation,
-        code: None,
-        message: "the call was cancelled before it finished (is the runtime shutting down?)".into(),
-        kind: ErrorKind::Retryable,
-        source: Box::new(err),
-    }
 }
 
 impl Drop for Delivery {

@@ -92,7 +92,12 @@ pub(crate) async fn run(shared: Arc<Shared>, timeout: u32, received_at: Instant)
     let mut warned = false;
     while let Some(ext) = next_extension(shared.deadline(), timeout, limit) {
         sleep_until(ext.at).await;
-        match extend(&shared, timeout, limit).await {
+        let outcome = extend(&shared, timeout, limit).await;
+        if outcome.is_ok() {
+            let delay = Instant::now().saturating_duration_since(ext.at);
+            shared.ctx.counters.extension_delay(delay);
+        }
+        match outcome {
             Ok(Extended::By(visibility)) if visibility < timeout && !warned => {
                 warned = true;
                 bump(&shared.ctx.counters.capped);
@@ -106,8 +111,9 @@ pub(crate) async fn run(shared: Arc<Shared>, timeout: u32, received_at: Instant)
             Ok(Extended::By(_)) => {}
             Ok(Extended::NothingToGain) => break,
             Err(reason) => {
-                shared.mark_lost(reason);
-                tracing::warn!(%reason, "delivery lost");
+                if shared.heartbeat_lost(reason) {
+                    tracing::warn!(%reason, "delivery lost");
+                }
                 return;
             }
         }
@@ -115,8 +121,9 @@ pub(crate) async fn run(shared: Arc<Shared>, timeout: u32, received_at: Instant)
     // No extension is possible any more: the 12-hour limit is reached. The delivery is ours
     // until the current deadline, and lost after it.
     sleep_until(shared.deadline()).await;
-    shared.mark_lost(LostReason::HardDeadline);
-    tracing::warn!(reason = %LostReason::HardDeadline, "delivery lost");
+    if shared.heartbeat_lost(LostReason::HardDeadline) {
+        tracing::warn!(reason = %LostReason::HardDeadline, "delivery lost");
+    }
 }
 
 /// What one extension achieved.
@@ -444,6 +451,30 @@ mod tests {
                 extensions(&q) - before,
                 1,
                 "one failed call, then nothing more"
+            );
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn an_ack_racing_an_extension_is_not_reported_lost() {
+            // The extension due at 5 s is throttled and retried 50..100 ms later; the ack
+            // goes out at 5.01 s. The retried extension then finds the message deleted: that
+            // must not turn the successful ack into a "lost" one.
+            let q = queue(10);
+            q.send("m").unwrap();
+            let d = hold(&q, None).await;
+            let r = d.received_at();
+            sleep_until(r + secs(4)).await;
+            q.fail_next(Action::ChangeMessageVisibility, "RequestThrottled", 1);
+            sleep_until(r + secs(5) + Duration::from_millis(10)).await;
+            let ctx = d.context().clone();
+            d.ack().await.expect("the delete succeeded");
+            assert!(q.is_empty());
+            sleep(secs(1)).await;
+            assert_eq!(extensions(&q), 2, "the throttled try and its retry");
+            assert_eq!(
+                ctx.counters.snapshot(0).lost,
+                0,
+                "not counted as lost either"
             );
         }
 

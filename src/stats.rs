@@ -1,6 +1,7 @@
 //! `Stats`: what the consumer has done so far, as cheap atomic counters.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 /// A snapshot of a consumer's counters, from [`Consumer::stats`](crate::Consumer::stats).
 ///
@@ -20,6 +21,11 @@ pub struct Stats {
     pub extended: u64,
     /// Failed visibility extension attempts (each retry counts).
     pub extension_failures: u64,
+    /// The longest an extension took to succeed after it was due (halfway through the
+    /// timeout): timer and scheduling delay, batching, and the request itself. Half a
+    /// visibility timeout of it would lose the message; a large figure means a starved
+    /// runtime or an overloaded network.
+    pub worst_extension_delay: Duration,
     /// Deliveries lost: the message may have gone to another consumer.
     pub lost: u64,
     /// Deliveries held until SQS's 12-hour limit: their last extension was cut short (and a
@@ -45,6 +51,8 @@ pub(crate) struct Counters {
     pub(crate) released: AtomicU64,
     pub(crate) extended: AtomicU64,
     pub(crate) extension_failures: AtomicU64,
+    /// Nanoseconds.
+    pub(crate) worst_extension_delay: AtomicU64,
     pub(crate) lost: AtomicU64,
     pub(crate) capped: AtomicU64,
     pub(crate) handler_errors: AtomicU64,
@@ -58,6 +66,12 @@ pub(crate) fn bump(counter: &AtomicU64) {
 }
 
 impl Counters {
+    pub(crate) fn extension_delay(&self, delay: Duration) {
+        let nanos = u64::try_from(delay.as_nanos()).unwrap_or(u64::MAX);
+        self.worst_extension_delay
+            .fetch_max(nanos, Ordering::Relaxed);
+    }
+
     pub(crate) fn snapshot(&self, in_flight: u64) -> Stats {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         Stats {
@@ -66,6 +80,7 @@ impl Counters {
             released: get(&self.released),
             extended: get(&self.extended),
             extension_failures: get(&self.extension_failures),
+            worst_extension_delay: Duration::from_nanos(get(&self.worst_extension_delay)),
             lost: get(&self.lost),
             capped: get(&self.capped),
             handler_errors: get(&self.handler_errors),
