@@ -462,9 +462,12 @@ impl Inner {
         }
         for group in fifo::partition(deliveries, ctx.fifo) {
             let dispatch = dispatch.clone();
-            groups.spawn(fifo::run_group(group, shutdown.clone(), move |d| {
-                dispatch(d)
-            }));
+            // Boxed: the task then moves a pointer around, not the whole state machine.
+            groups.spawn(Box::pin(fifo::run_group(
+                group,
+                shutdown.clone(),
+                move |d| dispatch(d),
+            )));
         }
     }
 

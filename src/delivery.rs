@@ -171,9 +171,14 @@ impl Delivery {
             settling: AtomicBool::new(false),
         });
         let heartbeat = (received.timeout > 0).then(|| {
+            // Boxed: the task then moves a pointer around, not the whole state machine.
             tokio::spawn(
-                heartbeat::run(shared.clone(), received.timeout, received.received_at)
-                    .instrument(span.clone()),
+                Box::pin(heartbeat::run(
+                    shared.clone(),
+                    received.timeout,
+                    received.received_at,
+                ))
+                .instrument(span.clone()),
             )
             .abort_handle()
         });
