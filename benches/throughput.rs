@@ -30,6 +30,33 @@ use aws_smithy_types::config_bag::ConfigBag;
 use sqs_consumer::{Consumer, Delivery, Error, MemoryQueue, RequestCounts};
 use tokio::time::{sleep, Instant};
 
+/// Counts the bytes allocated and not yet freed, to measure memory per held delivery
+/// without the allocator's own overhead and fragmentation (RSS is reported too).
+struct CountingAlloc;
+
+static LIVE_BYTES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+// SAFETY: every call is forwarded to the system allocator unchanged; the counter only adds
+// and subtracts the sizes it was given.
+unsafe impl std::alloc::GlobalAlloc for CountingAlloc {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        LIVE_BYTES.fetch_add(layout.size(), std::sync::atomic::Ordering::Relaxed);
+        std::alloc::System.alloc(layout)
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        LIVE_BYTES.fetch_sub(layout.size(), std::sync::atomic::Ordering::Relaxed);
+        std::alloc::System.dealloc(ptr, layout)
+    }
+}
+
+#[global_allocator]
+static ALLOC: CountingAlloc = CountingAlloc;
+
+fn live_bytes() -> usize {
+    LIVE_BYTES.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 fn main() {
     let args: Vec<String> = std::env::args()
         .skip(1)
@@ -211,8 +238,9 @@ fn b3() {
             .shutdown_timeout(Duration::from_secs(60))
             .build()
             .unwrap();
-        let rss_before = rss_bytes().unwrap_or(0);
-        let held: Arc<Mutex<Vec<Delivery>>> = Arc::default();
+        let held: Arc<Mutex<Vec<Delivery>>> =
+            Arc::new(Mutex::new(Vec::with_capacity(DELIVERIES)));
+        let (rss_before, live_before) = (rss_bytes().unwrap_or(0), live_bytes());
         let h = held.clone();
         let handler = move |d: Delivery| {
             let h = h.clone();
@@ -221,7 +249,7 @@ fn b3() {
                 Ok::<(), Error>(())
             }
         };
-        let mut rss_held = 0;
+        let (mut rss_held, mut live_held) = (0, 0);
         let mut fill = Duration::ZERO;
         let signal = async {
             let start = Instant::now();
@@ -230,14 +258,18 @@ fn b3() {
             }
             fill = start.elapsed();
             rss_held = rss_bytes().unwrap_or(0);
+            live_held = live_bytes();
             sleep(HOLD).await;
         };
         consumer.run_until(handler, signal).await.unwrap();
         let stats = consumer.stats();
         let lost_or_visible = q.visible_len();
         let per = (rss_held.saturating_sub(rss_before)) as f64 / DELIVERIES as f64;
+        let live = live_held.saturating_sub(live_before) as f64 / DELIVERIES as f64;
         println!("B3  {DELIVERIES} deliveries held at once (T = {T} s, {:?} held, 2 worker threads):", HOLD);
-        println!("    received in {fill:.2?}; {per:.0} bytes of memory per held delivery");
+        println!(
+            "    received in {fill:.2?}; per held delivery: {live:.0} bytes allocated (the queue's side included), {per:.0} bytes of resident memory"
+        );
         println!(
             "    worst extension delay past T/2: {:?} (T/2 = {} s); extensions {}, lost {}, visible while held {}",
             stats.worst_extension_delay,

@@ -96,7 +96,9 @@ impl Batcher {
             }
         }
         // The batching task is gone (its runtime shut down): send this one on its own.
-        self.single(receipt, visibility).await
+        // Boxed, because the SDK's request future is large and every heartbeat holds one of
+        // these futures for as long as its delivery is held.
+        Box::pin(self.single(receipt, visibility)).await
     }
 
     async fn single(&self, receipt: &str, visibility: u32) -> Result<(), Error> {

@@ -298,6 +298,11 @@ impl Delivery {
         }
     }
 
+    #[cfg(test)]
+    pub(crate) fn shared_for_tests(&self) -> Arc<Shared> {
+        self.shared.clone()
+    }
+
     pub(crate) fn span(&self) -> &Span {
         &self.span
     }

@@ -598,3 +598,38 @@ mod tests {
         }
     }
 }
+#[cfg(test)]
+mod size {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use tokio::time::Instant;
+
+    use crate::context::Context;
+    use crate::delivery::Received;
+    use crate::queue::Queue;
+    use crate::{Delivery, MemoryQueue, RetryPolicy};
+
+    /// Every held delivery keeps a heartbeat future alive: it must stay small (an SDK request
+    /// future inside it once made it 5.5 KiB).
+    #[tokio::test]
+    async fn a_held_delivery_stays_small() {
+        let q = MemoryQueue::new();
+        let ctx = Arc::new(Context::new(Queue::Memory(q.clone()), RetryPolicy::Leave));
+        q.send("x").unwrap();
+        let m = q.receive(1, Duration::ZERO).await.unwrap().pop().unwrap();
+        let received = Received {
+            receipt: m.receipt_handle().unwrap().to_owned(),
+            received_at: Instant::now(),
+            returned_at: Instant::now(),
+            timeout: 30,
+            permit: None,
+            shutdown: Default::default(),
+        };
+        let d = Delivery::start(ctx, m, received);
+        let heartbeat = super::run(d.shared_for_tests(), 30, Instant::now());
+        let (future, delivery) = (std::mem::size_of_val(&heartbeat), std::mem::size_of_val(&d));
+        assert!(future <= 1024, "heartbeat future: {future} bytes");
+        assert!(delivery <= 512, "Delivery: {delivery} bytes");
+    }
+}
