@@ -31,6 +31,10 @@ use crate::memory::MemoryQueue;
 use crate::queue::{Queue, Receive};
 use crate::stats::{bump, Stats};
 
+/// While the queue is busy, how long a receive waits for a whole batch of free slots before
+/// it asks for fewer messages.
+const GATHER_SLOTS: Duration = Duration::from_millis(20);
+
 /// What happens to each delivery handed out: run a handler, or send it down a stream.
 type Dispatch = Arc<dyn Fn(Delivery) -> BoxFuture<'static, ()> + Send + Sync>;
 
@@ -316,7 +320,14 @@ impl Inner {
                 // a whole batch of slots free now.
                 let permits = match (receives.is_empty(), busy) {
                     (true, false) => self.acquire_permits().await,
-                    (true, true) => self.acquire_batch().await,
+                    (true, true) => {
+                        // Not for long: handlers that hold their slots a while must not
+                        // leave the queue unread.
+                        match tokio::time::timeout(GATHER_SLOTS, self.acquire_batch()).await {
+                            Ok(permits) => permits,
+                            Err(_) => self.acquire_permits().await,
+                        }
+                    }
                     (false, _) => self.try_acquire_batch(),
                 };
                 let Some(permits) = permits else {

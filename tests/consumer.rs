@@ -430,3 +430,30 @@ async fn concurrent_receives_keep_the_consumer_busy_when_requests_take_time() {
         "{together:?} with 8, {alone:?} with 1"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_busy_queue_never_leaves_free_slots_unused_for_long() {
+    // 16 slots, receives of 10: after a full receive the consumer prefers to wait for 10 free
+    // slots, but these handlers only finish once all 16 messages have reached a handler.
+    let q = queue(30);
+    for i in 0..16 {
+        q.send(format!("m{i}")).unwrap();
+    }
+    let consumer = Consumer::in_memory(&q).max_in_flight(16).build().unwrap();
+    let all_started = Arc::new(tokio::sync::Barrier::new(16));
+    let handler = move |d: Delivery| {
+        let all_started = all_started.clone();
+        async move {
+            all_started.wait().await;
+            d.ack().await
+        }
+    };
+    let start = Instant::now();
+    run_while(
+        &consumer,
+        handler,
+        eventually("all acked", LIMIT, || q.is_empty()),
+    )
+    .await;
+    assert!(start.elapsed() < secs(1), "{:?}", start.elapsed());
+}
