@@ -26,6 +26,27 @@ pub(crate) enum Queue {
     Memory(MemoryQueue),
 }
 
+/// How long a request may go unanswered (beyond a long poll's wait) before it counts as a
+/// transient failure. The SDK sets no such limit by default, and a server that never
+/// answers would otherwise hold a receive's slots, or a batch's callers, for ever.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+async fn within<T>(
+    limit: Duration,
+    operation: &'static str,
+    call: impl std::future::Future<Output = T>,
+) -> Result<T, Error> {
+    tokio::time::timeout(limit, call)
+        .await
+        .map_err(|elapsed| Error::Sqs {
+            operation,
+            code: None,
+            message: format!("no answer within {limit:?}"),
+            kind: ErrorKind::Retryable,
+            source: Box::new(elapsed),
+        })
+}
+
 /// One `ReceiveMessage` request.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Receive {
@@ -65,9 +86,8 @@ impl Queue {
                 if let Some(v) = req.visibility {
                     call = call.visibility_timeout(to_i32(v));
                 }
-                let out = call
-                    .send()
-                    .await
+                let out = within(req.wait + REQUEST_TIMEOUT, "ReceiveMessage", call.send())
+                    .await?
                     .map_err(|e| sdk_error("ReceiveMessage", e))?;
                 Ok(out.messages.unwrap_or_default())
             }
@@ -127,9 +147,8 @@ impl Queue {
                         .map_err(|e| build_error("DeleteMessageBatch", e))?;
                     call = call.entries(entry);
                 }
-                let out = call
-                    .send()
-                    .await
+                let out = within(REQUEST_TIMEOUT, "DeleteMessageBatch", call.send())
+                    .await?
                     .map_err(|e| sdk_error("DeleteMessageBatch", e))?;
                 let ok = out.successful().iter().map(|e| e.id());
                 Ok(entry_results(
@@ -165,9 +184,8 @@ impl Queue {
                         .map_err(|e| build_error("ChangeMessageVisibilityBatch", e))?;
                     call = call.entries(entry);
                 }
-                let out = call
-                    .send()
-                    .await
+                let out = within(REQUEST_TIMEOUT, "ChangeMessageVisibilityBatch", call.send())
+                    .await?
                     .map_err(|e| sdk_error("ChangeMessageVisibilityBatch", e))?;
                 let ok = out.successful().iter().map(|e| e.id());
                 Ok(entry_results(
