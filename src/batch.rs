@@ -1,16 +1,18 @@
 //! Client-side batching of `DeleteMessage` and `ChangeMessageVisibility`.
 //!
 //! SQS bills per request, and a batch request of up to 10 entries costs one. There is no
-//! fixed linger: while fewer than [`MAX_REQUESTS_IN_FLIGHT`] batch requests are under way,
-//! whatever is queued goes out at once (a lone ack at light load waits for nothing); when
-//! they are all busy, entries queue up and leave together, up to 10 a request. Deliveries
-//! received together reach their heartbeats together, so their extensions share requests too.
+//! fixed linger; the rule is Nagle's: with no batch request under way, whatever is queued
+//! goes out at once (a lone ack at light load waits for nothing). While one is under way, a
+//! partial batch waits until it fills or until a request comes back, so a busy consumer
+//! fills its batches and no entry waits longer than one round trip. Full batches go out at
+//! once, up to [`MAX_REQUESTS_IN_FLIGHT`] requests at a time. Deliveries received together
+//! reach their heartbeats together, so their extensions share requests too.
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, oneshot, Notify, Semaphore};
 use tokio::time::sleep;
 use tokio_util::task::task_tracker::TaskTrackerToken;
 use tokio_util::task::TaskTracker;
@@ -112,6 +114,8 @@ impl Batcher {
 /// The batching loop: takes what is queued whenever a request slot is free.
 async fn run(queue: Queue, call: Call, mut rx: mpsc::UnboundedReceiver<Entry>) {
     let slots = Arc::new(Semaphore::new(MAX_REQUESTS_IN_FLIGHT));
+    // Signalled whenever a request comes back (after its slot is free).
+    let answered = Arc::new(Notify::new());
     let mut waiting: VecDeque<Entry> = VecDeque::new();
     loop {
         let Ok(slot) = slots.clone().acquire_owned().await else {
@@ -128,14 +132,38 @@ async fn run(queue: Queue, call: Call, mut rx: mpsc::UnboundedReceiver<Entry>) {
                 tokio::task::yield_now().await;
             }
         }
-        while waiting.len() < LOOKAHEAD {
-            match rx.try_recv() {
-                Ok(entry) => waiting.push_back(entry),
-                Err(_) => break,
+        loop {
+            while waiting.len() < LOOKAHEAD {
+                match rx.try_recv() {
+                    Ok(entry) => waiting.push_back(entry),
+                    Err(_) => break,
+                }
+            }
+            // Registered before the check below, so an answer arriving after it wakes us.
+            let answer = answered.notified();
+            tokio::pin!(answer);
+            answer.as_mut().enable();
+            // This loop holds one slot; any other taken slot is a request under way.
+            let under_way = slots.available_permits() + 1 < MAX_REQUESTS_IN_FLIGHT;
+            if waiting.len() >= MAX_ENTRIES || !under_way {
+                break;
+            }
+            tokio::select! {
+                biased;
+                () = answer => break,
+                entry = rx.recv() => match entry {
+                    Some(entry) => waiting.push_back(entry),
+                    None => break,
+                },
             }
         }
         let batch = take_batch(&mut waiting);
-        tokio::spawn(send(queue.clone(), call, batch, slot));
+        let (queue, answered) = (queue.clone(), answered.clone());
+        tokio::spawn(async move {
+            send(queue, call, batch).await;
+            drop(slot);
+            answered.notify_waiters();
+        });
     }
 }
 
@@ -162,7 +190,7 @@ fn take_batch(waiting: &mut VecDeque<Entry>) -> Vec<Entry> {
 }
 
 /// Sends one batch, retries what failed transiently, and answers every caller.
-async fn send(queue: Queue, call: Call, mut batch: Vec<Entry>, _slot: OwnedSemaphorePermit) {
+async fn send(queue: Queue, call: Call, mut batch: Vec<Entry>) {
     let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
     for attempt in 1..=MAX_ATTEMPTS {
         let last = attempt == MAX_ATTEMPTS;
@@ -303,6 +331,46 @@ mod tests {
         batcher.submit(&h[0], 0).await.unwrap();
         assert_eq!(start.elapsed(), Duration::ZERO);
         assert_eq!(q.requests().delete_message_batch, 1);
+        assert!(q.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn entries_arriving_while_a_request_is_under_way_wait_for_it_together() {
+        let q = MemoryQueue::builder()
+            .visibility_timeout(Duration::from_secs(60))
+            .latency(Duration::from_millis(50))
+            .build()
+            .unwrap();
+        let h = held(&q, 6).await;
+        let base = q.requests().delete_message_batch;
+        let batcher = Arc::new(Batcher::new(
+            Queue::Memory(q.clone()),
+            Call::Delete,
+            TaskTracker::new(),
+        ));
+        let start = Instant::now();
+        // One entry first (it goes at once), then five more, 5 ms apart, while it is out.
+        let mut tasks = Vec::new();
+        for handle in h {
+            let b = batcher.clone();
+            tasks.push(tokio::spawn(async move {
+                b.submit(&handle, 0).await.unwrap();
+                start.elapsed()
+            }));
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let mut done = Vec::new();
+        for t in tasks {
+            done.push(t.await.unwrap());
+        }
+        // The first answered after one round trip; the rest left together when it came
+        // back, so none waited more than one round trip for a slot.
+        assert_eq!(done[0], Duration::from_millis(50));
+        assert!(
+            done[1..].iter().all(|d| *d == Duration::from_millis(100)),
+            "{done:?}"
+        );
+        assert_eq!(q.requests().delete_message_batch - base, 2);
         assert!(q.is_empty());
     }
 
