@@ -27,7 +27,6 @@ const ACK_RETRY_WINDOW: Duration = Duration::from_secs(20);
 /// What the delivery and its heartbeat task share.
 pub(crate) struct Shared {
     pub(crate) ctx: Arc<Context>,
-    pub(crate) message_id: String,
     pub(crate) receipt: String,
     status: watch::Sender<Status>,
     /// Set when `ack` or a release starts: from then on the outcome of that call decides,
@@ -150,10 +149,9 @@ impl Delivery {
             .and_then(|a| a.get(&MessageSystemAttributeName::ApproximateReceiveCount))
             .and_then(|v| v.parse().ok())
             .unwrap_or(1);
-        let message_id = message.message_id().unwrap_or_default().to_owned();
         let span = tracing::info_span!(
             "delivery",
-            message_id = %message_id,
+            message_id = message.message_id().unwrap_or_default(),
             receive_count,
             queue = %ctx.queue_name
         );
@@ -165,7 +163,6 @@ impl Delivery {
         });
         let shared = Arc::new(Shared {
             ctx,
-            message_id,
             receipt: received.receipt,
             status,
             settling: AtomicBool::new(false),
@@ -200,7 +197,7 @@ impl Delivery {
 
     /// The SQS message id.
     pub fn message_id(&self) -> &str {
-        &self.shared.message_id
+        self.message.message_id().unwrap_or_default()
     }
 
     /// The message body (empty if SQS sent none).
@@ -208,7 +205,8 @@ impl Delivery {
         self.message.body().unwrap_or_default()
     }
 
-    /// The message as the SDK returned it, with its system and message attributes.
+    /// The message as the SDK returned it, with its system and message attributes, but
+    /// without its receipt handle: the delivery holds that, and settles the message with it.
     pub fn message(&self) -> &Message {
         &self.message
     }

@@ -254,6 +254,55 @@ mod tests {
         );
     }
 
+    mod schedule {
+        //! Properties of the whole extension schedule, for any timeout and receive time.
+        use proptest::prelude::*;
+
+        use super::*;
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(512))]
+
+            #[test]
+            fn every_schedule_stays_inside_the_limits(
+                timeout in prop_oneof![0u32..=120, 0u32..=43_200],
+                // Where the receive falls on the clock, and how long the answer took (a long
+                // poll answers up to 20 s after the request; the first deadline counts from
+                // the answer).
+                received_offset_ms in 0u64..=1_000_000_000,
+                answer_ms in 0u64..=20_000,
+            ) {
+                let r = Instant::now() + Duration::from_millis(received_offset_ms);
+                let hard = r + HARD_LIMIT;
+                let limit = extension_limit(r);
+                let t = Duration::from_secs(u64::from(timeout));
+                let mut deadline = r + Duration::from_millis(answer_ms) + t;
+                let mut last_sent = r;
+                let mut rounds = 0u32;
+                while let Some(ext) = next_extension(deadline, timeout, limit) {
+                    rounds += 1;
+                    prop_assert!(timeout > 0, "no extension at all when T = 0");
+                    prop_assert!(ext.visibility > 0, "an extension of 0 at T = {}", timeout);
+                    prop_assert!(ext.visibility <= timeout);
+                    prop_assert!(ext.at < deadline, "sent at or after the deadline it extends");
+                    prop_assert!(ext.at >= last_sent, "the schedule goes back in time");
+                    let ends = ext.at + Duration::from_secs(u64::from(ext.visibility));
+                    prop_assert!(ends <= hard, "asks past receive + 12 h");
+                    prop_assert!(ends <= limit, "eats into the margin before the 12-hour limit");
+                    prop_assert!(ends > deadline, "an extension that gains nothing");
+                    prop_assert!(rounds <= 2 * 43_200 + 2, "the schedule does not end");
+                    last_sent = ext.at;
+                    deadline = ends;
+                }
+                if timeout > 0 {
+                    // Nothing given away: the message stays hidden to within a second of the
+                    // limit (visibility is whole seconds), or its first deadline was later.
+                    prop_assert!(deadline + Duration::from_secs(1) > limit, "stops early");
+                }
+            }
+        }
+    }
+
     mod task {
         //! The heartbeat task driven through a real `Delivery` on a `MemoryQueue`, on the
         //! paused clock: `sleep` here only moves virtual time forward.
@@ -583,7 +632,7 @@ mod tests {
         }
 
         fn receipt_of(d: &Delivery) -> String {
-            d.message().receipt_handle().unwrap().to_owned()
+            d.shared_for_tests().receipt.clone()
         }
 
         #[tokio::test(start_paused = true)]
