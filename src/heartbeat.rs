@@ -29,6 +29,9 @@ pub(crate) const HARD_LIMIT: Duration = Duration::from_secs(MAX_VISIBILITY_SECS 
 /// 43,200 s for the same reason.
 pub(crate) const CAP_MARGIN: Duration = Duration::from_secs(5);
 
+/// The shortest wait before retrying a failed extension.
+const MIN_RETRY_WAIT: Duration = Duration::from_millis(100);
+
 /// One planned `ChangeMessageVisibility` call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Extension {
@@ -169,14 +172,18 @@ async fn extend(shared: &Shared, timeout: u32, limit: Instant) -> Result<Extende
                     return Err(reason);
                 }
                 let remaining = deadline.saturating_duration_since(Instant::now());
-                let wait = backoff.next_delay().min(remaining / 4);
+                // A quarter of what is left, so several tries fit before the deadline, but
+                // never less than MIN_RETRY_WAIT: close to the deadline a quarter shrinks
+                // towards nothing, and the tries would bunch up into a burst.
+                let wait = backoff.next_delay().min(remaining / 4).max(MIN_RETRY_WAIT);
                 tracing::warn!(
                     error = %err,
                     retry_in = ?wait,
                     remaining = ?remaining,
                     "visibility extension failed; retrying"
                 );
-                sleep(wait).await;
+                // Not past the deadline: the delivery is lost right then, not a bit later.
+                sleep(wait.min(remaining)).await;
             }
             Err(_elapsed) => {
                 bump(&counters.extension_failures);

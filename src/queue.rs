@@ -276,6 +276,37 @@ fn build_error(operation: &'static str, err: aws_sdk_sqs::error::BuildError) -> 
     }
 }
 
+/// Failures of the client's own setup, which the SDK reports as failures to send: no
+/// credentials or a broken credentials configuration (fatal: retrying will not make them
+/// appear), a credentials provider that failed or timed out this time (retryable), and an
+/// endpoint that cannot be resolved, such as a missing region (fatal).
+fn setup_failure(err: &(dyn std::error::Error + 'static)) -> Option<(ErrorKind, &'static str)> {
+    use aws_credential_types::provider::error::CredentialsError;
+    let mut source = err.source();
+    while let Some(e) = source {
+        if let Some(credentials) = e.downcast_ref::<CredentialsError>() {
+            return Some(match credentials {
+                CredentialsError::CredentialsNotLoaded(_) => {
+                    (ErrorKind::Fatal, "no AWS credentials were found")
+                }
+                CredentialsError::InvalidConfiguration(_) => (
+                    ErrorKind::Fatal,
+                    "the AWS credentials configuration is invalid",
+                ),
+                _ => (ErrorKind::Retryable, "the AWS credentials provider failed"),
+            });
+        }
+        if e.is::<aws_smithy_http::endpoint::ResolveEndpointError>() {
+            return Some((
+                ErrorKind::Fatal,
+                "the SQS endpoint could not be resolved (is a region set?)",
+            ));
+        }
+        source = e.source();
+    }
+    None
+}
+
 fn to_i32(v: impl TryInto<i32>) -> i32 {
     v.try_into().unwrap_or(i32::MAX)
 }
@@ -302,15 +333,12 @@ where
         }
         SdkError::TimeoutError(_) => (None, "the request timed out".into(), ErrorKind::Retryable),
         SdkError::DispatchFailure(failure) => {
-            let kind = if failure.is_user() {
-                ErrorKind::Fatal
-            } else {
-                ErrorKind::Retryable
+            let (kind, what) = match setup_failure(&err) {
+                Some(setup) => setup,
+                None if failure.is_user() => (ErrorKind::Fatal, "the request could not be sent"),
+                None => (ErrorKind::Retryable, "the request could not be sent"),
             };
-            let message = format!(
-                "the request could not be sent: {}",
-                aws_sdk_sqs::error::DisplayErrorContext(&err)
-            );
+            let message = format!("{what}: {}", aws_sdk_sqs::error::DisplayErrorContext(&err));
             (None, message, kind)
         }
         SdkError::ResponseError(_) => (

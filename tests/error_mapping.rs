@@ -1,0 +1,557 @@
+//! Every SQS error the crate classifies, sent through the real SDK, leads to the behaviour the
+//! README's "Errors" table documents: lost, retried with back-off, or fatal. Service errors
+//! come from `aws-smithy-mocks`; timeouts from a connector that never answers; credential and
+//! region failures from the SDK's own configuration. All on the paused clock.
+
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_credential_types::provider::error::CredentialsError;
+use aws_credential_types::provider::{future, ProvideCredentials};
+use aws_sdk_sqs::config::http::{HttpRequest, HttpResponse};
+use aws_sdk_sqs::config::{BehaviorVersion, Credentials, Region};
+use aws_sdk_sqs::operation::change_message_visibility_batch::ChangeMessageVisibilityBatchOutput;
+use aws_sdk_sqs::operation::delete_message_batch::DeleteMessageBatchOutput;
+use aws_sdk_sqs::operation::receive_message::ReceiveMessageOutput;
+use aws_sdk_sqs::types::{
+    BatchResultErrorEntry, ChangeMessageVisibilityBatchResultEntry, DeleteMessageBatchResultEntry,
+    Message,
+};
+use aws_sdk_sqs::Client;
+use aws_smithy_mocks::{mock, mock_client, Rule, RuleMode};
+use aws_smithy_runtime_api::client::http::{
+    HttpClient, HttpConnector, HttpConnectorFuture, HttpConnectorSettings, SharedHttpConnector,
+};
+use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
+use aws_smithy_runtime_api::http::StatusCode;
+use aws_smithy_types::body::SdkBody;
+use sqs_consumer::{Consumer, Delivery, Error, LostReason};
+use tokio::time::{sleep, timeout, Instant};
+
+mod common;
+
+use common::take_one;
+
+const URL: &str = "https://sqs.us-east-1.amazonaws.com/123456789012/jobs";
+
+/// Whole-request errors that are retried with back-off (status, code as SQS sends it).
+const RETRYABLE: &[(u16, &str)] = &[
+    (400, "AWS.SimpleQueueService.RequestThrottled"),
+    (400, "ThrottlingException"),
+    (400, "KMS.ThrottlingException"),
+    (400, "KmsThrottled"),
+    (403, "OverLimit"),
+    (500, "InternalError"),
+    (500, "InternalFailure"),
+    (503, "ServiceUnavailable"),
+    (408, "RequestTimeout"),
+    (500, "SomethingNew"),
+    (429, "SomethingNewAndThrottled"),
+];
+
+/// Whole-request errors that are fatal: retrying cannot help.
+const FATAL: &[(u16, &str)] = &[
+    (400, "AWS.SimpleQueueService.NonExistentQueue"),
+    (400, "QueueDoesNotExist"),
+    (403, "AccessDenied"),
+    (400, "AccessDeniedException"),
+    (403, "InvalidClientTokenId"),
+    (403, "SignatureDoesNotMatch"),
+    (403, "ExpiredToken"),
+    (400, "KMS.AccessDeniedException"),
+    (400, "KmsAccessDenied"),
+    (400, "KmsDisabled"),
+    (400, "KmsNotFound"),
+    (400, "InvalidParameterValue"),
+    (400, "InvalidAddress"),
+    (400, "AWS.SimpleQueueService.UnsupportedOperation"),
+    (400, "SomethingNewFromTheCaller"),
+];
+
+/// Entry errors that mean the delivery is gone.
+const LOST: &[(&str, LostReason)] = &[
+    ("ReceiptHandleIsInvalid", LostReason::ReceiptHandleInvalid),
+    (
+        "AWS.SimpleQueueService.MessageNotInflight",
+        LostReason::NotInFlight,
+    ),
+    ("MessageNotInflight", LostReason::NotInFlight),
+];
+
+/// An SQS error answer as the service sends it (JSON body plus the query-compatible header).
+fn sqs_error(status: u16, code: &str) -> HttpResponse {
+    let short = code.rsplit('.').next().unwrap();
+    let body = format!(r#"{{"__type":"com.amazonaws.sqs#{short}","message":"{short} (test)"}}"#);
+    let mut response =
+        HttpResponse::new(StatusCode::try_from(status).unwrap(), SdkBody::from(body));
+    response
+        .headers_mut()
+        .insert("x-amzn-query-error", format!("{code};Sender"));
+    response
+        .headers_mut()
+        .insert("content-type", "application/x-amz-json-1.0");
+    response
+}
+
+fn one_message() -> ReceiveMessageOutput {
+    ReceiveMessageOutput::builder()
+        .messages(
+            Message::builder()
+                .message_id("m-1")
+                .receipt_handle("handle-1")
+                .body("work")
+                .build(),
+        )
+        .build()
+}
+
+fn receive_once() -> Rule {
+    mock!(Client::receive_message)
+        .sequence()
+        .output(one_message)
+        .output(|| ReceiveMessageOutput::builder().build())
+        .repeatedly()
+        .build()
+}
+
+fn extensions_succeed() -> Rule {
+    mock!(Client::change_message_visibility_batch).then_compute_output(|req| {
+        let ok = req.entries().iter().map(|e| {
+            ChangeMessageVisibilityBatchResultEntry::builder()
+                .id(e.id())
+                .build()
+                .unwrap()
+        });
+        ChangeMessageVisibilityBatchOutput::builder()
+            .set_successful(Some(ok.collect()))
+            .set_failed(Some(vec![]))
+            .build()
+            .unwrap()
+    })
+}
+
+fn delete_answer(failed_with: Option<&'static str>) -> Rule {
+    mock!(Client::delete_message_batch).then_compute_output(move |req| {
+        let (mut ok, mut failed) = (vec![], vec![]);
+        for e in req.entries() {
+            match failed_with {
+                Some(code) => failed.push(
+                    BatchResultErrorEntry::builder()
+                        .id(e.id())
+                        .sender_fault(true)
+                        .code(code)
+                        .build()
+                        .unwrap(),
+                ),
+                None => ok.push(
+                    DeleteMessageBatchResultEntry::builder()
+                        .id(e.id())
+                        .build()
+                        .unwrap(),
+                ),
+            }
+        }
+        DeleteMessageBatchOutput::builder()
+            .set_successful(Some(ok))
+            .set_failed(Some(failed))
+            .build()
+            .unwrap()
+    })
+}
+
+fn consumer(client: Client) -> Consumer {
+    Consumer::builder(client, URL)
+        .visibility_timeout(Duration::from_secs(10))
+        .build()
+        .unwrap()
+}
+
+fn short(code: &str) -> &str {
+    code.rsplit('.').next().unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn receive_errors_end_the_run_when_fatal_and_are_retried_with_back_off_otherwise() {
+    for &(status, code) in FATAL {
+        let receive = mock!(Client::receive_message)
+            .sequence()
+            .http_response(move || sqs_error(status, code))
+            .repeatedly()
+            .build();
+        let client = mock_client!(aws_sdk_sqs, RuleMode::MatchAny, [&receive]);
+        let err = timeout(
+            Duration::from_secs(60),
+            consumer(client).run(|d: Delivery| d.ack()),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("{code}: the run did not end"))
+        .unwrap_err();
+        assert!(err.is_fatal() && !err.is_retryable(), "{code}: {err}");
+        assert_eq!(err.code().map(short), Some(short(code)), "{code}");
+        assert_eq!(
+            receive.num_calls(),
+            1,
+            "{code}: a fatal error is not retried"
+        );
+    }
+    for &(status, code) in RETRYABLE {
+        let receive = mock!(Client::receive_message)
+            .sequence()
+            .http_response(move || sqs_error(status, code))
+            .times(6)
+            .output(one_message)
+            .output(|| ReceiveMessageOutput::builder().build())
+            .repeatedly()
+            .build();
+        let (change, delete) = (extensions_succeed(), delete_answer(None));
+        let client = mock_client!(
+            aws_sdk_sqs,
+            RuleMode::MatchAny,
+            [&receive, &change, &delete]
+        );
+        let start = Instant::now();
+        let d = take_one(&consumer(client)).await;
+        // Six failures, each followed by a wait (the SDK's own retries, then the consumer's
+        // back-off from 100 ms up): never a hot loop.
+        assert!(
+            start.elapsed() >= Duration::from_millis(500),
+            "{code}: {:?}",
+            start.elapsed()
+        );
+        assert_eq!(d.message_id(), "m-1", "{code}");
+        d.ack().await.unwrap_or_else(|e| panic!("{code}: {e}"));
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn extension_errors_lose_the_delivery_only_when_sqs_says_it_is_gone() {
+    // Entry errors that mean the message is gone: lost at the first extension.
+    for &(code, reason) in LOST {
+        let change =
+            mock!(Client::change_message_visibility_batch).then_compute_output(move |req| {
+                let failed = req.entries().iter().map(|e| {
+                    BatchResultErrorEntry::builder()
+                        .id(e.id())
+                        .sender_fault(true)
+                        .code(code)
+                        .build()
+                        .unwrap()
+                });
+                ChangeMessageVisibilityBatchOutput::builder()
+                    .set_successful(Some(vec![]))
+                    .set_failed(Some(failed.collect()))
+                    .build()
+                    .unwrap()
+            });
+        let (receive, delete) = (receive_once(), delete_answer(None));
+        let client = mock_client!(
+            aws_sdk_sqs,
+            RuleMode::MatchAny,
+            [&receive, &change, &delete]
+        );
+        let d = take_one(&consumer(client)).await;
+        assert_eq!(d.lost().await, reason, "{code}");
+        assert_eq!(change.num_calls(), 1, "{code}: not retried");
+        let err = d.ack().await.unwrap_err();
+        assert!(err.is_lost(), "{code}: {err}");
+    }
+    // Transient whole-request errors: retried, and the delivery stays held.
+    for &(status, code) in RETRYABLE {
+        let change = mock!(Client::change_message_visibility_batch)
+            .sequence()
+            .http_response(move || sqs_error(status, code))
+            .times(3)
+            .output(|| {
+                ChangeMessageVisibilityBatchOutput::builder()
+                    .successful(
+                        ChangeMessageVisibilityBatchResultEntry::builder()
+                            .id("0")
+                            .build()
+                            .unwrap(),
+                    )
+                    .set_failed(Some(vec![]))
+                    .build()
+                    .unwrap()
+            })
+            .repeatedly()
+            .build();
+        let (receive, delete) = (receive_once(), delete_answer(None));
+        let client = mock_client!(
+            aws_sdk_sqs,
+            RuleMode::MatchAny,
+            [&receive, &change, &delete]
+        );
+        let d = take_one(&consumer(client)).await;
+        sleep(Duration::from_secs(60)).await;
+        assert!(!d.is_lost(), "{code}");
+        d.ack().await.unwrap_or_else(|e| panic!("{code}: {e}"));
+    }
+    // Fatal whole-request errors (access denied, say): retried with back-off until the
+    // deadline, since only SQS can say the message is gone; then the delivery is lost.
+    for &(status, code) in &FATAL[2..4] {
+        let change = mock!(Client::change_message_visibility_batch)
+            .sequence()
+            .http_response(move || sqs_error(status, code))
+            .repeatedly()
+            .build();
+        let (receive, delete) = (receive_once(), delete_answer(None));
+        let client = mock_client!(
+            aws_sdk_sqs,
+            RuleMode::MatchAny,
+            [&receive, &change, &delete]
+        );
+        let d = take_one(&consumer(client)).await;
+        let start = Instant::now();
+        assert_eq!(d.lost().await, LostReason::ExtensionFailed, "{code}");
+        // Due at 5 s, lost when the visibility ran out at 10 s: tries at least 100 ms apart
+        // between (about 15), never a burst of them as the deadline nears.
+        assert!(start.elapsed() <= Duration::from_secs(10), "{code}");
+        assert!(
+            (2..=16).contains(&change.num_calls()),
+            "{code}: {} calls",
+            change.num_calls()
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn ack_errors_are_lost_fatal_or_retried() {
+    for &(code, _) in LOST {
+        let (receive, change, delete) = (
+            receive_once(),
+            extensions_succeed(),
+            delete_answer(Some(code)),
+        );
+        let client = mock_client!(
+            aws_sdk_sqs,
+            RuleMode::MatchAny,
+            [&receive, &change, &delete]
+        );
+        let err = take_one(&consumer(client)).await.ack().await.unwrap_err();
+        assert!(err.is_lost(), "{code}: {err}");
+        assert_eq!(delete.num_calls(), 1, "{code}");
+    }
+    for &(status, code) in FATAL {
+        let delete = mock!(Client::delete_message_batch)
+            .sequence()
+            .http_response(move || sqs_error(status, code))
+            .repeatedly()
+            .build();
+        let (receive, change) = (receive_once(), extensions_succeed());
+        let client = mock_client!(
+            aws_sdk_sqs,
+            RuleMode::MatchAny,
+            [&receive, &change, &delete]
+        );
+        let err = take_one(&consumer(client)).await.ack().await.unwrap_err();
+        assert!(err.is_fatal(), "{code}: {err}");
+        assert_eq!(
+            delete.num_calls(),
+            1,
+            "{code}: a fatal error is not retried"
+        );
+    }
+    for &(status, code) in RETRYABLE {
+        let delete = mock!(Client::delete_message_batch)
+            .sequence()
+            .http_response(move || sqs_error(status, code))
+            .times(2)
+            .output(|| {
+                DeleteMessageBatchOutput::builder()
+                    .successful(
+                        DeleteMessageBatchResultEntry::builder()
+                            .id("0")
+                            .build()
+                            .unwrap(),
+                    )
+                    .set_failed(Some(vec![]))
+                    .build()
+                    .unwrap()
+            })
+            .build();
+        let (receive, change) = (receive_once(), extensions_succeed());
+        let client = mock_client!(
+            aws_sdk_sqs,
+            RuleMode::MatchAny,
+            [&receive, &change, &delete]
+        );
+        let d = take_one(&consumer(client)).await;
+        d.ack().await.unwrap_or_else(|e| panic!("{code}: {e}"));
+        assert_eq!(delete.num_calls(), 3, "{code}");
+    }
+}
+
+// ---- Timeouts, credentials, region: no mocked answer, the SDK's own failures ----
+
+/// A connector that answers `ReceiveMessage` with one message and then nothing, and never
+/// answers anything else (or, with `hang_receives`, nothing at all).
+#[derive(Debug, Clone, Default)]
+struct Silent {
+    hang_receives: bool,
+    receives: Arc<AtomicUsize>,
+    others: Arc<AtomicUsize>,
+}
+
+impl HttpConnector for Silent {
+    fn call(&self, request: HttpRequest) -> HttpConnectorFuture {
+        let target = request.headers().get("x-amz-target").unwrap_or_default();
+        if target.ends_with("ReceiveMessage") && !self.hang_receives {
+            let body = if self.receives.fetch_add(1, SeqCst) == 0 {
+                r#"{"Messages":[{"MessageId":"m-1","ReceiptHandle":"handle-1","Body":"work"}]}"#
+            } else {
+                "{}"
+            };
+            let mut response = HttpResponse::new(StatusCode::try_from(200).unwrap(), body.into());
+            response
+                .headers_mut()
+                .insert("content-type", "application/x-amz-json-1.0");
+            return HttpConnectorFuture::ready(Ok(response));
+        }
+        if target.ends_with("ReceiveMessage") {
+            self.receives.fetch_add(1, SeqCst);
+        } else {
+            self.others.fetch_add(1, SeqCst);
+        }
+        HttpConnectorFuture::new(std::future::pending())
+    }
+}
+
+impl HttpClient for Silent {
+    fn http_connector(
+        &self,
+        _: &HttpConnectorSettings,
+        _: &RuntimeComponents,
+    ) -> SharedHttpConnector {
+        SharedHttpConnector::new(self.clone())
+    }
+}
+
+fn client_with(
+    http: Silent,
+    credentials: impl ProvideCredentials + 'static,
+    region: Option<&'static str>,
+) -> Client {
+    let mut config = aws_sdk_sqs::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .credentials_provider(credentials)
+        .http_client(http);
+    config.set_region(region.map(Region::new));
+    Client::from_conf(config.build())
+}
+
+fn test_credentials() -> Credentials {
+    Credentials::new("test", "test", None, None, "test")
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unanswered_receive_times_out_and_is_retried() {
+    let http = Silent {
+        hang_receives: true,
+        ..Silent::default()
+    };
+    let client = client_with(http.clone(), test_credentials(), Some("us-east-1"));
+    let consumer = Consumer::builder(client, URL)
+        .visibility_timeout(Duration::from_secs(10))
+        .wait_time(Duration::ZERO)
+        .build()
+        .unwrap();
+    let run = timeout(Duration::from_secs(65), consumer.run(|d: Delivery| d.ack())).await;
+    assert!(run.is_err(), "the run goes on: {run:?}");
+    // Each try gives up after 10 s, then backs off: 4 to 6 tries in 65 s.
+    let tries = http.receives.load(SeqCst);
+    assert!((4..=6).contains(&tries), "{tries} tries");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unanswered_ack_times_out_as_a_retryable_error() {
+    let http = Silent::default();
+    let client = client_with(http.clone(), test_credentials(), Some("us-east-1"));
+    let consumer = Consumer::builder(client, URL)
+        .visibility_timeout(Duration::from_secs(600))
+        .build()
+        .unwrap();
+    let d = take_one(&consumer).await;
+    let start = Instant::now();
+    let err = d.ack().await.unwrap_err();
+    assert!(err.is_retryable(), "{err}");
+    assert!(err.to_string().contains("no answer"), "{err}");
+    // Four tries of 10 s each, with back-off between them; the message comes back when its
+    // visibility timeout lapses, as with any failed ack.
+    assert!(
+        start.elapsed() >= Duration::from_secs(40),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_eq!(http.others.load(SeqCst), 4);
+}
+
+#[derive(Debug)]
+struct NoCredentials;
+
+impl ProvideCredentials for NoCredentials {
+    fn provide_credentials<'a>(&'a self) -> future::ProvideCredentials<'a>
+    where
+        Self: 'a,
+    {
+        future::ProvideCredentials::ready(Err(CredentialsError::not_loaded(
+            "no credentials in the environment (test)",
+        )))
+    }
+}
+
+/// Times out `failures` times, then hands out credentials.
+#[derive(Debug)]
+struct FlakyCredentials {
+    failures: usize,
+    calls: Arc<AtomicUsize>,
+}
+
+impl ProvideCredentials for FlakyCredentials {
+    fn provide_credentials<'a>(&'a self) -> future::ProvideCredentials<'a>
+    where
+        Self: 'a,
+    {
+        let call = self.calls.fetch_add(1, SeqCst);
+        future::ProvideCredentials::ready(if call < self.failures {
+            Err(CredentialsError::provider_timed_out(Duration::from_secs(1)))
+        } else {
+            Ok(test_credentials())
+        })
+    }
+}
+
+fn fatal_message(err: &Error) -> String {
+    assert!(err.is_fatal(), "{err}");
+    err.to_string()
+}
+
+#[tokio::test(start_paused = true)]
+async fn missing_credentials_or_region_end_the_run_with_a_clear_error() {
+    let client = client_with(Silent::default(), NoCredentials, Some("us-east-1"));
+    let err = consumer(client)
+        .run(|d: Delivery| d.ack())
+        .await
+        .unwrap_err();
+    assert!(fatal_message(&err).contains("no AWS credentials"), "{err}");
+
+    let client = client_with(Silent::default(), test_credentials(), None);
+    let err = consumer(client)
+        .run(|d: Delivery| d.ack())
+        .await
+        .unwrap_err();
+    assert!(fatal_message(&err).contains("region"), "{err}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_credentials_provider_timing_out_is_retried() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let credentials = FlakyCredentials {
+        failures: 3,
+        calls: calls.clone(),
+    };
+    let client = client_with(Silent::default(), credentials, Some("us-east-1"));
+    let d = take_one(&consumer(client)).await;
+    assert_eq!(d.message_id(), "m-1");
+    assert!(calls.load(SeqCst) >= 4);
+}
