@@ -16,7 +16,6 @@ use aws_sdk_sqs::operation::delete_message_batch::DeleteMessageBatchOutput;
 use aws_sdk_sqs::operation::receive_message::ReceiveMessageOutput;
 use aws_sdk_sqs::types::{
     BatchResultErrorEntry, ChangeMessageVisibilityBatchResultEntry, DeleteMessageBatchResultEntry,
-    Message,
 };
 use aws_sdk_sqs::Client;
 use aws_smithy_mocks::{mock, mock_client, Rule, RuleMode};
@@ -25,12 +24,12 @@ use aws_smithy_runtime_api::client::http::{
 };
 use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
 use aws_smithy_runtime_api::http::StatusCode;
-use aws_smithy_types::body::SdkBody;
 use sqs_consumer::{Consumer, Delivery, Error, LostReason};
 use tokio::time::{sleep, timeout, Instant};
 
 mod common;
 
+use common::sdk::{one_message, receive_once, sqs_error};
 use common::take_one;
 
 const URL: &str = "https://sqs.us-east-1.amazonaws.com/123456789012/jobs";
@@ -78,42 +77,6 @@ const LOST: &[(&str, LostReason)] = &[
     ),
     ("MessageNotInflight", LostReason::NotInFlight),
 ];
-
-/// An SQS error answer as the service sends it (JSON body plus the query-compatible header).
-fn sqs_error(status: u16, code: &str) -> HttpResponse {
-    let short = code.rsplit('.').next().unwrap();
-    let body = format!(r#"{{"__type":"com.amazonaws.sqs#{short}","message":"{short} (test)"}}"#);
-    let mut response =
-        HttpResponse::new(StatusCode::try_from(status).unwrap(), SdkBody::from(body));
-    response
-        .headers_mut()
-        .insert("x-amzn-query-error", format!("{code};Sender"));
-    response
-        .headers_mut()
-        .insert("content-type", "application/x-amz-json-1.0");
-    response
-}
-
-fn one_message() -> ReceiveMessageOutput {
-    ReceiveMessageOutput::builder()
-        .messages(
-            Message::builder()
-                .message_id("m-1")
-                .receipt_handle("handle-1")
-                .body("work")
-                .build(),
-        )
-        .build()
-}
-
-fn receive_once() -> Rule {
-    mock!(Client::receive_message)
-        .sequence()
-        .output(one_message)
-        .output(|| ReceiveMessageOutput::builder().build())
-        .repeatedly()
-        .build()
-}
 
 fn extensions_succeed() -> Rule {
     mock!(Client::change_message_visibility_batch).then_compute_output(|req| {

@@ -5,7 +5,6 @@
 
 use std::time::Duration;
 
-use aws_sdk_sqs::config::http::HttpResponse;
 use aws_sdk_sqs::operation::change_message_visibility_batch::{
     ChangeMessageVisibilityBatchInput, ChangeMessageVisibilityBatchOutput,
 };
@@ -17,53 +16,15 @@ use aws_sdk_sqs::types::{
 };
 use aws_sdk_sqs::Client;
 use aws_smithy_mocks::{mock, mock_client, Rule, RuleMode};
-use aws_smithy_runtime_api::http::StatusCode;
-use aws_smithy_types::body::SdkBody;
 use sqs_consumer::{Consumer, Delivery, LostReason};
 use tokio::time::{sleep, Instant};
 
 mod common;
 
+use common::sdk::{one_message, receive_once, sqs_error};
 use common::take_one;
 
 const URL: &str = "https://sqs.us-east-1.amazonaws.com/123456789012/jobs";
-
-/// An SQS error answer as the service sends it.
-fn sqs_error(status: u16, code: &str) -> HttpResponse {
-    let short = code.rsplit('.').next().unwrap();
-    let body = format!(r#"{{"__type":"com.amazonaws.sqs#{short}","message":"{short} (test)"}}"#);
-    let mut response =
-        HttpResponse::new(StatusCode::try_from(status).unwrap(), SdkBody::from(body));
-    response
-        .headers_mut()
-        .insert("x-amzn-query-error", format!("{code};Sender"));
-    response
-        .headers_mut()
-        .insert("content-type", "application/x-amz-json-1.0");
-    response
-}
-
-fn one_message() -> ReceiveMessageOutput {
-    ReceiveMessageOutput::builder()
-        .messages(
-            Message::builder()
-                .message_id("m-1")
-                .receipt_handle("handle-1")
-                .body("work")
-                .build(),
-        )
-        .build()
-}
-
-/// Receives one message, then nothing.
-fn receive_once() -> Rule {
-    mock!(Client::receive_message)
-        .sequence()
-        .output(one_message)
-        .output(|| ReceiveMessageOutput::builder().build())
-        .repeatedly()
-        .build()
-}
 
 fn deletes() -> Rule {
     mock!(Client::delete_message_batch).then_compute_output(|req| {

@@ -10,6 +10,8 @@ use aws_sdk_sqs::types::{Message, MessageSystemAttributeName, QueueAttributeName
 use sqs_consumer::{Consumer, ConsumerBuilder, Delivery, Handler, MemoryQueue};
 use tokio::time::sleep;
 
+pub mod sdk;
+
 /// Where a scenario runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
