@@ -10,6 +10,7 @@ use aws_sdk_sqs::types::{Message, MessageSystemAttributeName, QueueAttributeName
 use sqs_consumer::{Consumer, ConsumerBuilder, Delivery, Handler, MemoryQueue};
 use tokio::time::sleep;
 
+pub mod faults;
 pub mod sdk;
 
 /// Where a scenario runs.
@@ -55,13 +56,30 @@ pub fn memory_fifo(visibility: u64) -> MemoryQueue {
 
 /// A client for the test server the test command started.
 pub fn server_client() -> aws_sdk_sqs::Client {
-    let endpoint = std::env::var("SQS_TEST_ENDPOINT").unwrap_or_else(|_| {
+    client_for(&server_endpoint())
+}
+
+/// The test server's address, `http://127.0.0.1:port`.
+pub fn server_endpoint() -> String {
+    std::env::var("SQS_TEST_ENDPOINT").unwrap_or_else(|_| {
         panic!(
             "SQS_TEST_ENDPOINT is not set: these tests need the local SQS server that \
              `scripts/test.sh` (the README's test command) installs and starts"
         )
-    });
+    })
+}
+
+/// A client of the SQS-compatible server (or proxy) at `endpoint`.
+pub fn client_for(endpoint: &str) -> aws_sdk_sqs::Client {
+    client_with_attempts(endpoint, 3)
+}
+
+/// The same, with the SDK making at most `attempts` tries per call (3 is its default).
+pub fn client_with_attempts(endpoint: &str, attempts: u32) -> aws_sdk_sqs::Client {
     let config = aws_sdk_sqs::Config::builder()
+        .retry_config(
+            aws_sdk_sqs::config::retry::RetryConfig::standard().with_max_attempts(attempts),
+        )
         .behavior_version(aws_sdk_sqs::config::BehaviorVersion::latest())
         .region(aws_sdk_sqs::config::Region::new("us-east-1"))
         .credentials_provider(aws_sdk_sqs::config::Credentials::new(

@@ -1,0 +1,251 @@
+//! The consumer against the test server through a proxy that breaks things on purpose
+//! (`common::faults`): server errors, throttling, connections dropped before or after the
+//! server acted, answers held past the client's timeouts. Nothing may be lost, the consumer
+//! must keep running, and every message handled twice must be explained by a fault.
+//! Each test prints its figures (`cargo test --test faults -- --nocapture`).
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use aws_sdk_sqs::types::{QueueAttributeName, SendMessageBatchRequestEntry};
+use common::faults::{Fault, FaultProxy, Faults};
+use common::{client_for, client_with_attempts, secs, server_client, server_endpoint, unique_name};
+use sqs_consumer::{Consumer, Delivery};
+use tokio::time::{sleep, Instant};
+
+/// Messages waiting or in flight on the server.
+async fn left_on_server(client: &aws_sdk_sqs::Client, url: &str) -> u64 {
+    let attrs = client
+        .get_queue_attributes()
+        .queue_url(url)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
+        .send()
+        .await
+        .unwrap();
+    let get = |name| {
+        attrs
+            .attributes()
+            .and_then(|a| a.get(&name))
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    get(QueueAttributeName::ApproximateNumberOfMessages)
+        + get(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
+}
+
+async fn queue_with(client: &aws_sdk_sqs::Client, messages: usize) -> String {
+    let url = client
+        .create_queue()
+        .queue_name(unique_name("faults"))
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    for chunk in 0..messages.div_ceil(10) {
+        let mut call = client.send_message_batch().queue_url(&url);
+        for i in chunk * 10..(chunk * 10 + 10).min(messages) {
+            call = call.entries(
+                SendMessageBatchRequestEntry::builder()
+                    .id(i.to_string())
+                    .message_body(format!("m{i}"))
+                    .build()
+                    .unwrap(),
+            );
+        }
+        call.send().await.unwrap();
+    }
+    url
+}
+
+/// What happened to one delivery, as its handler saw it.
+#[derive(Debug, Clone)]
+struct Handled {
+    ack_ok: bool,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_injected_faults_every_message_is_handled_and_deleted() {
+    const MESSAGES: usize = 500;
+    const LIMIT: Duration = Duration::from_secs(300);
+    let direct = server_client();
+    let url = queue_with(&direct, MESSAGES).await;
+    let proxy = FaultProxy::start(
+        &server_endpoint(),
+        Faults {
+            internal_error: 0.25,
+            throttle: 0.0,
+            reset_before: 0.0,
+            drop_after: 0.05,
+            delay: 0.05,
+            // Longer than the consumer waits for any answer (receive: wait + 10 s; batches:
+            // 10 s).
+            delay_for: secs(12),
+            actions: &[
+                "ReceiveMessage",
+                "DeleteMessageBatch",
+                "ChangeMessageVisibilityBatch",
+            ],
+        },
+        0x5eed_f00d,
+    )
+    .await;
+    let consumer = Consumer::builder(client_for(&proxy.endpoint), url.clone())
+        .visibility_timeout(secs(6))
+        .wait_time(secs(1))
+        .max_in_flight(50)
+        .build()
+        .unwrap();
+    let handled: Arc<Mutex<HashMap<String, Vec<Handled>>>> = Arc::default();
+    let handler = {
+        let handled = handled.clone();
+        move |d: Delivery| {
+            let handled = handled.clone();
+            async move {
+                let body = d.body().to_owned();
+                let ack_ok = d.ack().await.is_ok();
+                handled
+                    .lock()
+                    .unwrap()
+                    .entry(body)
+                    .or_default()
+                    .push(Handled { ack_ok });
+                Ok::<_, sqs_consumer::Error>(())
+            }
+        }
+    };
+    let start = Instant::now();
+    let done = async {
+        loop {
+            let all = handled.lock().unwrap().len() == MESSAGES;
+            if all && left_on_server(&direct, &url).await == 0 {
+                return;
+            }
+            assert!(start.elapsed() < LIMIT, "not done within {LIMIT:?}");
+            sleep(Duration::from_millis(200)).await;
+        }
+    };
+    consumer
+        .run_until(handler, done)
+        .await
+        .expect("the consumer keeps running through every fault");
+    let elapsed = start.elapsed();
+    let handled = handled.lock().unwrap().clone();
+    let log = proxy.log();
+    let stats = consumer.stats();
+
+    // Every message handled, and the queue is empty: every one deleted.
+    assert_eq!(handled.len(), MESSAGES);
+    assert_eq!(left_on_server(&direct, &url).await, 0);
+    // A message handled twice must be explained: an earlier delivery of it was told its ack
+    // failed (it may come back), which only a fault can cause here.
+    let mut duplicates = 0;
+    let mut unexplained = Vec::new();
+    for (body, deliveries) in &handled {
+        duplicates += deliveries.len() - 1;
+        let earlier = &deliveries[..deliveries.len() - 1];
+        if earlier.iter().any(|h| h.ack_ok) {
+            unexplained.push(body.clone());
+        }
+    }
+    let ack_failures = handled.values().flatten().filter(|h| !h.ack_ok).count();
+    println!(
+        "faults: {MESSAGES} messages in {elapsed:.1?}; requests {:?}; injected: 500s {}, \
+         dropped after acting {}, held past the timeout {}; receive answers never seen held {} \
+         messages; handled twice: {duplicates} (acks reported failed: {ack_failures}); \
+         extension failures {}, lost {}",
+        log.requests,
+        log.count(Fault::InternalError),
+        log.count(Fault::DropAfter),
+        log.count(Fault::Delay),
+        log.unseen_receives.len(),
+        stats.extension_failures,
+        stats.lost,
+    );
+    assert!(
+        unexplained.is_empty(),
+        "handled again after a successful ack: {unexplained:?}"
+    );
+    assert!(log.count(Fault::InternalError) > 0 && log.count(Fault::DropAfter) > 0);
+    assert!(log.count(Fault::Delay) > 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_message_whose_extensions_fail_transiently_stays_held() {
+    let direct = server_client();
+    let url = queue_with(&direct, 1).await;
+    let proxy = FaultProxy::start(
+        &server_endpoint(),
+        Faults {
+            internal_error: 0.3,
+            throttle: 0.1,
+            reset_before: 0.1,
+            drop_after: 0.0,
+            delay: 0.0,
+            delay_for: Duration::ZERO,
+            actions: &["ChangeMessageVisibilityBatch"],
+        },
+        0x0bad_cafe,
+    )
+    .await;
+    // The SDK's own retries off: every injected failure reaches the heartbeat's retries.
+    let consumer = Consumer::builder(client_with_attempts(&proxy.endpoint, 1), url.clone())
+        .visibility_timeout(secs(10))
+        .wait_time(secs(1))
+        .build()
+        .unwrap();
+    let mut taker = common::Taker::start(consumer);
+    let d = taker.next(secs(10)).await;
+    // Hold it for two and a half timeouts, looking from outside that it never shows.
+    let start = Instant::now();
+    let mut looks = 0;
+    while start.elapsed() < secs(25) {
+        assert_eq!(
+            left_on_server(&direct, &url).await,
+            1,
+            "still on the server"
+        );
+        let visible = direct
+            .get_queue_attributes()
+            .queue_url(&url)
+            .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
+            .send()
+            .await
+            .unwrap()
+            .attributes()
+            .and_then(|a| a.get(&QueueAttributeName::ApproximateNumberOfMessages))
+            .cloned();
+        assert_eq!(
+            visible.as_deref(),
+            Some("0"),
+            "visible while held (lost: {:?}) after {:?}; {:?}",
+            d.is_lost(),
+            start.elapsed(),
+            proxy.log()
+        );
+        looks += 1;
+        sleep(Duration::from_millis(250)).await;
+    }
+    assert!(!d.is_lost());
+    let log = proxy.log();
+    let requests = log.requests.get("ChangeMessageVisibilityBatch").copied();
+    println!(
+        "held 25 s at T = 10 s through {looks} looks: {requests:?} extension requests, of which \
+         500s {}, throttled {}, reset {}",
+        log.count(Fault::InternalError),
+        log.count(Fault::Throttle),
+        log.count(Fault::ResetBefore),
+    );
+    assert!(
+        log.count(Fault::InternalError)
+            + log.count(Fault::Throttle)
+            + log.count(Fault::ResetBefore)
+            > 0
+    );
+    d.ack().await.expect("ack after the faults");
+    assert_eq!(left_on_server(&direct, &url).await, 0);
+}
