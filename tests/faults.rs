@@ -12,30 +12,12 @@ use std::time::Duration;
 
 use aws_sdk_sqs::types::{QueueAttributeName, SendMessageBatchRequestEntry};
 use common::faults::{Fault, FaultProxy, Faults};
-use common::{client_for, client_with_attempts, secs, server_client, server_endpoint, unique_name};
+use common::{
+    client_for, client_with_attempts, left_on_server, secs, server_client, server_endpoint,
+    unique_name,
+};
 use sqs_consumer::{Consumer, Delivery};
 use tokio::time::{sleep, Instant};
-
-/// Messages waiting or in flight on the server.
-async fn left_on_server(client: &aws_sdk_sqs::Client, url: &str) -> u64 {
-    let attrs = client
-        .get_queue_attributes()
-        .queue_url(url)
-        .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
-        .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
-        .send()
-        .await
-        .unwrap();
-    let get = |name| {
-        attrs
-            .attributes()
-            .and_then(|a| a.get(&name))
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    get(QueueAttributeName::ApproximateNumberOfMessages)
-        + get(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
-}
 
 async fn queue_with(client: &aws_sdk_sqs::Client, messages: usize) -> String {
     let url = client

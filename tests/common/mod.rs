@@ -90,6 +90,29 @@ pub fn client_with_attempts(endpoint: &str, attempts: u32) -> aws_sdk_sqs::Clien
     aws_sdk_sqs::Client::from_conf(config)
 }
 
+/// Messages waiting or in flight on the server.
+pub async fn left_on_server(client: &aws_sdk_sqs::Client, url: &str) -> u64 {
+    let attrs = client
+        .get_queue_attributes()
+        .queue_url(url)
+        .attribute_names(aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessages)
+        .attribute_names(
+            aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessagesNotVisible,
+        )
+        .send()
+        .await
+        .unwrap();
+    let get = |name| {
+        attrs
+            .attributes()
+            .and_then(|a| a.get(&name))
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    get(aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessages)
+        + get(aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
+}
+
 pub fn unique_name(prefix: &str) -> String {
     let mut h = RandomState::new().build_hasher();
     h.write_u32(std::process::id());

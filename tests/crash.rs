@@ -1,0 +1,185 @@
+//! Crash recovery with a real process: a consumer process is killed with SIGKILL in the middle
+//! of its work, a second consumer finishes the queue, and nothing is lost. The killed process
+//! is this test binary run again for its `crash_child` test, which does nothing unless the
+//! parent gave it a queue.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
+use common::{left_on_server, secs, server_client, unique_name};
+use sqs_consumer::{Consumer, Delivery};
+use tokio::time::{sleep, Instant};
+
+const MESSAGES: usize = 200;
+const CHILD_QUEUE: &str = "SQS_CONSUMER_CRASH_CHILD_QUEUE";
+
+/// The consumer process that gets killed: handles each message slowly, reporting
+/// `handling <body>` before and `acked <body>` after its ack on stdout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_child() {
+    let Ok(url) = std::env::var(CHILD_QUEUE) else {
+        return; // run as an ordinary test: nothing to do
+    };
+    let consumer = Consumer::builder(server_client(), url)
+        .visibility_timeout(secs(3))
+        .wait_time(secs(1))
+        .max_in_flight(20)
+        .build()
+        .unwrap();
+    let handler = |d: Delivery| async move {
+        println!("handling {}", d.body());
+        sleep(Duration::from_millis(300)).await;
+        let body = d.body().to_owned();
+        d.ack().await?;
+        println!("acked {body}");
+        Ok::<_, sqs_consumer::Error>(())
+    };
+    // Runs until the parent kills the process.
+    consumer.run(handler).await.unwrap();
+}
+
+/// The bodies on lines that start with `prefix`.
+fn bodies(lines: &[String], prefix: &str) -> BTreeSet<String> {
+    lines
+        .iter()
+        .filter_map(|l| l.strip_prefix(prefix).map(str::to_owned))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_killed_mid_work_loses_nothing() {
+    let client = server_client();
+    let url = client
+        .create_queue()
+        .queue_name(unique_name("crash"))
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    for chunk in 0..MESSAGES / 10 {
+        let mut call = client.send_message_batch().queue_url(&url);
+        for i in chunk * 10..chunk * 10 + 10 {
+            call = call.entries(
+                SendMessageBatchRequestEntry::builder()
+                    .id(i.to_string())
+                    .message_body(format!("m{i}"))
+                    .build()
+                    .unwrap(),
+            );
+        }
+        call.send().await.unwrap();
+    }
+
+    // The first process: killed once it has acked a quarter of the messages.
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "crash_child",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
+        .env(CHILD_QUEUE, &url)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the test binary runs again");
+    let stdout = child.stdout.take().unwrap();
+    let lines = Arc::new(Mutex::new(Vec::<String>::new()));
+    let reader = {
+        let lines = lines.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                lines.lock().unwrap().push(line);
+            }
+        })
+    };
+    let start = Instant::now();
+    loop {
+        let acked = bodies(&lines.lock().unwrap(), "acked ").len();
+        if acked >= MESSAGES / 4 {
+            break;
+        }
+        assert!(start.elapsed() < secs(60), "the child acked only {acked}");
+        sleep(Duration::from_millis(20)).await;
+    }
+    child.kill().expect("SIGKILL"); // `Child::kill` sends SIGKILL on Unix
+    let status = child.wait().unwrap();
+    reader.join().unwrap();
+    let lines = lines.lock().unwrap().clone();
+    let first_acked = bodies(&lines, "acked ");
+    let cut_off: BTreeSet<String> = bodies(&lines, "handling ")
+        .difference(&first_acked)
+        .cloned()
+        .collect();
+    assert!(!cut_off.is_empty(), "killed while handlers were at work");
+
+    // The second consumer finishes the queue; what the first held comes back after its
+    // visibility timeout (3 s), since nothing extends it any more.
+    let second: Arc<Mutex<Vec<String>>> = Arc::default();
+    let consumer = Consumer::builder(server_client(), url.clone())
+        .visibility_timeout(secs(3))
+        .wait_time(secs(1))
+        .build()
+        .unwrap();
+    let handler = {
+        let second = second.clone();
+        move |d: Delivery| {
+            let second = second.clone();
+            async move {
+                let body = d.body().to_owned();
+                d.ack().await?;
+                second.lock().unwrap().push(body);
+                Ok::<_, sqs_consumer::Error>(())
+            }
+        }
+    };
+    let restart = Instant::now();
+    let done = async {
+        while left_on_server(&client, &url).await > 0 {
+            assert!(restart.elapsed() < secs(90), "the queue was not finished");
+            sleep(Duration::from_millis(100)).await;
+        }
+    };
+    consumer.run_until(handler, done).await.unwrap();
+    let second: Vec<String> = second.lock().unwrap().clone();
+    let second_set: BTreeSet<String> = second.iter().cloned().collect();
+
+    // Nothing lost: the queue is empty, and every message was acked by one process or the
+    // other, except those whose ack the kill cut short after SQS had taken it (the child
+    // started them and never said "acked", and they did not come back).
+    let all: BTreeSet<String> = (0..MESSAGES).map(|i| format!("m{i}")).collect();
+    let union: BTreeSet<String> = first_acked.union(&second_set).cloned().collect();
+    let deleted_unreported: BTreeSet<String> = all.difference(&union).cloned().collect();
+    assert!(
+        deleted_unreported.is_subset(&cut_off),
+        "never handled: {:?}",
+        deleted_unreported.difference(&cut_off).collect::<Vec<_>>()
+    );
+    let twice: BTreeSet<String> = first_acked.intersection(&second_set).cloned().collect();
+    assert!(twice.is_empty(), "acked by both: {twice:?}");
+    assert_eq!(
+        second.len(),
+        second_set.len(),
+        "a duplicate in the second consumer"
+    );
+    assert_eq!(left_on_server(&client, &url).await, 0);
+    println!(
+        "crash: killed ({status}) after {} acks with {} messages mid-handling; the second \
+         consumer handled {} ({} of those again) in {:.1?}; {} deleted before the kill \
+         without saying so; none lost, none acked twice",
+        first_acked.len(),
+        cut_off.len(),
+        second_set.len(),
+        cut_off.intersection(&second_set).count(),
+        restart.elapsed(),
+        deleted_unreported.len()
+    );
+}
