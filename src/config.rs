@@ -269,12 +269,22 @@ mod tests {
             "max_in_flight",
             "1..=120000",
         );
-        let backwards = RetryPolicy::backoff(Duration::from_secs(60), Duration::from_secs(1));
-        refused(
-            builder().retry_policy(backwards),
-            "retry_policy",
-            "base <= max",
-        );
+        for n in [0, 65] {
+            refused(
+                builder().max_concurrent_receives(n),
+                "max_concurrent_receives",
+                "1..=64",
+            );
+        }
+        for (base, max) in [(60_000, 1_000), (500, 60_000), (1_000, 43_201_000)] {
+            let policy =
+                RetryPolicy::backoff(Duration::from_millis(base), Duration::from_millis(max));
+            refused(
+                builder().retry_policy(policy),
+                "retry_policy",
+                "1 s <= base <= max <= 43200 s",
+            );
+        }
     }
 
     #[tokio::test]

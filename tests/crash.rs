@@ -171,7 +171,7 @@ async fn a_consumer_killed_mid_work_loses_nothing() {
         "a duplicate in the second consumer"
     );
     assert_eq!(left_on_server(&client, &url).await, 0);
-    println!(
+    common::report(&format!(
         "crash: killed ({status}) after {} acks with {} messages mid-handling; the second \
          consumer handled {} ({} of those again) in {:.1?}; {} deleted before the kill \
          without saying so; none lost, none acked twice",
@@ -181,5 +181,5 @@ async fn a_consumer_killed_mid_work_loses_nothing() {
         cut_off.intersection(&second_set).count(),
         restart.elapsed(),
         deleted_unreported.len()
-    );
+    ));
 }

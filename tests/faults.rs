@@ -135,7 +135,7 @@ async fn under_injected_faults_every_message_is_handled_and_deleted() {
         }
     }
     let ack_failures = handled.values().flatten().filter(|h| !h.ack_ok).count();
-    println!(
+    common::report(&format!(
         "faults: {MESSAGES} messages in {elapsed:.1?}; requests {:?}; injected: 500s {}, \
          dropped after acting {}, held past the timeout {}; receive answers never seen held {} \
          messages; handled twice: {duplicates} (acks reported failed: {ack_failures}); \
@@ -147,7 +147,7 @@ async fn under_injected_faults_every_message_is_handled_and_deleted() {
         log.unseen_receives.len(),
         stats.extension_failures,
         stats.lost,
-    );
+    ));
     assert!(
         unexplained.is_empty(),
         "handled again after a successful ack: {unexplained:?}"
@@ -215,13 +215,13 @@ async fn a_held_message_whose_extensions_fail_transiently_stays_held() {
     assert!(!d.is_lost());
     let log = proxy.log();
     let requests = log.requests.get("ChangeMessageVisibilityBatch").copied();
-    println!(
+    common::report(&format!(
         "held 25 s at T = 10 s through {looks} looks: {requests:?} extension requests, of which \
          500s {}, throttled {}, reset {}",
         log.count(Fault::InternalError),
         log.count(Fault::Throttle),
         log.count(Fault::ResetBefore),
-    );
+    ));
     assert!(
         log.count(Fault::InternalError)
             + log.count(Fault::Throttle)

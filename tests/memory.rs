@@ -388,3 +388,26 @@ async fn a_long_poll_sees_a_visibility_shortened_meanwhile() {
     assert_eq!(q.receive(10, secs(20)).await.unwrap().len(), 1);
     assert_eq!(start.elapsed(), secs(3));
 }
+
+#[test]
+fn out_of_range_memory_queue_settings_are_refused() {
+    let field_of = |b: sqs_consumer::MemoryQueueBuilder| match b.build() {
+        Err(Error::InvalidConfig { field, .. }) => field,
+        other => panic!("expected InvalidConfig, got {other:?}"),
+    };
+    assert_eq!(
+        field_of(MemoryQueue::builder().visibility_timeout(secs(43_201))),
+        "visibility_timeout"
+    );
+    assert_eq!(field_of(MemoryQueue::builder().delay(secs(901))), "delay");
+    let dlq = MemoryQueue::new();
+    assert_eq!(
+        field_of(MemoryQueue::builder().dead_letter_queue(&dlq, 0)),
+        "max_receive_count"
+    );
+    let fifo_dlq = MemoryQueue::builder().fifo(true).build().unwrap();
+    assert_eq!(
+        field_of(MemoryQueue::builder().dead_letter_queue(&fifo_dlq, 3)),
+        "dead_letter_queue"
+    );
+}

@@ -266,3 +266,28 @@ async fn a_message_without_receipt_handle_is_skipped_and_the_consumer_goes_on() 
     let d = take_one(&consumer(client)).await;
     assert_eq!(d.message_id(), "m-1");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_message_without_body_is_delivered_with_an_empty_one() {
+    let receive = mock!(Client::receive_message)
+        .sequence()
+        .output(|| {
+            ReceiveMessageOutput::builder()
+                .messages(
+                    Message::builder()
+                        .message_id("m-empty")
+                        .receipt_handle("handle-empty")
+                        .build(),
+                )
+                .build()
+        })
+        .output(|| ReceiveMessageOutput::builder().build())
+        .repeatedly()
+        .build();
+    let delete = deletes();
+    let client = mock_client!(aws_sdk_sqs, RuleMode::MatchAny, [&receive, &delete]);
+    let d = take_one(&consumer(client)).await;
+    assert_eq!((d.message_id(), d.body()), ("m-empty", ""));
+    d.ack().await.unwrap();
+    assert_eq!(delete.num_calls(), 1);
+}

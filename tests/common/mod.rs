@@ -113,6 +113,13 @@ pub async fn left_on_server(client: &aws_sdk_sqs::Client, url: &str) -> u64 {
         + get(aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
 }
 
+/// Prints a test's figures so they show in the test command's output even when the test
+/// passes (the test harness captures `println!`, not direct writes to stderr).
+pub fn report(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
 pub fn unique_name(prefix: &str) -> String {
     let mut h = RandomState::new().build_hasher();
     h.write_u32(std::process::id());
