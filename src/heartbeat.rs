@@ -77,6 +77,32 @@ pub(crate) fn next_extension(deadline: Instant, timeout: u32, limit: Instant) ->
     Some(Extension { at, visibility })
 }
 
+/// An extension done later than this (or a quarter of the timeout, if less) after it was
+/// due is late: a starved runtime, or a slow SQS.
+const LATE_WAKE: Duration = Duration::from_secs(1);
+
+/// Counts a late extension and warns at counts 1, 2, 4, 8, ...: a starved runtime makes
+/// thousands of them late at once.
+fn warn_late(shared: &Shared, late: Duration, timeout: Duration) {
+    let n = shared
+        .ctx
+        .counters
+        .late_heartbeats
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        + 1;
+    if n.is_power_of_two() {
+        tracing::warn!(
+            late_by = ?late,
+            visibility_timeout = ?timeout,
+            late_heartbeats = n,
+            "a visibility extension was done late: something may be blocking the runtime's \
+             threads (CPU-bound or blocking code in an async handler: move it to \
+             tokio::task::spawn_blocking), or SQS answers slowly; at half a timeout late, \
+             the message goes to another consumer"
+        );
+    }
+}
+
 /// The latest instant an extension of a delivery received at `received_at` may end at.
 pub(crate) fn extension_limit(received_at: Instant) -> Instant {
     received_at + HARD_LIMIT - CAP_MARGIN
@@ -93,12 +119,16 @@ pub(crate) async fn run(shared: Arc<Shared>, timeout: u32, received_at: Instant)
     }
     let limit = extension_limit(received_at);
     let mut warned = false;
+    let t = Duration::from_secs(u64::from(timeout));
+    let late_after = (t / 4).min(LATE_WAKE);
     while let Some(ext) = next_extension(shared.deadline(), timeout, limit) {
         sleep_until(ext.at).await;
         let outcome = extend(&shared, timeout, limit).await;
-        if outcome.is_ok() {
-            let delay = Instant::now().saturating_duration_since(ext.at);
-            shared.ctx.counters.extension_delay(delay);
+        // Done late, whether it succeeded or gave up: a starved runtime shows as both.
+        let delay = Instant::now().saturating_duration_since(ext.at);
+        shared.ctx.counters.extension_delay(delay);
+        if delay > late_after {
+            warn_late(&shared, delay, t);
         }
         match outcome {
             Ok(Extended::By(visibility)) if visibility < timeout && !warned => {
@@ -380,6 +410,30 @@ mod tests {
             // Still hidden after 5 timeouts.
             assert_eq!(q.in_flight_len(), 1);
             assert!(q.receive(10, Duration::ZERO).await.unwrap().is_empty());
+            assert!(!d.is_lost());
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn a_late_extension_is_counted() {
+            let q = queue(10);
+            q.send("job").unwrap();
+            let d = hold(&q, None).await;
+            let late = || {
+                d.shared_for_tests()
+                    .ctx
+                    .counters
+                    .late_heartbeats
+                    .load(std::sync::atomic::Ordering::Relaxed)
+            };
+            // Due at 5 s. Done 0.9 s late: not counted (the threshold is min(T/4, 1 s)).
+            tokio::time::advance(Duration::from_millis(5_900)).await;
+            sleep(Duration::from_millis(1)).await;
+            assert_eq!((extensions(&q), late()), (1, 0));
+            // Next due at 5.9 + 5 = 10.9 s; jump the clock to about 12.9 s at once, as a runtime
+            // whose threads were blocked for two seconds would see it.
+            tokio::time::advance(secs(7)).await;
+            sleep(Duration::from_millis(1)).await;
+            assert_eq!((extensions(&q), late()), (2, 1));
             assert!(!d.is_lost());
         }
 

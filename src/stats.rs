@@ -21,11 +21,16 @@ pub struct Stats {
     pub extended: u64,
     /// Failed visibility extension attempts (each retry counts).
     pub extension_failures: u64,
-    /// The longest an extension took to succeed after it was due (halfway through the
-    /// timeout): timer and scheduling delay, batching, and the request itself. Half a
-    /// visibility timeout of it would lose the message; a large figure means a starved
-    /// runtime or an overloaded network.
+    /// The longest an extension took after it was due (halfway through the timeout) until it
+    /// succeeded or gave up: timer and scheduling delay, batching, the request itself and
+    /// its retries. Half a visibility timeout of it loses the message; a large figure means
+    /// a starved runtime or an overloaded network.
     pub worst_extension_delay: Duration,
+    /// Extensions done late: more than a quarter of the timeout (or 1 s, if less) after they
+    /// were due. Handlers that block the runtime's threads (CPU-bound or blocking code in
+    /// async) cause this, as does a slow SQS; a warning is logged at counts 1, 2, 4, 8, ...
+    /// so the log is not flooded.
+    pub late_heartbeats: u64,
     /// Deliveries lost: the message may have gone to another consumer.
     pub lost: u64,
     /// Deliveries held until SQS's 12-hour limit: their last extension was cut short (and a
@@ -53,6 +58,7 @@ pub(crate) struct Counters {
     pub(crate) extension_failures: AtomicU64,
     /// Nanoseconds.
     pub(crate) worst_extension_delay: AtomicU64,
+    pub(crate) late_heartbeats: AtomicU64,
     pub(crate) lost: AtomicU64,
     pub(crate) capped: AtomicU64,
     pub(crate) handler_errors: AtomicU64,
@@ -81,6 +87,7 @@ impl Counters {
             extended: get(&self.extended),
             extension_failures: get(&self.extension_failures),
             worst_extension_delay: Duration::from_nanos(get(&self.worst_extension_delay)),
+            late_heartbeats: get(&self.late_heartbeats),
             lost: get(&self.lost),
             capped: get(&self.capped),
             handler_errors: get(&self.handler_errors),
