@@ -17,6 +17,11 @@ use crate::error::BoxError;
 /// delivery's fate: if the handler did not settle it, it is dropped, its heartbeat stops,
 /// and the message is received again once its visibility timeout lapses.
 ///
+/// Handlers run on your runtime's threads, next to the heartbeats that keep their messages
+/// hidden. Do CPU-bound or blocking work in [`tokio::task::spawn_blocking`]: a handler that
+/// blocks its thread delays every heartbeat on it, and enough of them lose messages (see
+/// [`Stats::late_heartbeats`](crate::Stats::late_heartbeats)).
+///
 /// Move the delivery into the returned future. A closure whose `async move` block does not
 /// use the delivery (`|_d| async move { .. }`) drops it before the work starts, which stops
 /// its heartbeat and frees its slot:
