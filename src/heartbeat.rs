@@ -201,6 +201,18 @@ async fn extend(shared: &Shared, timeout: u32, limit: Instant) -> Result<Extende
                 if let Some(ErrorKind::Lost(reason)) = err.kind() {
                     return Err(reason);
                 }
+                if err.code().and_then(|c| c.rsplit('.').next()) == Some("InvalidParameterValue") {
+                    // SQS refuses the visibility itself, the one value we vary: past its
+                    // 12-hour limit by its own clock. Asking again cannot help; the delivery
+                    // is ours until the current deadline.
+                    tracing::warn!(
+                        error = %err,
+                        "SQS refused the visibility extension (past its 12-hour limit?); no \
+                         more extensions: the message goes to another consumer when this \
+                         timeout lapses"
+                    );
+                    return Ok(Extended::NothingToGain);
+                }
                 let remaining = deadline.saturating_duration_since(Instant::now());
                 // A quarter of what is left, so several tries fit before the deadline, but
                 // never less than MIN_RETRY_WAIT: close to the deadline a quarter shrinks

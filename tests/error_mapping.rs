@@ -279,6 +279,28 @@ async fn extension_errors_lose_the_delivery_only_when_sqs_says_it_is_gone() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn an_extension_refused_as_invalid_stops_the_heartbeat_until_the_deadline() {
+    // What SQS answers when an extension would end past its 12-hour limit by its own clock.
+    let change = mock!(Client::change_message_visibility_batch)
+        .sequence()
+        .http_response(|| sqs_error(400, "InvalidParameterValue"))
+        .repeatedly()
+        .build();
+    let (receive, delete) = (receive_once(), delete_answer(None));
+    let client = mock_client!(
+        aws_sdk_sqs,
+        RuleMode::MatchAny,
+        [&receive, &change, &delete]
+    );
+    let d = take_one(&consumer(client)).await;
+    let start = Instant::now();
+    assert_eq!(d.lost().await, LostReason::HardDeadline);
+    // Refused at 5 s, not asked again, lost when the visibility ends at 10 s.
+    assert_eq!(change.num_calls(), 1, "not retried");
+    assert_eq!(start.elapsed(), Duration::from_secs(10));
+}
+
+#[tokio::test(start_paused = true)]
 async fn ack_errors_are_lost_fatal_or_retried() {
     for &(code, _) in LOST {
         let (receive, change, delete) = (
