@@ -263,6 +263,15 @@ mod tests {
             .unwrap()
     }
 
+    /// A batcher of `call`s on `q`.
+    fn batcher(q: &MemoryQueue, call: Call) -> Arc<Batcher> {
+        Arc::new(Batcher::new(
+            Queue::Memory(q.clone()),
+            call,
+            TaskTracker::new(),
+        ))
+    }
+
     /// Sends `n` messages and receives them all; returns their receipt handles.
     async fn held(q: &MemoryQueue, n: usize) -> Vec<String> {
         for i in 0..n {
@@ -343,11 +352,7 @@ mod tests {
             .unwrap();
         let h = held(&q, 6).await;
         let base = q.requests().delete_message_batch;
-        let batcher = Arc::new(Batcher::new(
-            Queue::Memory(q.clone()),
-            Call::Delete,
-            TaskTracker::new(),
-        ));
+        let batcher = batcher(&q, Call::Delete);
         let start = Instant::now();
         // One entry first (it goes at once), then five more, 5 ms apart, while it is out.
         let mut tasks = Vec::new();
@@ -378,11 +383,7 @@ mod tests {
     async fn eleven_entries_take_two_requests() {
         let q = queue();
         let h = held(&q, 11).await;
-        let batcher = Arc::new(Batcher::new(
-            Queue::Memory(q.clone()),
-            Call::Delete,
-            TaskTracker::new(),
-        ));
+        let batcher = batcher(&q, Call::Delete);
         let results = submit_all(batcher, h, 0).await;
         assert!(results.iter().all(Result::is_ok));
         let r = q.requests();
@@ -397,11 +398,7 @@ mod tests {
     async fn the_same_handle_twice_goes_in_two_requests() {
         let q = queue();
         let h = held(&q, 1).await;
-        let batcher = Arc::new(Batcher::new(
-            Queue::Memory(q.clone()),
-            Call::ChangeVisibility,
-            TaskTracker::new(),
-        ));
+        let batcher = batcher(&q, Call::ChangeVisibility);
         let results = submit_all(batcher, vec![h[0].clone(), h[0].clone()], 30).await;
         assert!(results.iter().all(Result::is_ok));
         assert_eq!(q.requests().change_message_visibility_batch, 2);
@@ -412,11 +409,7 @@ mod tests {
         let q = queue();
         let h = held(&q, 3).await;
         // The second entry carries a stale handle; the others are fine.
-        let batcher = Arc::new(Batcher::new(
-            Queue::Memory(q.clone()),
-            Call::Delete,
-            TaskTracker::new(),
-        ));
+        let batcher = batcher(&q, Call::Delete);
         let stale = format!("{}x", &h[1][..h[1].len() - 1]);
         let results = submit_all(batcher, vec![h[0].clone(), stale, h[2].clone()], 0).await;
         assert!(results[0].is_ok() && results[2].is_ok());
@@ -435,11 +428,7 @@ mod tests {
         let q = queue();
         let h = held(&q, 3).await;
         q.fail_next(Action::DeleteMessage, "InternalError", 2);
-        let batcher = Arc::new(Batcher::new(
-            Queue::Memory(q.clone()),
-            Call::Delete,
-            TaskTracker::new(),
-        ));
+        let batcher = batcher(&q, Call::Delete);
         let results = submit_all(batcher, h, 0).await;
         assert!(results.iter().all(Result::is_ok));
         assert!(q.is_empty());
@@ -454,11 +443,7 @@ mod tests {
     async fn a_whole_request_failure_reaches_every_caller_or_is_retried() {
         let q = queue();
         let h = held(&q, 3).await;
-        let batcher = Arc::new(Batcher::new(
-            Queue::Memory(q.clone()),
-            Call::Delete,
-            TaskTracker::new(),
-        ));
+        let batcher = batcher(&q, Call::Delete);
         q.fail_next(Action::DeleteMessageBatch, "AccessDenied", 1);
         let results = submit_all(batcher.clone(), h.clone(), 0).await;
         for r in &results {
@@ -479,11 +464,7 @@ mod tests {
     async fn entries_submitted_together_share_requests() {
         let q = queue();
         let h = held(&q, 30).await;
-        let batcher = Arc::new(Batcher::new(
-            Queue::Memory(q.clone()),
-            Call::ChangeVisibility,
-            TaskTracker::new(),
-        ));
+        let batcher = batcher(&q, Call::ChangeVisibility);
         let results = submit_all(batcher, h, 30).await;
         assert!(results.iter().all(Result::is_ok));
         let r = q.requests();

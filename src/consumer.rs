@@ -442,12 +442,12 @@ impl Inner {
             let permit = permits.next();
             // The delivery keeps the receipt handle (once: real ones run to hundreds of bytes,
             // and 120,000 deliveries may be held at once).
-            let Some(receipt) = message.receipt_handle.take() else {
-                let message_id = message.message_id().unwrap_or_default();
+            let receipt = message.receipt_handle.take();
+            let message_id = message.message_id().unwrap_or_default();
+            let Some(receipt) = receipt else {
                 tracing::warn!(%message_id, "skipped a message without a receipt handle");
                 continue;
             };
-            let message_id = message.message_id().unwrap_or_default();
             if ctx.lost_acks.take(message_id) {
                 bump(&ctx.counters.skipped_redeliveries);
                 tracing::info!(

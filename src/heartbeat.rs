@@ -79,7 +79,7 @@ pub(crate) fn next_extension(deadline: Instant, timeout: u32, limit: Instant) ->
 
 /// An extension done later than this (or a quarter of the timeout, if less) after it was
 /// due is late: a starved runtime, or a slow SQS.
-const LATE_WAKE: Duration = Duration::from_secs(1);
+const LATE_EXTENSION: Duration = Duration::from_secs(1);
 
 /// Counts a late extension and warns at counts 1, 2, 4, 8, ...: a starved runtime makes
 /// thousands of them late at once.
@@ -120,7 +120,7 @@ pub(crate) async fn run(shared: Arc<Shared>, timeout: u32, received_at: Instant)
     let limit = extension_limit(received_at);
     let mut warned = false;
     let t = Duration::from_secs(u64::from(timeout));
-    let late_after = (t / 4).min(LATE_WAKE);
+    let late_after = (t / 4).min(LATE_EXTENSION);
     while let Some(ext) = next_extension(shared.deadline(), timeout, limit) {
         sleep_until(ext.at).await;
         let outcome = extend(&shared, timeout, limit).await;

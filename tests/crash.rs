@@ -11,8 +11,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
-use common::{left_on_server, secs, server_client, unique_name};
+use common::{left_on_server, secs, server_client, server_queue_with};
 use sqs_consumer::{Consumer, Delivery};
 use tokio::time::{sleep, Instant};
 
@@ -55,27 +54,7 @@ fn bodies(lines: &[String], prefix: &str) -> BTreeSet<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_consumer_killed_mid_work_loses_nothing() {
     let client = server_client();
-    let url = client
-        .create_queue()
-        .queue_name(unique_name("crash"))
-        .send()
-        .await
-        .unwrap()
-        .queue_url
-        .unwrap();
-    for chunk in 0..MESSAGES / 10 {
-        let mut call = client.send_message_batch().queue_url(&url);
-        for i in chunk * 10..chunk * 10 + 10 {
-            call = call.entries(
-                SendMessageBatchRequestEntry::builder()
-                    .id(i.to_string())
-                    .message_body(format!("m{i}"))
-                    .build()
-                    .unwrap(),
-            );
-        }
-        call.send().await.unwrap();
-    }
+    let url = server_queue_with(&client, MESSAGES).await;
 
     // The first process: killed once it has acked a quarter of the messages.
     let mut child = Command::new(std::env::current_exe().unwrap())

@@ -11,14 +11,9 @@ use aws_credential_types::provider::error::CredentialsError;
 use aws_credential_types::provider::{future, ProvideCredentials};
 use aws_sdk_sqs::config::http::{HttpRequest, HttpResponse};
 use aws_sdk_sqs::config::{BehaviorVersion, Credentials, Region};
-use aws_sdk_sqs::operation::change_message_visibility_batch::ChangeMessageVisibilityBatchOutput;
-use aws_sdk_sqs::operation::delete_message_batch::DeleteMessageBatchOutput;
 use aws_sdk_sqs::operation::receive_message::ReceiveMessageOutput;
-use aws_sdk_sqs::types::{
-    BatchResultErrorEntry, ChangeMessageVisibilityBatchResultEntry, DeleteMessageBatchResultEntry,
-};
 use aws_sdk_sqs::Client;
-use aws_smithy_mocks::{mock, mock_client, Rule, RuleMode};
+use aws_smithy_mocks::mock;
 use aws_smithy_runtime_api::client::http::{
     HttpClient, HttpConnector, HttpConnectorFuture, HttpConnectorSettings, SharedHttpConnector,
 };
@@ -29,10 +24,11 @@ use tokio::time::{sleep, timeout, Instant};
 
 mod common;
 
-use common::sdk::{one_message, receive_once, sqs_error};
+use common::sdk::{
+    change_answer, consumer, deletes, deletes_failing, extensions_succeed, mocked, one_deleted,
+    one_extended, one_message, receive_once, sqs_error, URL,
+};
 use common::take_one;
-
-const URL: &str = "https://sqs.us-east-1.amazonaws.com/123456789012/jobs";
 
 /// Whole-request errors that are retried with back-off (status, code as SQS sends it).
 const RETRYABLE: &[(u16, &str)] = &[
@@ -78,58 +74,6 @@ const LOST: &[(&str, LostReason)] = &[
     ("MessageNotInflight", LostReason::NotInFlight),
 ];
 
-fn extensions_succeed() -> Rule {
-    mock!(Client::change_message_visibility_batch).then_compute_output(|req| {
-        let ok = req.entries().iter().map(|e| {
-            ChangeMessageVisibilityBatchResultEntry::builder()
-                .id(e.id())
-                .build()
-                .unwrap()
-        });
-        ChangeMessageVisibilityBatchOutput::builder()
-            .set_successful(Some(ok.collect()))
-            .set_failed(Some(vec![]))
-            .build()
-            .unwrap()
-    })
-}
-
-fn delete_answer(failed_with: Option<&'static str>) -> Rule {
-    mock!(Client::delete_message_batch).then_compute_output(move |req| {
-        let (mut ok, mut failed) = (vec![], vec![]);
-        for e in req.entries() {
-            match failed_with {
-                Some(code) => failed.push(
-                    BatchResultErrorEntry::builder()
-                        .id(e.id())
-                        .sender_fault(true)
-                        .code(code)
-                        .build()
-                        .unwrap(),
-                ),
-                None => ok.push(
-                    DeleteMessageBatchResultEntry::builder()
-                        .id(e.id())
-                        .build()
-                        .unwrap(),
-                ),
-            }
-        }
-        DeleteMessageBatchOutput::builder()
-            .set_successful(Some(ok))
-            .set_failed(Some(failed))
-            .build()
-            .unwrap()
-    })
-}
-
-fn consumer(client: Client) -> Consumer {
-    Consumer::builder(client, URL)
-        .visibility_timeout(Duration::from_secs(10))
-        .build()
-        .unwrap()
-}
-
 fn short(code: &str) -> &str {
     code.rsplit('.').next().unwrap()
 }
@@ -142,7 +86,7 @@ async fn receive_errors_end_the_run_when_fatal_and_are_retried_with_back_off_oth
             .http_response(move || sqs_error(status, code))
             .repeatedly()
             .build();
-        let client = mock_client!(aws_sdk_sqs, RuleMode::MatchAny, [&receive]);
+        let client = mocked(&[&receive]);
         let err = timeout(
             Duration::from_secs(60),
             consumer(client).run(|d: Delivery| d.ack()),
@@ -167,12 +111,8 @@ async fn receive_errors_end_the_run_when_fatal_and_are_retried_with_back_off_oth
             .output(|| ReceiveMessageOutput::builder().build())
             .repeatedly()
             .build();
-        let (change, delete) = (extensions_succeed(), delete_answer(None));
-        let client = mock_client!(
-            aws_sdk_sqs,
-            RuleMode::MatchAny,
-            [&receive, &change, &delete]
-        );
+        let (change, delete) = (extensions_succeed(), deletes());
+        let client = mocked(&[&receive, &change, &delete]);
         let start = Instant::now();
         let d = take_one(&consumer(client)).await;
         // Six failures, each followed by a wait (the SDK's own retries, then the consumer's
@@ -191,28 +131,10 @@ async fn receive_errors_end_the_run_when_fatal_and_are_retried_with_back_off_oth
 async fn extension_errors_lose_the_delivery_only_when_sqs_says_it_is_gone() {
     // Entry errors that mean the message is gone: lost at the first extension.
     for &(code, reason) in LOST {
-        let change =
-            mock!(Client::change_message_visibility_batch).then_compute_output(move |req| {
-                let failed = req.entries().iter().map(|e| {
-                    BatchResultErrorEntry::builder()
-                        .id(e.id())
-                        .sender_fault(true)
-                        .code(code)
-                        .build()
-                        .unwrap()
-                });
-                ChangeMessageVisibilityBatchOutput::builder()
-                    .set_successful(Some(vec![]))
-                    .set_failed(Some(failed.collect()))
-                    .build()
-                    .unwrap()
-            });
-        let (receive, delete) = (receive_once(), delete_answer(None));
-        let client = mock_client!(
-            aws_sdk_sqs,
-            RuleMode::MatchAny,
-            [&receive, &change, &delete]
-        );
+        let change = mock!(Client::change_message_visibility_batch)
+            .then_compute_output(move |req| change_answer(req, |_| true, code));
+        let (receive, delete) = (receive_once(), deletes());
+        let client = mocked(&[&receive, &change, &delete]);
         let d = take_one(&consumer(client)).await;
         assert_eq!(d.lost().await, reason, "{code}");
         assert_eq!(change.num_calls(), 1, "{code}: not retried");
@@ -225,26 +147,11 @@ async fn extension_errors_lose_the_delivery_only_when_sqs_says_it_is_gone() {
             .sequence()
             .http_response(move || sqs_error(status, code))
             .times(3)
-            .output(|| {
-                ChangeMessageVisibilityBatchOutput::builder()
-                    .successful(
-                        ChangeMessageVisibilityBatchResultEntry::builder()
-                            .id("0")
-                            .build()
-                            .unwrap(),
-                    )
-                    .set_failed(Some(vec![]))
-                    .build()
-                    .unwrap()
-            })
+            .output(one_extended)
             .repeatedly()
             .build();
-        let (receive, delete) = (receive_once(), delete_answer(None));
-        let client = mock_client!(
-            aws_sdk_sqs,
-            RuleMode::MatchAny,
-            [&receive, &change, &delete]
-        );
+        let (receive, delete) = (receive_once(), deletes());
+        let client = mocked(&[&receive, &change, &delete]);
         let d = take_one(&consumer(client)).await;
         sleep(Duration::from_secs(60)).await;
         assert!(!d.is_lost(), "{code}");
@@ -258,12 +165,8 @@ async fn extension_errors_lose_the_delivery_only_when_sqs_says_it_is_gone() {
             .http_response(move || sqs_error(status, code))
             .repeatedly()
             .build();
-        let (receive, delete) = (receive_once(), delete_answer(None));
-        let client = mock_client!(
-            aws_sdk_sqs,
-            RuleMode::MatchAny,
-            [&receive, &change, &delete]
-        );
+        let (receive, delete) = (receive_once(), deletes());
+        let client = mocked(&[&receive, &change, &delete]);
         let d = take_one(&consumer(client)).await;
         let start = Instant::now();
         assert_eq!(d.lost().await, LostReason::ExtensionFailed, "{code}");
@@ -286,12 +189,8 @@ async fn an_extension_refused_as_invalid_stops_the_heartbeat_until_the_deadline(
         .http_response(|| sqs_error(400, "InvalidParameterValue"))
         .repeatedly()
         .build();
-    let (receive, delete) = (receive_once(), delete_answer(None));
-    let client = mock_client!(
-        aws_sdk_sqs,
-        RuleMode::MatchAny,
-        [&receive, &change, &delete]
-    );
+    let (receive, delete) = (receive_once(), deletes());
+    let client = mocked(&[&receive, &change, &delete]);
     let d = take_one(&consumer(client)).await;
     let start = Instant::now();
     assert_eq!(d.lost().await, LostReason::HardDeadline);
@@ -303,16 +202,9 @@ async fn an_extension_refused_as_invalid_stops_the_heartbeat_until_the_deadline(
 #[tokio::test(start_paused = true)]
 async fn ack_errors_are_lost_fatal_or_retried() {
     for &(code, _) in LOST {
-        let (receive, change, delete) = (
-            receive_once(),
-            extensions_succeed(),
-            delete_answer(Some(code)),
-        );
-        let client = mock_client!(
-            aws_sdk_sqs,
-            RuleMode::MatchAny,
-            [&receive, &change, &delete]
-        );
+        let (receive, change, delete) =
+            (receive_once(), extensions_succeed(), deletes_failing(code));
+        let client = mocked(&[&receive, &change, &delete]);
         let err = take_one(&consumer(client)).await.ack().await.unwrap_err();
         assert!(err.is_lost(), "{code}: {err}");
         assert_eq!(delete.num_calls(), 1, "{code}");
@@ -324,11 +216,7 @@ async fn ack_errors_are_lost_fatal_or_retried() {
             .repeatedly()
             .build();
         let (receive, change) = (receive_once(), extensions_succeed());
-        let client = mock_client!(
-            aws_sdk_sqs,
-            RuleMode::MatchAny,
-            [&receive, &change, &delete]
-        );
+        let client = mocked(&[&receive, &change, &delete]);
         let err = take_one(&consumer(client)).await.ack().await.unwrap_err();
         assert!(err.is_fatal(), "{code}: {err}");
         assert_eq!(
@@ -342,25 +230,10 @@ async fn ack_errors_are_lost_fatal_or_retried() {
             .sequence()
             .http_response(move || sqs_error(status, code))
             .times(2)
-            .output(|| {
-                DeleteMessageBatchOutput::builder()
-                    .successful(
-                        DeleteMessageBatchResultEntry::builder()
-                            .id("0")
-                            .build()
-                            .unwrap(),
-                    )
-                    .set_failed(Some(vec![]))
-                    .build()
-                    .unwrap()
-            })
+            .output(one_deleted)
             .build();
         let (receive, change) = (receive_once(), extensions_succeed());
-        let client = mock_client!(
-            aws_sdk_sqs,
-            RuleMode::MatchAny,
-            [&receive, &change, &delete]
-        );
+        let client = mocked(&[&receive, &change, &delete]);
         let d = take_one(&consumer(client)).await;
         d.ack().await.unwrap_or_else(|e| panic!("{code}: {e}"));
         assert_eq!(delete.num_calls(), 3, "{code}");

@@ -10,39 +10,14 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use aws_sdk_sqs::types::{QueueAttributeName, SendMessageBatchRequestEntry};
+use aws_sdk_sqs::types::QueueAttributeName;
 use common::faults::{Fault, FaultProxy, Faults};
 use common::{
     client_for, client_with_attempts, left_on_server, secs, server_client, server_endpoint,
-    unique_name,
+    server_queue_with,
 };
 use sqs_consumer::{Consumer, Delivery};
 use tokio::time::{sleep, Instant};
-
-async fn queue_with(client: &aws_sdk_sqs::Client, messages: usize) -> String {
-    let url = client
-        .create_queue()
-        .queue_name(unique_name("faults"))
-        .send()
-        .await
-        .unwrap()
-        .queue_url
-        .unwrap();
-    for chunk in 0..messages.div_ceil(10) {
-        let mut call = client.send_message_batch().queue_url(&url);
-        for i in chunk * 10..(chunk * 10 + 10).min(messages) {
-            call = call.entries(
-                SendMessageBatchRequestEntry::builder()
-                    .id(i.to_string())
-                    .message_body(format!("m{i}"))
-                    .build()
-                    .unwrap(),
-            );
-        }
-        call.send().await.unwrap();
-    }
-    url
-}
 
 /// What happened to one delivery, as its handler saw it.
 #[derive(Debug, Clone)]
@@ -69,7 +44,7 @@ async fn under_injected_faults_every_message_is_handled_and_deleted() {
     const MESSAGES: usize = 500;
     const LIMIT: Duration = Duration::from_secs(300);
     let direct = server_client();
-    let url = queue_with(&direct, MESSAGES).await;
+    let url = server_queue_with(&direct, MESSAGES).await;
     let proxy = FaultProxy::start(
         &server_endpoint(),
         Faults {
@@ -198,7 +173,7 @@ async fn under_injected_faults_every_message_is_handled_and_deleted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_held_message_whose_extensions_fail_transiently_stays_held() {
     let direct = server_client();
-    let url = queue_with(&direct, 1).await;
+    let url = server_queue_with(&direct, 1).await;
     let proxy = FaultProxy::start(
         &server_endpoint(),
         Faults {

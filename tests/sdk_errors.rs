@@ -5,95 +5,25 @@
 
 use std::time::Duration;
 
-use aws_sdk_sqs::operation::change_message_visibility_batch::{
-    ChangeMessageVisibilityBatchInput, ChangeMessageVisibilityBatchOutput,
-};
-use aws_sdk_sqs::operation::delete_message_batch::DeleteMessageBatchOutput;
 use aws_sdk_sqs::operation::receive_message::ReceiveMessageOutput;
-use aws_sdk_sqs::types::{
-    BatchResultErrorEntry, ChangeMessageVisibilityBatchResultEntry, DeleteMessageBatchResultEntry,
-    Message,
-};
+use aws_sdk_sqs::types::Message;
 use aws_sdk_sqs::Client;
-use aws_smithy_mocks::{mock, mock_client, Rule, RuleMode};
-use sqs_consumer::{Consumer, Delivery, LostReason};
+use aws_smithy_mocks::mock;
+use sqs_consumer::{Delivery, LostReason};
 use tokio::time::{sleep, Instant};
 
 mod common;
 
-use common::sdk::{one_message, receive_once, sqs_error};
+use common::sdk::{
+    change_answer, consumer, deletes, mocked, one_extended, one_message, receive_once, sqs_error,
+};
 use common::take_one;
-
-const URL: &str = "https://sqs.us-east-1.amazonaws.com/123456789012/jobs";
-
-fn deletes() -> Rule {
-    mock!(Client::delete_message_batch).then_compute_output(|req| {
-        let ok = req.entries().iter().map(|e| {
-            DeleteMessageBatchResultEntry::builder()
-                .id(e.id())
-                .build()
-                .unwrap()
-        });
-        DeleteMessageBatchOutput::builder()
-            .set_successful(Some(ok.collect()))
-            .set_failed(Some(vec![]))
-            .build()
-            .unwrap()
-    })
-}
-
-/// A `ChangeMessageVisibilityBatch` answer: entries whose receipt handle `fails` accepts
-/// fail with `code`, the others succeed.
-fn change_answer(
-    req: &ChangeMessageVisibilityBatchInput,
-    fails: impl Fn(&str) -> bool,
-    code: &str,
-) -> ChangeMessageVisibilityBatchOutput {
-    let (mut ok, mut failed) = (vec![], vec![]);
-    for e in req.entries() {
-        if fails(e.receipt_handle()) {
-            failed.push(
-                BatchResultErrorEntry::builder()
-                    .id(e.id())
-                    .sender_fault(true)
-                    .code(code)
-                    .message("test")
-                    .build()
-                    .unwrap(),
-            );
-        } else {
-            ok.push(
-                ChangeMessageVisibilityBatchResultEntry::builder()
-                    .id(e.id())
-                    .build()
-                    .unwrap(),
-            );
-        }
-    }
-    ChangeMessageVisibilityBatchOutput::builder()
-        .set_successful(Some(ok))
-        .set_failed(Some(failed))
-        .build()
-        .unwrap()
-}
-
-/// A consumer of the mocked queue with a 10 s visibility timeout.
-fn consumer(client: Client) -> Consumer {
-    Consumer::builder(client, URL)
-        .visibility_timeout(Duration::from_secs(10))
-        .build()
-        .unwrap()
-}
 
 async fn lost_by(code: &'static str) -> (LostReason, sqs_consumer::Error) {
     let change = mock!(Client::change_message_visibility_batch)
         .then_compute_output(move |req| change_answer(req, |_| true, code));
     let (receive, delete) = (receive_once(), deletes());
-    let client = mock_client!(
-        aws_sdk_sqs,
-        RuleMode::MatchAny,
-        [&receive, &change, &delete]
-    );
+    let client = mocked(&[&receive, &change, &delete]);
     let d = take_one(&consumer(client)).await;
     let start = Instant::now();
     let reason = d.lost().await;
@@ -131,26 +61,11 @@ async fn throttled_and_failed_extensions_are_retried_and_the_delivery_survives()
         .http_response(|| sqs_error(400, "RequestThrottled"))
         .times(2)
         .http_response(|| sqs_error(500, "InternalError"))
-        .output(|| {
-            ChangeMessageVisibilityBatchOutput::builder()
-                .successful(
-                    ChangeMessageVisibilityBatchResultEntry::builder()
-                        .id("0")
-                        .build()
-                        .unwrap(),
-                )
-                .set_failed(Some(vec![]))
-                .build()
-                .unwrap()
-        })
+        .output(one_extended)
         .repeatedly()
         .build();
     let (receive, delete) = (receive_once(), deletes());
-    let client = mock_client!(
-        aws_sdk_sqs,
-        RuleMode::MatchAny,
-        [&receive, &change, &delete]
-    );
+    let client = mocked(&[&receive, &change, &delete]);
     let d = take_one(&consumer(client)).await;
     sleep(Duration::from_secs(60)).await;
     assert!(!d.is_lost());
@@ -187,11 +102,7 @@ async fn a_partly_failed_batch_loses_only_the_failed_entry() {
         )
     });
     let delete = deletes();
-    let client = mock_client!(
-        aws_sdk_sqs,
-        RuleMode::MatchAny,
-        [&receive, &change, &delete]
-    );
+    let client = mocked(&[&receive, &change, &delete]);
     let consumer = consumer(client);
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Delivery>();
     let handler = move |d: Delivery| {
@@ -225,7 +136,7 @@ async fn a_missing_queue_ends_run_and_a_server_error_is_retried() {
         .http_response(|| sqs_error(400, "AWS.SimpleQueueService.NonExistentQueue"))
         .repeatedly()
         .build();
-    let client = mock_client!(aws_sdk_sqs, RuleMode::MatchAny, [&missing]);
+    let client = mocked(&[&missing]);
     let err = consumer(client)
         .run(|d: Delivery| d.ack())
         .await
@@ -242,7 +153,7 @@ async fn a_missing_queue_ends_run_and_a_server_error_is_retried() {
         .repeatedly()
         .build();
     let delete = deletes();
-    let client = mock_client!(aws_sdk_sqs, RuleMode::MatchAny, [&flaky, &delete]);
+    let client = mocked(&[&flaky, &delete]);
     let d = take_one(&consumer(client)).await;
     assert_eq!(d.message_id(), "m-1");
     d.ack().await.unwrap();
@@ -262,7 +173,7 @@ async fn a_message_without_receipt_handle_is_skipped_and_the_consumer_goes_on() 
         .repeatedly()
         .build();
     let delete = deletes();
-    let client = mock_client!(aws_sdk_sqs, RuleMode::MatchAny, [&receive, &delete]);
+    let client = mocked(&[&receive, &delete]);
     let d = take_one(&consumer(client)).await;
     assert_eq!(d.message_id(), "m-1");
 }
@@ -285,7 +196,7 @@ async fn a_message_without_body_is_delivered_with_an_empty_one() {
         .repeatedly()
         .build();
     let delete = deletes();
-    let client = mock_client!(aws_sdk_sqs, RuleMode::MatchAny, [&receive, &delete]);
+    let client = mocked(&[&receive, &delete]);
     let d = take_one(&consumer(client)).await;
     assert_eq!((d.message_id(), d.body()), ("m-empty", ""));
     d.ack().await.unwrap();

@@ -113,6 +113,33 @@ pub async fn left_on_server(client: &aws_sdk_sqs::Client, url: &str) -> u64 {
         + get(aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
 }
 
+/// A fresh standard queue on the test server holding `messages` messages, bodies `m0`,
+/// `m1`, ...; returns its URL.
+pub async fn server_queue_with(client: &aws_sdk_sqs::Client, messages: usize) -> String {
+    let url = client
+        .create_queue()
+        .queue_name(unique_name("loaded"))
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    for chunk in 0..messages.div_ceil(10) {
+        let mut call = client.send_message_batch().queue_url(&url);
+        for i in chunk * 10..(chunk * 10 + 10).min(messages) {
+            call = call.entries(
+                aws_sdk_sqs::types::SendMessageBatchRequestEntry::builder()
+                    .id(i.to_string())
+                    .message_body(format!("m{i}"))
+                    .build()
+                    .unwrap(),
+            );
+        }
+        call.send().await.unwrap();
+    }
+    url
+}
+
 /// Prints a test's figures so they show in the test command's output even when the test
 /// passes (the test harness captures `println!`, not direct writes to stderr).
 pub fn report(line: &str) {
