@@ -29,7 +29,7 @@ use aws_smithy_runtime_api::client::interceptors::Intercept;
 use aws_smithy_runtime_api::client::orchestrator::Metadata;
 use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
 use aws_smithy_types::config_bag::ConfigBag;
-use sqs_consumer::{Consumer, Delivery, Error, MemoryQueue, RequestCounts};
+use sqs_consumer::{Action, Consumer, Delivery, Error, MemoryQueue, RequestCounts};
 use tokio::time::{sleep, Instant};
 
 /// Counts the bytes allocated and not yet freed, to measure memory per held delivery
@@ -109,12 +109,12 @@ fn per_message(counts: &RequestCounts, messages: u64) -> String {
     let m = messages as f64;
     format!(
         "receive {:.3}, delete {:.3} (batch {:.3}), change-visibility {:.3} (batch {:.3}), total {:.3}",
-        counts.receive_message as f64 / m,
-        counts.delete_message as f64 / m,
-        counts.delete_message_batch as f64 / m,
-        counts.change_message_visibility as f64 / m,
-        counts.change_message_visibility_batch as f64 / m,
-        (counts.total() - counts.send_message) as f64 / m,
+        counts.requests(Action::ReceiveMessage) as f64 / m,
+        counts.requests(Action::DeleteMessage) as f64 / m,
+        counts.requests(Action::DeleteMessageBatch) as f64 / m,
+        counts.requests(Action::ChangeMessageVisibility) as f64 / m,
+        counts.requests(Action::ChangeMessageVisibilityBatch) as f64 / m,
+        (counts.total() - counts.requests(Action::SendMessage)) as f64 / m,
     )
 }
 
@@ -154,7 +154,7 @@ fn b1() {
         });
         rates.push(rate);
         cpus.push(cpu.as_secs_f64() * 1e6 / MESSAGES as f64);
-        reqs.push((counts.total() - counts.send_message) as f64 / MESSAGES as f64);
+        reqs.push((counts.total() - counts.requests(Action::SendMessage)) as f64 / MESSAGES as f64);
         last = Some(counts);
     }
     println!(
@@ -204,8 +204,9 @@ fn b2() {
         let stats = consumer.stats();
         // Every extension sent counts, including those of the last round, which the acks
         // overtook (the heartbeat stops before it records them).
-        let sent = c.change_message_visibility_batch_entries + c.change_message_visibility;
-        let requests = c.change_message_visibility_batch + c.change_message_visibility;
+        let sent = c.visibility_changes();
+        let requests = c.requests(Action::ChangeMessageVisibilityBatch)
+            + c.requests(Action::ChangeMessageVisibility);
         let rounds = sent as f64 / DELIVERIES as f64;
         println!("B2  MemoryQueue, {DELIVERIES} deliveries held 3 timeouts (T = {T} s, paused clock):");
         println!(

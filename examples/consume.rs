@@ -1,9 +1,12 @@
 //! Consumes a real queue (AWS, or any SQS-compatible server) until Ctrl-C, then shuts down
 //! gracefully: receiving stops at once, running handlers get up to 30 s to finish, whatever
-//! is still held after that is released for another consumer.
+//! is still held after that is released for another consumer. On the way out it prints what
+//! it did:
 //!
 //! ```text
 //! QUEUE_URL=https://sqs.eu-west-1.amazonaws.com/123456789012/jobs cargo run --example consume
+//! ...
+//! stopped: 120 received, 120 acked, 0 released, 0 extensions, 0 lost, 0 handler errors
 //! ```
 //!
 //! Credentials and region come from the usual AWS environment and config files. For a local
@@ -18,29 +21,21 @@
 //! `HOLD_SECS` (default 0) makes the handler hold each message that long before acking, to
 //! watch the heartbeat at work.
 
+use std::future::Future;
+use std::io::Write;
 use std::time::Duration;
 
-use sqs_consumer::{Consumer, Delivery, RetryPolicy};
-use tracing_subscriber::EnvFilter;
+use sqs_consumer::{BoxError, Consumer, Delivery, RetryPolicy, Stats};
 
-#[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| EnvFilter::new("info,sqs_consumer=debug")),
-        )
-        .init();
-
-    let queue_url = std::env::var("QUEUE_URL").map_err(|_| "set QUEUE_URL to the queue's URL")?;
-    let hold = std::env::var("HOLD_SECS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .map(Duration::from_secs)
-        .unwrap_or_default();
-
-    let config = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
-    let client = aws_sdk_sqs::Client::new(&config);
+/// The example itself: consumes `queue_url` through `client` until `stop`, holding each
+/// message for `hold`; writes its summary to `out` and returns the consumer's stats.
+pub async fn run(
+    client: aws_sdk_sqs::Client,
+    queue_url: String,
+    hold: Duration,
+    stop: impl Future<Output = ()>,
+    out: &mut impl Write,
+) -> Result<Stats, BoxError> {
     let consumer = Consumer::builder(client, queue_url)
         .max_in_flight(16)
         .shutdown_timeout(Duration::from_secs(30))
@@ -60,12 +55,39 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         tokio::time::sleep(hold).await;
         delivery.ack().await
     };
+    consumer.run_until(handler, stop).await?;
 
+    let s = consumer.stats();
+    writeln!(
+        out,
+        "stopped: {} received, {} acked, {} released, {} extensions, {} lost, {} handler errors",
+        s.received, s.acked, s.released, s.extended, s.lost, s.handler_errors
+    )?;
+    Ok(s)
+}
+
+#[tokio::main]
+async fn main() -> Result<(), BoxError> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,sqs_consumer=debug".into()),
+        )
+        .init();
+
+    let queue_url = std::env::var("QUEUE_URL").map_err(|_| "set QUEUE_URL to the queue's URL")?;
+    let hold = std::env::var("HOLD_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .map(Duration::from_secs)
+        .unwrap_or_default();
+
+    let config = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+    let client = aws_sdk_sqs::Client::new(&config);
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
         tracing::info!("Ctrl-C: shutting down");
     };
-    consumer.run_until(handler, ctrl_c).await?;
-    tracing::info!(stats = ?consumer.stats(), "stopped");
+    run(client, queue_url, hold, ctrl_c, &mut std::io::stdout()).await?;
     Ok(())
 }

@@ -9,14 +9,20 @@
 //! account's entries are applied in the order they were sent; entry 2 of account "bob"
 //! fails once and is retried before entry 3 of "bob" runs.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
+use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use sqs_consumer::{Consumer, Delivery, MemoryQueue, RetryPolicy, SendOptions};
+use sqs_consumer::{BoxError, Consumer, Delivery, MemoryQueue, RetryPolicy, SendOptions};
 
-#[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+/// The entries each account had applied, in the order they were applied.
+pub type Ledger = BTreeMap<String, Vec<u32>>;
+
+/// The example itself: writes each step and the final ledger to `out`, and returns the
+/// ledger.
+pub async fn run(out: impl Write + Send + 'static) -> Result<Ledger, BoxError> {
+    let out = Arc::new(Mutex::new(out));
     let queue = MemoryQueue::builder()
         .name("ledger.fifo")
         .fifo(true)
@@ -37,29 +43,38 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         // A failed entry comes back at once (before the rest of its group).
         .retry_policy(RetryPolicy::ReleaseNow)
         .build()?;
-    let applied: Arc<Mutex<HashMap<String, Vec<u32>>>> = Arc::default();
+    let applied: Arc<Mutex<Ledger>> = Arc::default();
     let log = applied.clone();
+    let printer = out.clone();
     let handler = move |delivery: Delivery| {
         let log = log.clone();
+        let out = printer.clone();
         async move {
             let (account, entry) = delivery.body().split_once(':').ok_or("malformed entry")?;
             let entry: u32 = entry.parse()?;
             tokio::time::sleep(Duration::from_millis(u64::from(entry * 37 % 90))).await;
             if account == "bob" && entry == 2 && delivery.receive_count() == 1 {
-                println!("bob:2 failed on its first try");
+                writeln!(
+                    out.lock().map_err(|_| "poisoned")?,
+                    "bob:2 failed on its first try"
+                )?;
                 return Err("simulated failure".into());
             }
-            println!(
-                "applied {account}:{entry} (try {})",
-                delivery.receive_count()
-            );
-            log.lock()
-                .map_err(|_| "poisoned")?
-                .entry(account.to_owned())
-                .or_default()
-                .push(entry);
+            {
+                let mut out = out.lock().map_err(|_| "poisoned")?;
+                writeln!(
+                    out,
+                    "applied {account}:{entry} (try {})",
+                    delivery.receive_count()
+                )?;
+                log.lock()
+                    .map_err(|_| "poisoned")?
+                    .entry(account.to_owned())
+                    .or_default()
+                    .push(entry);
+            }
             delivery.ack().await?;
-            Ok::<(), Box<dyn std::error::Error + Send + Sync>>(())
+            Ok::<(), BoxError>(())
         }
     };
 
@@ -70,8 +85,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     };
     consumer.run_until(handler, drained).await?;
 
-    for (account, entries) in applied.lock().map_err(|_| "poisoned")?.iter() {
-        println!("{account}: {entries:?}");
+    let ledger = applied.lock().map_err(|_| "poisoned")?.clone();
+    let mut out = out.lock().map_err(|_| "poisoned")?;
+    for (account, entries) in &ledger {
+        writeln!(out, "{account}: {entries:?}")?;
     }
+    Ok(ledger)
+}
+
+#[tokio::main]
+async fn main() -> Result<(), BoxError> {
+    run(std::io::stdout()).await?;
     Ok(())
 }

@@ -2,32 +2,32 @@
 //!
 //! Three messages, each held for 5 s by a handler while the visibility timeout is 2 s. The
 //! heartbeat keeps each one hidden (see the `visibility extended` lines), the handler acks,
-//! and the example exits once the queue is empty.
+//! and the example exits once the queue is empty, printing what it cost:
 //!
 //! ```text
 //! cargo run --example quickstart
+//! ...
+//! done: 3 messages, 3 handler calls, 3 acked, 0 lost
+//! requests: 5 in all: 1 ReceiveMessage (plus 1 empty long poll), 3 ChangeMessageVisibilityBatch carrying 12 extensions, 1 DeleteMessageBatch carrying 3 deletes
 //! ```
+//!
+//! (The exact request counts depend on timing; every number printed is read from the queue
+//! and the consumer, and `tests/examples.rs` checks them.)
 
+use std::io::Write;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqs_consumer::{Consumer, Delivery, MemoryQueue};
-use tracing_subscriber::EnvFilter;
+use sqs_consumer::{Action, BoxError, Consumer, Delivery, MemoryQueue, Stats};
 
-#[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| EnvFilter::new("info,sqs_consumer=debug")),
-        )
-        .init();
-
+/// The example itself: writes its summary to `out` and returns the consumer's stats.
+pub async fn run(out: &mut impl Write) -> Result<Stats, BoxError> {
     let queue = MemoryQueue::builder()
         .visibility_timeout(Duration::from_secs(2))
         .build()?;
-    for job in ["resize image 1", "resize image 2", "resize image 3"] {
+    let jobs = ["resize image 1", "resize image 2", "resize image 3"];
+    for job in jobs {
         queue.send(job)?;
     }
 
@@ -40,7 +40,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
             counter.fetch_add(1, Ordering::Relaxed);
             tracing::info!(
                 message_id = delivery.message_id(),
-                body = delivery.body(),
+                bytes = delivery.body().len(),
                 "working for 5 s, 2.5 visibility timeouts"
             );
             tokio::time::sleep(Duration::from_secs(5)).await;
@@ -56,13 +56,38 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     };
     consumer.run_until(handler, drained).await?;
 
-    let requests = queue.requests();
-    println!(
-        "done: 3 messages, {} handler calls; {} receives, {} visibility extensions, {} deletes",
+    let stats = consumer.stats();
+    let r = queue.requests();
+    writeln!(
+        out,
+        "done: {} messages, {} handler calls, {} acked, {} lost",
+        jobs.len(),
         calls.load(Ordering::Relaxed),
-        requests.receive_message,
-        requests.change_message_visibility,
-        requests.delete_message
-    );
+        stats.acked,
+        stats.lost
+    )?;
+    writeln!(
+        out,
+        "requests: {} in all: {} ReceiveMessage, {} ChangeMessageVisibilityBatch carrying {} \
+         extensions, {} DeleteMessageBatch carrying {} deletes",
+        r.total(),
+        r.requests(Action::ReceiveMessage),
+        r.requests(Action::ChangeMessageVisibilityBatch),
+        r.visibility_changes(),
+        r.requests(Action::DeleteMessageBatch),
+        r.deletes()
+    )?;
+    Ok(stats)
+}
+
+#[tokio::main]
+async fn main() -> Result<(), BoxError> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,sqs_consumer=debug".into()),
+        )
+        .init();
+    run(&mut std::io::stdout()).await?;
     Ok(())
 }

@@ -7,28 +7,26 @@
 //! fills its batches and no entry waits longer than one round trip. Full batches go out at
 //! once, up to [`MAX_REQUESTS_IN_FLIGHT`] requests at a time. Deliveries received together
 //! reach their heartbeats together, so their extensions share requests too.
+//!
+//! The batcher sends each entry once and hands each caller its own entry's result (or the
+//! whole request's error): retrying is the caller's business, on the caller's terms (an
+//! extension until its deadline, an ack for a while), so no call path retries twice.
 
 use std::collections::{HashSet, VecDeque};
-use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::sync::{mpsc, oneshot, Notify, Semaphore};
-use tokio::time::sleep;
 use tokio_util::task::task_tracker::TaskTrackerToken;
 use tokio_util::task::TaskTracker;
 
-use crate::backoff::Backoff;
 use crate::error::Error;
-use crate::queue::Queue;
+use crate::limits::MAX_BATCH;
+use crate::queue::{BatchEntry, Queue, ENTRY_IDS};
 
-/// The most entries SQS takes in one batch request.
-pub(crate) const MAX_ENTRIES: usize = 10;
 /// Batch requests under way at once, per action.
 pub(crate) const MAX_REQUESTS_IN_FLIGHT: usize = 4;
-/// Tries of one entry (or of a whole request) before its error goes back to the caller.
-const MAX_ATTEMPTS: u32 = 4;
 /// Entries pulled off the channel at a time: enough to fill every request slot.
-const LOOKAHEAD: usize = MAX_ENTRIES * MAX_REQUESTS_IN_FLIGHT;
+const LOOKAHEAD: usize = MAX_BATCH * MAX_REQUESTS_IN_FLIGHT;
 
 /// Which call a batcher makes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,19 +35,10 @@ pub(crate) enum Call {
     ChangeVisibility,
 }
 
-impl Call {
-    fn name(self) -> &'static str {
-        match self {
-            Call::Delete => "DeleteMessageBatch",
-            Call::ChangeVisibility => "ChangeMessageVisibilityBatch",
-        }
-    }
-}
-
 /// One caller's request, waiting for its batch.
 struct Entry {
     receipt: String,
-    /// Seconds, for `ChangeVisibility`.
+    /// Whole seconds, for `ChangeVisibility`.
     visibility: u32,
     reply: oneshot::Sender<Result<(), Error>>,
     /// Keeps the consumer's tracker of settle calls busy until this entry is answered, so a
@@ -63,8 +52,9 @@ pub(crate) struct Batcher {
     queue: Queue,
     call: Call,
     settles: TaskTracker,
-    /// Started on first use, inside the runtime that uses it.
-    tx: OnceLock<mpsc::UnboundedSender<Entry>>,
+    /// The batching task's inbox. Started on first use, inside the runtime that uses it, and
+    /// started again there if that runtime has gone away since.
+    tx: Mutex<Option<mpsc::UnboundedSender<Entry>>>,
 }
 
 impl Batcher {
@@ -73,40 +63,55 @@ impl Batcher {
             queue,
             call,
             settles,
-            tx: OnceLock::new(),
+            tx: Mutex::new(None),
         }
     }
 
     /// Deletes (or changes the visibility of) one message as part of a batch, and returns
-    /// that entry's own result.
+    /// that entry's own result: one attempt, never retried here.
     pub(crate) async fn submit(&self, receipt: &str, visibility: u32) -> Result<(), Error> {
-        let tx = self.tx.get_or_init(|| {
-            let (tx, rx) = mpsc::unbounded_channel();
-            tokio::spawn(run(self.queue.clone(), self.call, rx));
-            tx
-        });
         let (reply, answer) = oneshot::channel();
-        let entry = Entry {
+        let mut entry = Entry {
             receipt: receipt.to_owned(),
             visibility,
             reply,
             _pending: self.settles.token(),
         };
-        if tx.send(entry).is_ok() {
-            if let Ok(result) = answer.await {
-                return result;
+        // Twice at most: a send fails only when the batching task's runtime is gone, and the
+        // task started again on this one takes it.
+        for _ in 0..2 {
+            match self.inbox().send(entry) {
+                Ok(()) => {
+                    return answer
+                        .await
+                        .unwrap_or_else(|_| Err(Error::runtime_gone(self.call.name())));
+                }
+                Err(mpsc::error::SendError(back)) => entry = back,
             }
         }
-        // The batching task is gone (its runtime shut down): send this one on its own.
-        // Boxed, because the SDK's request future is large and every heartbeat holds one of
-        // these futures for as long as its delivery is held.
-        Box::pin(self.single(receipt, visibility)).await
+        Err(Error::runtime_gone(self.call.name()))
     }
 
-    async fn single(&self, receipt: &str, visibility: u32) -> Result<(), Error> {
-        match self.call {
-            Call::Delete => self.queue.delete(receipt).await,
-            Call::ChangeVisibility => self.queue.change_visibility(receipt, visibility).await,
+    /// The batching task's inbox, starting the task if there is none or its runtime is gone.
+    fn inbox(&self) -> mpsc::UnboundedSender<Entry> {
+        let mut tx = self.tx.lock().unwrap_or_else(PoisonError::into_inner);
+        match &*tx {
+            Some(sender) if !sender.is_closed() => sender.clone(),
+            _ => {
+                let (sender, rx) = mpsc::unbounded_channel();
+                tokio::spawn(run(self.queue.clone(), self.call, rx));
+                *tx = Some(sender.clone());
+                sender
+            }
+        }
+    }
+}
+
+impl Call {
+    fn name(self) -> &'static str {
+        match self {
+            Call::Delete => "DeleteMessageBatch",
+            Call::ChangeVisibility => "ChangeMessageVisibilityBatch",
         }
     }
 }
@@ -126,7 +131,7 @@ async fn run(queue: Queue, call: Call, mut rx: mpsc::UnboundedReceiver<Entry>) {
                 Some(entry) => waiting.push_back(entry),
                 None => return,
             }
-            if rx.len() + 1 < MAX_ENTRIES {
+            if rx.len() + 1 < MAX_BATCH {
                 // Let the tasks woken with this one (deliveries received together reach
                 // their heartbeats together) add theirs: microseconds, not a linger.
                 tokio::task::yield_now().await;
@@ -145,7 +150,7 @@ async fn run(queue: Queue, call: Call, mut rx: mpsc::UnboundedReceiver<Entry>) {
             answer.as_mut().enable();
             // This loop holds one slot; any other taken slot is a request under way.
             let under_way = slots.available_permits() + 1 < MAX_REQUESTS_IN_FLIGHT;
-            if waiting.len() >= MAX_ENTRIES || !under_way {
+            if waiting.len() >= MAX_BATCH || !under_way {
                 break;
             }
             tokio::select! {
@@ -160,7 +165,7 @@ async fn run(queue: Queue, call: Call, mut rx: mpsc::UnboundedReceiver<Entry>) {
         let batch = take_batch(&mut waiting);
         let (queue, answered) = (queue.clone(), answered.clone());
         tokio::spawn(async move {
-            send(queue, call, batch).await;
+            send(&queue, call, batch).await;
             drop(slot);
             answered.notify_waiters();
         });
@@ -170,11 +175,11 @@ async fn run(queue: Queue, call: Call, mut rx: mpsc::UnboundedReceiver<Entry>) {
 /// Up to 10 entries from the front, in order, never the same receipt handle twice: a second
 /// entry for a handle already in the batch waits (in its place) for the next one.
 fn take_batch(waiting: &mut VecDeque<Entry>) -> Vec<Entry> {
-    let mut batch = Vec::with_capacity(MAX_ENTRIES);
+    let mut batch = Vec::with_capacity(MAX_BATCH);
     let mut handles = HashSet::new();
     let mut later = VecDeque::new();
     while let Some(entry) = waiting.pop_front() {
-        if batch.len() == MAX_ENTRIES {
+        if batch.len() == MAX_BATCH {
             later.push_back(entry);
             break;
         }
@@ -189,72 +194,52 @@ fn take_batch(waiting: &mut VecDeque<Entry>) -> Vec<Entry> {
     batch
 }
 
-/// Sends one batch, retries what failed transiently, and answers every caller.
-async fn send(queue: Queue, call: Call, mut batch: Vec<Entry>) {
-    let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
-    for attempt in 1..=MAX_ATTEMPTS {
-        let last = attempt == MAX_ATTEMPTS;
-        let answer = match call {
-            Call::Delete => {
-                let entries: Vec<(String, String)> = batch
-                    .iter()
-                    .enumerate()
-                    .map(|(i, e)| (i.to_string(), e.receipt.clone()))
-                    .collect();
-                queue.delete_batch(&entries).await
-            }
-            Call::ChangeVisibility => {
-                let entries: Vec<(String, String, u32)> = batch
-                    .iter()
-                    .enumerate()
-                    .map(|(i, e)| (i.to_string(), e.receipt.clone(), e.visibility))
-                    .collect();
-                queue.change_visibility_batch(&entries).await
-            }
-        };
-        let results = match answer {
-            Ok(results) => results,
-            Err(err) if err.is_retryable() && !last => {
-                let wait = backoff.next_delay();
-                tracing::warn!(operation = call.name(), error = %err, retry_in = ?wait, entries = batch.len(), "batch request failed; retrying");
-                sleep(wait).await;
-                continue;
-            }
-            Err(err) => {
-                let err = Arc::new(err);
-                for entry in batch {
-                    let _ = entry.reply.send(Err(Error::replicate(&err)));
-                }
-                return;
-            }
-        };
-        let mut retry = Vec::new();
-        for (entry, (_, result)) in batch.into_iter().zip(results) {
-            match result {
-                Err(err) if err.is_retryable() && !last => retry.push(entry),
-                result => {
-                    let _ = entry.reply.send(result);
-                }
+/// Sends one batch and answers every caller with its own entry's result.
+async fn send(queue: &Queue, call: Call, batch: Vec<Entry>) {
+    let entries: Vec<BatchEntry<'_>> = batch
+        .iter()
+        .zip(ENTRY_IDS)
+        .map(|(e, id)| BatchEntry {
+            id,
+            receipt: &e.receipt,
+            visibility: e.visibility,
+        })
+        .collect();
+    let answer = match call {
+        Call::Delete => queue.delete_batch(&entries).await,
+        Call::ChangeVisibility => queue.change_visibility_batch(&entries).await,
+    };
+    drop(entries);
+    match answer {
+        Ok(results) => {
+            for (entry, result) in batch.into_iter().zip(results) {
+                let _ = entry.reply.send(result);
             }
         }
-        if retry.is_empty() {
-            return;
+        Err(err) => {
+            if err.is_retryable() {
+                tracing::debug!(operation = call.name(), error = %err, entries = batch.len(), "batch request failed");
+            } else {
+                tracing::warn!(operation = call.name(), error = %err, entries = batch.len(), "batch request failed");
+            }
+            let err = Arc::new(err);
+            for entry in batch {
+                let _ = entry.reply.send(Err(Error::replicate(&err)));
+            }
         }
-        batch = retry;
-        let wait = backoff.next_delay();
-        tracing::warn!(operation = call.name(), entries = batch.len(), retry_in = ?wait, "batch entries failed; retrying them");
-        sleep(wait).await;
     }
 }
 
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
+    use std::time::Duration;
 
     use tokio::time::Instant;
 
     use super::*;
-    use crate::{Action, MemoryQueue};
+    use crate::memory::counts::Action;
+    use crate::MemoryQueue;
 
     fn queue() -> MemoryQueue {
         MemoryQueue::builder()
@@ -266,7 +251,7 @@ mod tests {
     /// A batcher of `call`s on `q`.
     fn batcher(q: &MemoryQueue, call: Call) -> Arc<Batcher> {
         Arc::new(Batcher::new(
-            Queue::Memory(q.clone()),
+            Queue::new(q.clone()),
             call,
             TaskTracker::new(),
         ))
@@ -335,11 +320,11 @@ mod tests {
     async fn a_lone_entry_goes_out_at_once() {
         let q = queue();
         let h = held(&q, 1).await;
-        let batcher = Batcher::new(Queue::Memory(q.clone()), Call::Delete, TaskTracker::new());
+        let batcher = Batcher::new(Queue::new(q.clone()), Call::Delete, TaskTracker::new());
         let start = Instant::now();
         batcher.submit(&h[0], 0).await.unwrap();
         assert_eq!(start.elapsed(), Duration::ZERO);
-        assert_eq!(q.requests().delete_message_batch, 1);
+        assert_eq!(q.requests().requests(Action::DeleteMessageBatch), 1);
         assert!(q.is_empty());
     }
 
@@ -351,7 +336,7 @@ mod tests {
             .build()
             .unwrap();
         let h = held(&q, 6).await;
-        let base = q.requests().delete_message_batch;
+        let base = q.requests().requests(Action::DeleteMessageBatch);
         let batcher = batcher(&q, Call::Delete);
         let start = Instant::now();
         // One entry first (it goes at once), then five more, 5 ms apart, while it is out.
@@ -375,7 +360,7 @@ mod tests {
             done[1..].iter().all(|d| *d == Duration::from_millis(100)),
             "{done:?}"
         );
-        assert_eq!(q.requests().delete_message_batch - base, 2);
+        assert_eq!(q.requests().requests(Action::DeleteMessageBatch) - base, 2);
         assert!(q.is_empty());
     }
 
@@ -388,7 +373,7 @@ mod tests {
         assert!(results.iter().all(Result::is_ok));
         let r = q.requests();
         assert_eq!(
-            (r.delete_message_batch, r.delete_message_batch_entries),
+            (r.requests(Action::DeleteMessageBatch), r.deletes()),
             (2, 11)
         );
         assert!(q.is_empty());
@@ -401,7 +386,10 @@ mod tests {
         let batcher = batcher(&q, Call::ChangeVisibility);
         let results = submit_all(batcher, vec![h[0].clone(), h[0].clone()], 30).await;
         assert!(results.iter().all(Result::is_ok));
-        assert_eq!(q.requests().change_message_visibility_batch, 2);
+        assert_eq!(
+            q.requests().requests(Action::ChangeMessageVisibilityBatch),
+            2
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -416,7 +404,7 @@ mod tests {
         let err = results[1].as_ref().unwrap_err();
         assert!(err.is_lost(), "{err}");
         assert_eq!(
-            q.requests().delete_message_batch,
+            q.requests().requests(Action::DeleteMessageBatch),
             1,
             "one request for all three"
         );
@@ -424,26 +412,19 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn transient_entry_failures_are_retried() {
+    async fn failures_go_back_to_their_callers_untried_again() {
         let q = queue();
         let h = held(&q, 3).await;
+        let batcher = batcher(&q, Call::Delete);
+        // Two entries fail transiently: their callers hear it, the batcher does not retry.
         q.fail_next(Action::DeleteMessage, "InternalError", 2);
-        let batcher = batcher(&q, Call::Delete);
-        let results = submit_all(batcher, h, 0).await;
-        assert!(results.iter().all(Result::is_ok));
-        assert!(q.is_empty());
-        assert_eq!(
-            q.requests().delete_message_batch,
-            2,
-            "the two failed ones, once more"
-        );
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_whole_request_failure_reaches_every_caller_or_is_retried() {
-        let q = queue();
-        let h = held(&q, 3).await;
-        let batcher = batcher(&q, Call::Delete);
+        let results = submit_all(batcher.clone(), h.clone(), 0).await;
+        let failed: Vec<_> = results.iter().filter_map(|r| r.as_ref().err()).collect();
+        assert_eq!(failed.len(), 2);
+        assert!(failed.iter().all(|e| e.is_retryable()), "{failed:?}");
+        assert_eq!(q.requests().requests(Action::DeleteMessageBatch), 1);
+        assert_eq!(q.len(), 2);
+        // A whole request refused: every caller gets the error, once.
         q.fail_next(Action::DeleteMessageBatch, "AccessDenied", 1);
         let results = submit_all(batcher.clone(), h.clone(), 0).await;
         for r in &results {
@@ -453,11 +434,33 @@ mod tests {
                 "{err}"
             );
         }
-        assert_eq!(q.len(), 3);
-        q.fail_next(Action::DeleteMessageBatch, "InternalError", 2);
+        assert_eq!(q.requests().requests(Action::DeleteMessageBatch), 2);
+        // Callers that try again get through.
         let results = submit_all(batcher, h, 0).await;
         assert!(results.iter().all(Result::is_ok));
         assert!(q.is_empty());
+    }
+
+    #[test]
+    fn a_batcher_outlives_the_runtime_that_started_it() {
+        let q = queue();
+        let batcher = batcher(&q, Call::Delete);
+        let runtime = || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .build()
+                .unwrap()
+        };
+        for _ in 0..2 {
+            // Each runtime is gone before the next starts: the second one's submit finds the
+            // first batching task gone and starts its own.
+            runtime().block_on(async {
+                let h = held(&q, 1).await;
+                batcher.submit(&h[0], 0).await.unwrap();
+            });
+        }
+        assert!(q.is_empty());
+        assert_eq!(q.requests().deletes(), 2);
     }
 
     #[tokio::test(start_paused = true)]
@@ -468,7 +471,7 @@ mod tests {
         let results = submit_all(batcher, h, 30).await;
         assert!(results.iter().all(Result::is_ok));
         let r = q.requests();
-        assert_eq!(r.change_message_visibility_batch_entries, 30);
-        assert_eq!(r.change_message_visibility_batch, 3);
+        assert_eq!(r.visibility_changes(), 30);
+        assert_eq!(r.requests(Action::ChangeMessageVisibilityBatch), 3);
     }
 }

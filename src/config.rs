@@ -1,11 +1,16 @@
-//! `ConsumerBuilder`: the consumer's settings, their defaults, and their validation.
+//! `ConsumerBuilder`: how a [`Consumer`] is made. The entry points (`Consumer::builder`,
+//! `Consumer::in_memory`), every setting with its default, and the validation in `build`.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use crate::consumer::Consumer;
+use crate::consumer::{Consumer, Settings};
 use crate::error::Error;
-use crate::heartbeat::MAX_VISIBILITY_SECS;
-use crate::queue::Queue;
+use crate::limits::{self, MAX_BATCH, MAX_IN_FLIGHT};
+use crate::memory::MemoryQueue;
+use crate::queue::sdk::SdkQueue;
+use crate::queue::{Queue, DEFAULT_REQUEST_TIMEOUT};
+use crate::receiver::ReceiveSettings;
 use crate::retry::RetryPolicy;
 
 /// Defaults, as documented on the setters.
@@ -14,20 +19,53 @@ const DEFAULT_BATCH_SIZE: u32 = 10;
 const DEFAULT_MAX_IN_FLIGHT: usize = 32;
 const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
 const DEFAULT_MAX_CONCURRENT_RECEIVES: usize = 8;
-/// SQS's approximate in-flight quota for a standard queue; more permits cannot be used.
-const MAX_IN_FLIGHT_LIMIT: usize = 120_000;
+/// The range a `request_timeout` must fall in.
+const REQUEST_TIMEOUTS: std::ops::RangeInclusive<Duration> =
+    Duration::from_millis(100)..=Duration::from_secs(300);
 
-/// The validated settings a [`Consumer`] runs with.
-#[derive(Debug, Clone)]
-pub(crate) struct Settings {
-    /// Visibility timeout to ask for on each receive, seconds; `None`: the queue's own.
-    pub(crate) visibility_timeout: Option<u32>,
-    pub(crate) wait_time: Duration,
-    pub(crate) batch_size: u32,
-    pub(crate) max_in_flight: usize,
-    pub(crate) shutdown_timeout: Duration,
-    pub(crate) retry_policy: RetryPolicy,
-    pub(crate) max_concurrent_receives: usize,
+/// Where a consumer's messages come from.
+#[derive(Debug)]
+enum Source {
+    Sqs(SdkQueue),
+    Memory(MemoryQueue),
+}
+
+impl Consumer {
+    /// A consumer of the queue at `queue_url`, through `client`.
+    ///
+    /// The consumer's calls make one attempt each (the client's own retry setting is
+    /// overridden for them; nothing else of the client changes): the consumer retries each
+    /// call on its own terms, and bounds each with its
+    /// [`request_timeout`](ConsumerBuilder::request_timeout).
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use sqs_consumer::{Consumer, Delivery};
+    ///
+    /// let config = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+    /// let client = aws_sdk_sqs::Client::new(&config);
+    /// let consumer = Consumer::builder(client, "https://sqs.eu-west-1.amazonaws.com/123456789012/jobs")
+    ///     .visibility_timeout(Duration::from_secs(60))
+    ///     .max_in_flight(64)
+    ///     .build()?;
+    /// consumer
+    ///     .run(|delivery: Delivery| async move {
+    ///         println!("got {}", delivery.body());
+    ///         delivery.ack().await
+    ///     })
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn builder(client: aws_sdk_sqs::Client, queue_url: impl Into<String>) -> ConsumerBuilder {
+        let url: Arc<str> = Arc::from(queue_url.into());
+        ConsumerBuilder::new(Source::Sqs(SdkQueue::new(client, url)))
+    }
+
+    /// A consumer of an in-memory queue, for tests and examples.
+    pub fn in_memory(queue: &MemoryQueue) -> ConsumerBuilder {
+        ConsumerBuilder::new(Source::Memory(queue.clone()))
+    }
 }
 
 /// Builds a [`Consumer`]; start with [`Consumer::builder`] or [`Consumer::in_memory`].
@@ -37,7 +75,7 @@ pub(crate) struct Settings {
 #[derive(Debug)]
 #[must_use = "a builder does nothing until `build` is called"]
 pub struct ConsumerBuilder {
-    queue: Queue,
+    source: Source,
     visibility_timeout: Option<Duration>,
     wait_time: Duration,
     batch_size: u32,
@@ -45,12 +83,13 @@ pub struct ConsumerBuilder {
     shutdown_timeout: Duration,
     retry_policy: RetryPolicy,
     max_concurrent_receives: usize,
+    request_timeout: Duration,
 }
 
 impl ConsumerBuilder {
-    pub(crate) fn new(queue: Queue) -> Self {
+    fn new(source: Source) -> Self {
         Self {
-            queue,
+            source,
             visibility_timeout: None,
             wait_time: DEFAULT_WAIT_TIME,
             batch_size: DEFAULT_BATCH_SIZE,
@@ -58,6 +97,7 @@ impl ConsumerBuilder {
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
             retry_policy: RetryPolicy::Leave,
             max_concurrent_receives: DEFAULT_MAX_CONCURRENT_RECEIVES,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
         }
     }
 
@@ -121,80 +161,79 @@ impl ConsumerBuilder {
         self
     }
 
+    /// How long any SQS call may go unanswered before it counts as a transient failure (and
+    /// is retried by whoever owns its retries: see the README), 100 ms..=300 s. A receive
+    /// may take its [`wait_time`](ConsumerBuilder::wait_time) on top. An extension is cut
+    /// short at its delivery's deadline anyway. Defaults to 10 s.
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
     /// Checks the settings and creates the consumer. Nothing is sent to SQS yet.
     pub fn build(self) -> Result<Consumer, Error> {
         let visibility_timeout = self
             .visibility_timeout
-            .map(|t| visibility_secs("visibility_timeout", t))
+            .map(|t| limits::visibility_secs("visibility_timeout", t))
             .transpose()?;
-        if whole_secs(self.wait_time).is_none_or(|s| s > 20) {
-            return Err(Error::invalid(
-                "wait_time",
-                self.wait_time,
-                "whole seconds in 0..=20",
-            ));
-        }
-        if !(1..=10).contains(&self.batch_size) {
-            return Err(Error::invalid("batch_size", self.batch_size, "1..=10"));
-        }
-        if !(1..=MAX_IN_FLIGHT_LIMIT).contains(&self.max_in_flight) {
-            return Err(Error::invalid(
-                "max_in_flight",
-                self.max_in_flight,
-                "1..=120000",
-            ));
-        }
-        if !(1..=64).contains(&self.max_concurrent_receives) {
-            return Err(Error::invalid(
-                "max_concurrent_receives",
-                self.max_concurrent_receives,
-                "1..=64",
-            ));
-        }
+        let wait_time = limits::wait_time("wait_time", self.wait_time)?;
+        let max_batch = u32::try_from(MAX_BATCH).unwrap_or(10);
+        let batch_size = limits::in_range("batch_size", self.batch_size, 1..=max_batch, "1..=10")?;
+        let max_in_flight = limits::in_range(
+            "max_in_flight",
+            self.max_in_flight,
+            1..=MAX_IN_FLIGHT,
+            "1..=120000",
+        )?;
+        let max_concurrent_receives = limits::in_range(
+            "max_concurrent_receives",
+            self.max_concurrent_receives,
+            1..=64,
+            "1..=64",
+        )?;
+        let request_timeout = limits::in_range(
+            "request_timeout",
+            self.request_timeout,
+            REQUEST_TIMEOUTS,
+            "100 ms..=300 s",
+        )?;
         self.retry_policy.validate()?;
-        if let Queue::Sqs { url, .. } = &self.queue {
-            let ok = (url.starts_with("https://") || url.starts_with("http://"))
-                && url.len() > "https://".len();
-            if !ok {
-                return Err(Error::invalid(
-                    "queue_url",
-                    url.as_ref(),
-                    "an http(s) queue URL, as returned by CreateQueue or GetQueueUrl",
-                ));
+        let queue = match self.source {
+            Source::Sqs(sqs) => {
+                let url = sqs.url();
+                let ok = (url.starts_with("https://") || url.starts_with("http://"))
+                    && url.len() > "https://".len();
+                if !ok {
+                    return Err(Error::invalid(
+                        "queue_url",
+                        url,
+                        "an http(s) queue URL, as returned by CreateQueue or GetQueueUrl",
+                    ));
+                }
+                Queue::new(sqs)
             }
-        }
+            Source::Memory(memory) => Queue::new(memory),
+        };
         Ok(Consumer::new(
-            self.queue,
+            queue.with_request_timeout(request_timeout),
             Settings {
-                visibility_timeout,
-                wait_time: self.wait_time,
-                batch_size: self.batch_size,
-                max_in_flight: self.max_in_flight,
+                receive: ReceiveSettings {
+                    visibility_timeout,
+                    wait_time,
+                    batch_size,
+                    max_in_flight,
+                    max_concurrent_receives,
+                },
                 shutdown_timeout: self.shutdown_timeout,
                 retry_policy: self.retry_policy,
-                max_concurrent_receives: self.max_concurrent_receives,
             },
         ))
     }
 }
 
-/// The whole seconds in `d`, or `None` if it has a fraction of a second.
-pub(crate) fn whole_secs(d: Duration) -> Option<u64> {
-    (d.subsec_nanos() == 0).then_some(d.as_secs())
-}
-
-/// A visibility timeout in SQS's terms: whole seconds in 0..=43200.
-pub(crate) fn visibility_secs(field: &'static str, d: Duration) -> Result<u32, Error> {
-    whole_secs(d)
-        .and_then(|s| u32::try_from(s).ok())
-        .filter(|s| *s <= MAX_VISIBILITY_SECS)
-        .ok_or_else(|| Error::invalid(field, d, "whole seconds in 0..=43200 (12 hours)"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::MemoryQueue;
 
     fn builder() -> ConsumerBuilder {
         Consumer::in_memory(&MemoryQueue::new())
@@ -217,7 +256,7 @@ mod tests {
     #[test]
     fn defaults_build() {
         let c = builder().build().expect("defaults are valid");
-        let s = c.settings();
+        let s = c.receive_settings();
         assert_eq!(s.visibility_timeout, None);
         assert_eq!(s.wait_time, Duration::from_secs(20));
         assert_eq!(s.batch_size, 10);
@@ -234,7 +273,7 @@ mod tests {
                 .max_in_flight(m)
                 .build()
                 .expect("bounds are valid");
-            assert_eq!(c.settings().visibility_timeout, Some(v as u32));
+            assert_eq!(c.receive_settings().visibility_timeout, Some(v as u32));
         }
     }
 
@@ -269,6 +308,13 @@ mod tests {
             "max_in_flight",
             "1..=120000",
         );
+        for t in [Duration::from_millis(99), Duration::from_secs(301)] {
+            refused(
+                builder().request_timeout(t),
+                "request_timeout",
+                "100 ms..=300 s",
+            );
+        }
         for n in [0, 65] {
             refused(
                 builder().max_concurrent_receives(n),

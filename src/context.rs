@@ -1,48 +1,219 @@
-//! What every delivery of one consumer shares: the queue, the counters, the retry policy,
-//! and the settle calls still in flight.
+//! What every delivery of one consumer shares: the counters, the retry policy, the memory of
+//! lost acks, and the settle calls (deletes and visibility changes), each batched and each
+//! retried here on its own terms.
 
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::runtime::Handle;
+use tokio::sync::oneshot;
+use tokio::time::{sleep, Instant};
 use tokio_util::task::TaskTracker;
+use tracing::{Instrument, Span};
 
+use crate::backoff::Backoff;
 use crate::batch::{Batcher, Call};
+use crate::error::Error;
 use crate::lost_acks::LostAcks;
 use crate::queue::Queue;
 use crate::retry::RetryPolicy;
-use crate::stats::Counters;
+use crate::stats::{Counter, Counters, Stats};
+
+/// How long `ack` keeps retrying a transient `DeleteMessage` failure (the heartbeat keeps the
+/// message hidden meanwhile) before it gives up and reports the error.
+pub(crate) const ACK_RETRY_WINDOW: Duration = Duration::from_secs(20);
+
+/// Tries of a release (a visibility change that gives the message back) before its error is
+/// reported; the message returns anyway when its visibility lapses.
+pub(crate) const RELEASE_ATTEMPTS: u32 = 4;
+
+/// The back-off between tries of one settle call: 100 ms doubling up to 2 s, jittered.
+fn settle_backoff() -> Backoff {
+    Backoff::new(Duration::from_millis(100), Duration::from_secs(2))
+}
+
+/// A call that settles a message.
+#[derive(Debug, Clone, Copy)]
+enum Settle {
+    Delete,
+    /// A visibility change to this many seconds.
+    Release(u32),
+}
+
+impl Settle {
+    fn operation(self) -> &'static str {
+        match self {
+            Settle::Delete => "DeleteMessage",
+            Settle::Release(_) => "ChangeMessageVisibility",
+        }
+    }
+}
 
 #[derive(Debug)]
 pub(crate) struct Context {
-    pub(crate) queue: Queue,
     /// The queue's URL or name, for logs.
-    pub(crate) queue_name: String,
-    pub(crate) fifo: bool,
-    pub(crate) retry: RetryPolicy,
-    pub(crate) counters: Counters,
-    pub(crate) lost_acks: LostAcks,
+    queue_name: String,
+    fifo: bool,
+    retry: RetryPolicy,
+    counters: Counters,
+    lost_acks: LostAcks,
     /// Deletes and visibility changes under way on behalf of deliveries (batch entries, and
     /// the releases of dropped deliveries): neither a cancelled caller nor a `Drop` cuts them
     /// short, and shutdown waits for them.
-    pub(crate) settles: TaskTracker,
+    settles: TaskTracker,
     /// Every delete goes through this, in batches.
-    pub(crate) deletes: Batcher,
+    deletes: Batcher,
     /// Every visibility change (extensions and releases) goes through this, in batches.
-    pub(crate) visibility: Batcher,
+    visibility: Batcher,
 }
 
 impl Context {
-    pub(crate) fn new(queue: Queue, retry: RetryPolicy) -> Self {
-        let fifo = queue.is_fifo();
+    pub(crate) fn new(queue: &Queue, retry: RetryPolicy) -> Self {
         let settles = TaskTracker::new();
         Self {
-            queue_name: queue.describe(),
+            queue_name: queue.name().to_owned(),
+            fifo: queue.is_fifo(),
             deletes: Batcher::new(queue.clone(), Call::Delete, settles.clone()),
             visibility: Batcher::new(queue.clone(), Call::ChangeVisibility, settles.clone()),
-            queue,
-            fifo,
             retry,
             counters: Counters::default(),
             lost_acks: LostAcks::default(),
             settles,
         }
+    }
+
+    pub(crate) fn queue_name(&self) -> &str {
+        &self.queue_name
+    }
+
+    pub(crate) fn is_fifo(&self) -> bool {
+        self.fifo
+    }
+
+    pub(crate) fn retry_policy(&self) -> &RetryPolicy {
+        &self.retry
+    }
+
+    /// Counts one `counter` event; returns the new count.
+    pub(crate) fn count(&self, counter: Counter) -> u64 {
+        self.counters.bump(counter)
+    }
+
+    /// Records how long after it was due an extension was done (or gave up).
+    pub(crate) fn extension_delay(&self, delay: Duration) {
+        self.counters.extension_delay(delay);
+    }
+
+    pub(crate) fn stats(&self, in_flight: u64) -> Stats {
+        self.counters.snapshot(in_flight)
+    }
+
+    /// Remembers a message whose ack failed because its delivery was lost.
+    pub(crate) fn remember_lost_ack(&self, message_id: &str) {
+        self.lost_acks.remember(message_id);
+    }
+
+    /// `true` (and forgets it) if `message_id`'s ack was lost.
+    pub(crate) fn take_lost_ack(&self, message_id: &str) -> bool {
+        self.lost_acks.take(message_id)
+    }
+
+    /// One extension attempt (a visibility change of `secs`): the heartbeat retries it, until
+    /// the delivery's deadline.
+    pub(crate) async fn extend(&self, receipt: &str, secs: u32) -> Result<(), Error> {
+        self.visibility.submit(receipt, secs).await
+    }
+
+    /// Deletes a message, retrying transient failures for up to [`ACK_RETRY_WINDOW`] while
+    /// `still_ours()` holds.
+    pub(crate) async fn delete(
+        self: &Arc<Self>,
+        receipt: &str,
+        still_ours: impl Fn() -> bool + Send + 'static,
+    ) -> Result<(), Error> {
+        self.settle(Settle::Delete, receipt, still_ours).await
+    }
+
+    /// Gives a message back: a visibility change to `secs` (0: visible at once), retrying
+    /// transient failures up to [`RELEASE_ATTEMPTS`] tries in all. Counts it when it succeeds.
+    pub(crate) async fn release(self: &Arc<Self>, receipt: &str, secs: u32) -> Result<(), Error> {
+        self.settle(Settle::Release(secs), receipt, || true).await?;
+        self.count(Counter::Released);
+        tracing::debug!(visibility = secs, "released");
+        Ok(())
+    }
+
+    /// The first try goes out from the caller, with no task of its own (the batch entry
+    /// keeps shutdown waiting for it). Retries, if any, go on in a task of their own, which
+    /// shutdown waits for too, so a handler cancelled meanwhile does not cut them short.
+    async fn settle(
+        self: &Arc<Self>,
+        call: Settle,
+        receipt: &str,
+        still_ours: impl Fn() -> bool + Send + 'static,
+    ) -> Result<(), Error> {
+        let started = Instant::now();
+        match self.send(call, receipt).await {
+            Err(err) if err.is_retryable() && still_ours() => {
+                let (tx, rx) = oneshot::channel();
+                let (ctx, receipt) = (self.clone(), receipt.to_owned());
+                let retries = async move {
+                    let result = ctx.retry(call, &receipt, err, started, still_ours).await;
+                    let _ = tx.send(result);
+                };
+                self.settles.spawn(retries.instrument(Span::current()));
+                rx.await
+                    .unwrap_or_else(|_| Err(Error::runtime_gone(call.operation())))
+            }
+            other => other,
+        }
+    }
+
+    async fn retry(
+        &self,
+        call: Settle,
+        receipt: &str,
+        mut err: Error,
+        started: Instant,
+        still_ours: impl Fn() -> bool,
+    ) -> Result<(), Error> {
+        let mut backoff = settle_backoff();
+        let mut attempts = 1;
+        loop {
+            let more = match call {
+                Settle::Delete => Instant::now() < started + ACK_RETRY_WINDOW,
+                Settle::Release(_) => attempts < RELEASE_ATTEMPTS,
+            };
+            if !(err.is_retryable() && more && still_ours()) {
+                return Err(err);
+            }
+            let wait = backoff.next_delay();
+            tracing::warn!(operation = call.operation(), error = %err, retry_in = ?wait, "settle call failed; retrying");
+            sleep(wait).await;
+            attempts += 1;
+            match self.send(call, receipt).await {
+                Ok(()) => return Ok(()),
+                Err(next) => err = next,
+            }
+        }
+    }
+
+    /// One try of a settle call, as an entry of a batch.
+    async fn send(&self, call: Settle, receipt: &str) -> Result<(), Error> {
+        match call {
+            Settle::Delete => self.deletes.submit(receipt, 0).await,
+            Settle::Release(secs) => self.visibility.submit(receipt, secs).await,
+        }
+    }
+
+    /// Runs a settle call to its end on `runtime`, even if nobody waits for it; shutdown
+    /// waits for it.
+    pub(crate) fn spawn_settle<F>(&self, settle: F, runtime: &Handle)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        self.settles.spawn_on(settle, runtime);
     }
 
     /// Waits until every settle call sent so far has finished.

@@ -2,96 +2,23 @@
 
 use std::fmt;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use aws_sdk_sqs::types::{Message, MessageSystemAttributeName};
 use tokio::runtime::Handle;
-use tokio::sync::{watch, OwnedSemaphorePermit};
+use tokio::sync::OwnedSemaphorePermit;
 use tokio::task::AbortHandle;
-use tokio::time::{sleep, Instant};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, Span};
 
-use crate::backoff::Backoff;
 use crate::context::Context;
 use crate::error::{Error, ErrorKind, LostReason};
-use crate::heartbeat::{self, HARD_LIMIT, MAX_VISIBILITY_SECS};
-use crate::stats::bump;
-
-/// How long `ack` keeps retrying a transient `DeleteMessage` failure (the heartbeat keeps the
-/// message hidden meanwhile) before it gives up and reports the error.
-const ACK_RETRY_WINDOW: Duration = Duration::from_secs(20);
-
-/// What the delivery and its heartbeat task share.
-pub(crate) struct Shared {
-    pub(crate) ctx: Arc<Context>,
-    pub(crate) receipt: String,
-    status: watch::Sender<Status>,
-    /// Set when `ack` or a release starts: from then on the outcome of that call decides,
-    /// not a heartbeat result racing it (an extension that reaches SQS just after the delete
-    /// fails, but the message was not lost).
-    settling: AtomicBool,
-}
-
-#[derive(Debug, Clone, Copy)]
-struct Status {
-    deadline: Instant,
-    lost: Option<LostReason>,
-    end: Option<End>,
-}
-
-/// How a delivery ended, for FIFO sequencing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum End {
-    Acked,
-    NotAcked,
-}
-
-impl Shared {
-    pub(crate) fn deadline(&self) -> Instant {
-        self.status.borrow().deadline
-    }
-
-    pub(crate) fn set_deadline(&self, deadline: Instant) {
-        self.status.send_modify(|s| s.deadline = deadline);
-    }
-
-    pub(crate) fn lost_reason(&self) -> Option<LostReason> {
-        self.status.borrow().lost
-    }
-
-    /// Marks the delivery lost, as the heartbeat found it, unless a settle call has started.
-    pub(crate) fn heartbeat_lost(&self, reason: LostReason) -> bool {
-        if self.settling.load(Ordering::Acquire) {
-            return false;
-        }
-        self.mark_lost(reason);
-        true
-    }
-
-    /// Marks the delivery lost; the first reason wins.
-    pub(crate) fn mark_lost(&self, reason: LostReason) {
-        let first = self.status.send_if_modified(|s| {
-            if s.lost.is_none() {
-                s.lost = Some(reason);
-                true
-            } else {
-                false
-            }
-        });
-        if first {
-            bump(&self.ctx.counters.lost);
-        }
-    }
-
-    fn set_end(&self, end: End) {
-        self.status.send_modify(|s| {
-            s.end.get_or_insert(end);
-        });
-    }
-}
+use crate::heartbeat;
+use crate::lease::{End, Lease, State};
+use crate::limits::{extension_limit, secs_rounded_up, HARD_LIMIT, MAX_VISIBILITY_SECS};
+use crate::stats::Counter;
 
 /// One received SQS message, hidden from other consumers while you hold it.
 ///
@@ -111,7 +38,7 @@ impl Shared {
 /// [`max_in_flight`](crate::ConsumerBuilder::max_in_flight), wherever you move it.
 pub struct Delivery {
     message: Message,
-    shared: Arc<Shared>,
+    lease: Arc<Lease>,
     receive_count: u32,
     received_at: Instant,
     timeout: u32,
@@ -120,9 +47,6 @@ pub struct Delivery {
     shutdown: CancellationToken,
     runtime: Handle,
     span: Span,
-    /// `ack`, `release` or `release_after` has started: `Drop` leaves the message alone.
-    settling: bool,
-    acked: bool,
     _permit: Option<OwnedSemaphorePermit>,
 }
 
@@ -153,25 +77,16 @@ impl Delivery {
             "delivery",
             message_id = message.message_id().unwrap_or_default(),
             receive_count,
-            queue = %ctx.queue_name
+            queue = %ctx.queue_name()
         );
-        bump(&ctx.counters.received);
-        let (status, _) = watch::channel(Status {
-            deadline: received.returned_at + Duration::from_secs(u64::from(received.timeout)),
-            lost: None,
-            end: None,
-        });
-        let shared = Arc::new(Shared {
-            ctx,
-            receipt: received.receipt,
-            status,
-            settling: AtomicBool::new(false),
-        });
+        ctx.count(Counter::Received);
+        let deadline = received.returned_at + Duration::from_secs(u64::from(received.timeout));
+        let lease = Arc::new(Lease::new(ctx, received.receipt, deadline));
         let heartbeat = (received.timeout > 0).then(|| {
             // Boxed: the task then moves a pointer around, not the whole state machine.
             tokio::spawn(
                 Box::pin(heartbeat::run(
-                    shared.clone(),
+                    lease.clone(),
                     received.timeout,
                     received.received_at,
                 ))
@@ -181,7 +96,7 @@ impl Delivery {
         });
         Self {
             message,
-            shared,
+            lease,
             receive_count,
             received_at: received.received_at,
             timeout: received.timeout,
@@ -189,8 +104,6 @@ impl Delivery {
             shutdown: received.shutdown,
             runtime: Handle::current(),
             span,
-            settling: false,
-            acked: false,
             _permit: received.permit,
         }
     }
@@ -238,7 +151,7 @@ impl Delivery {
     /// extension, the delivery is lost. With a visibility timeout of 0 there is no deadline to
     /// keep and it stays at that arrival.
     pub fn deadline(&self) -> Instant {
-        self.shared.deadline()
+        self.lease.deadline()
     }
 
     /// The receive plus 12 hours: SQS's limit on how long this message can stay hidden.
@@ -248,7 +161,7 @@ impl Delivery {
 
     /// `true` once the delivery is lost: another consumer may get (or have) the message.
     pub fn is_lost(&self) -> bool {
-        self.shared.lost_reason().is_some()
+        self.lease.lost_reason().is_some()
     }
 
     /// Completes when the delivery is lost, with the reason; never completes otherwise.
@@ -266,39 +179,12 @@ impl Delivery {
     /// # Ok(()) }
     /// ```
     pub fn lost(&self) -> impl Future<Output = LostReason> + Send + 'static {
-        let shared = self.shared.clone();
-        async move {
-            let mut rx = shared.status.subscribe();
-            loop {
-                if let Some(reason) = rx.borrow_and_update().lost {
-                    return reason;
-                }
-                if rx.changed().await.is_err() {
-                    // Unreachable while `shared` (and so the sender) is alive; stay pending.
-                    std::future::pending::<()>().await;
-                }
-            }
-        }
+        self.lease.lost()
     }
 
-    /// Completes when the delivery has ended (settled or dropped), with how.
+    /// Completes when the delivery has ended (acked or dropped), with how.
     pub(crate) fn ended(&self) -> impl Future<Output = End> + Send + 'static {
-        let mut rx = self.shared.status.subscribe();
-        async move {
-            loop {
-                if let Some(end) = rx.borrow_and_update().end {
-                    return end;
-                }
-                if rx.changed().await.is_err() {
-                    return End::NotAcked;
-                }
-            }
-        }
-    }
-
-    #[cfg(test)]
-    pub(crate) fn shared_for_tests(&self) -> Arc<Shared> {
-        self.shared.clone()
+        self.lease.ended()
     }
 
     pub(crate) fn span(&self) -> &Span {
@@ -306,12 +192,12 @@ impl Delivery {
     }
 
     pub(crate) fn context(&self) -> &Arc<Context> {
-        &self.shared.ctx
+        self.lease.context()
     }
 
     /// Deletes the message (`DeleteMessage`): it will not be delivered again.
     ///
-    /// Transient failures are retried for a while; the heartbeat keeps the message hidden
+    /// Transient failures are retried for up to 20 s; the heartbeat keeps the message hidden
     /// meanwhile. The delete goes out in a batch with others: once asked for, it is sent even
     /// if the caller stops waiting (a cancelled handler), and a graceful shutdown waits for
     /// it.
@@ -320,15 +206,17 @@ impl Delivery {
     /// it), but the result is [`Error::Lost`]: the message may have been handed to another
     /// consumer, so your work may be repeated. The consumer remembers such a message and, if
     /// it comes back to it, deletes it without calling the handler again.
-    pub async fn ack(mut self) -> Result<(), Error> {
-        self.settling = true;
-        self.shared.settling.store(true, Ordering::Release);
-        let lost_before = self.shared.lost_reason();
-        let result = delete_with_retries(self.shared.clone())
+    pub async fn ack(self) -> Result<(), Error> {
+        self.lease.begin_settle();
+        let lost_before = self.lease.lost_reason();
+        let lease = &self.lease;
+        let ctx = lease.context();
+        let watched = lease.clone();
+        let result = ctx
+            .delete(lease.receipt(), move || watched.lost_reason().is_none())
             .instrument(self.span.clone())
             .await;
         self.stop_heartbeat();
-        let ctx = &self.shared.ctx;
         let outcome = match (result, lost_before) {
             (Err(err), _) if err.is_lost() => Err(self.lost_error(err.kind())),
             (Err(err), _) => Err(err),
@@ -337,20 +225,23 @@ impl Delivery {
                 reason,
             }),
             (Ok(()), None) => {
-                self.acked = true;
-                bump(&ctx.counters.acked);
+                lease.acked();
+                ctx.count(Counter::Acked);
                 tracing::debug!(parent: &self.span, "acked");
                 Ok(())
             }
         };
         if outcome.as_ref().is_err_and(Error::is_lost) {
-            ctx.lost_acks.remember(self.message_id());
+            ctx.remember_lost_ack(self.message_id());
             tracing::warn!(parent: &self.span, "ack failed: the delivery was lost; the message may be handled again");
         }
         outcome
     }
 
     /// Makes the message visible to every consumer at once (`ChangeMessageVisibility` to 0).
+    ///
+    /// Transient failures are retried, 4 tries in all; if they all fail the message still
+    /// returns, when its current visibility timeout lapses.
     pub async fn release(self) -> Result<(), Error> {
         self.change_and_settle(0).await
     }
@@ -362,8 +253,7 @@ impl Delivery {
     /// is refused here with [`Error::PastHardDeadline`] before anything is sent, and the
     /// delivery is then dropped (the retry policy applies).
     pub async fn release_after(self, delay: Duration) -> Result<(), Error> {
-        let secs = delay.as_secs() + u64::from(delay.subsec_nanos() > 0);
-        let secs = match u32::try_from(secs) {
+        let secs = match u32::try_from(secs_rounded_up(delay)) {
             Ok(s) if s <= MAX_VISIBILITY_SECS => s,
             _ => {
                 return Err(Error::invalid(
@@ -386,15 +276,17 @@ impl Delivery {
 
     /// How long the message may still stay hidden: until receive + 12 h - margin.
     fn room(&self) -> Duration {
-        heartbeat::extension_limit(self.received_at).saturating_duration_since(Instant::now())
+        extension_limit(self.received_at).saturating_duration_since(Instant::now())
     }
 
-    async fn change_and_settle(mut self, visibility: u32) -> Result<(), Error> {
-        self.settling = true;
-        self.shared.settling.store(true, Ordering::Release);
+    async fn change_and_settle(self, visibility: u32) -> Result<(), Error> {
+        self.lease.begin_settle();
         // Stop the heartbeat first, so that no extension lands after the change.
         self.stop_heartbeat();
-        match change_visibility(self.shared.clone(), visibility)
+        let lease = &self.lease;
+        match lease
+            .context()
+            .release(lease.receipt(), visibility)
             .instrument(self.span.clone())
             .await
         {
@@ -409,10 +301,10 @@ impl Delivery {
             Some(ErrorKind::Lost(reason)) => reason,
             _ => LostReason::ReceiptHandleInvalid,
         };
-        self.shared.mark_lost(reason);
+        self.lease.mark_lost(reason);
         Error::Lost {
             message_id: self.message_id().to_owned(),
-            reason: self.shared.lost_reason().unwrap_or(reason),
+            reason: self.lease.lost_reason().unwrap_or(reason),
         }
     }
 
@@ -423,71 +315,34 @@ impl Delivery {
     }
 }
 
-/// `DeleteMessage`, retrying transient failures for a while unless the delivery is lost.
-async fn delete_with_retries(shared: Arc<Shared>) -> Result<(), Error> {
-    let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
-    let give_up = Instant::now() + ACK_RETRY_WINDOW;
-    loop {
-        match shared.ctx.deletes.submit(&shared.receipt, 0).await {
-            Err(err)
-                if err.is_retryable()
-                    && Instant::now() < give_up
-                    && shared.lost_reason().is_none() =>
-            {
-                let wait = backoff.next_delay();
-                tracing::warn!(error = %err, retry_in = ?wait, "ack failed; retrying");
-                sleep(wait).await;
-            }
-            other => return other,
-        }
-    }
-}
-
-/// `ChangeMessageVisibility` for a release; counts it when it succeeds.
-async fn change_visibility(shared: Arc<Shared>, visibility: u32) -> Result<(), Error> {
-    shared
-        .ctx
-        .visibility
-        .submit(&shared.receipt, visibility)
-        .await?;
-    bump(&shared.ctx.counters.released);
-    tracing::debug!(visibility, "released");
-    Ok(())
-}
-
 impl Drop for Delivery {
     fn drop(&mut self) {
         // Only signals: abort the heartbeat, hand a release to its own task.
         self.stop_heartbeat();
-        if !self.settling && self.timeout > 0 && !self.is_lost() {
+        // Still held: neither settled nor lost. Apply the retry policy (release at once
+        // during shutdown).
+        if self.lease.state() == State::Held && self.timeout > 0 {
             let visibility = if self.shutdown.is_cancelled() {
                 Some(0)
             } else {
                 let room = self.room();
-                self.shared
-                    .ctx
-                    .retry
+                let ctx = self.lease.context();
+                ctx.retry_policy()
                     .visibility_on_drop(self.receive_count, room)
             };
             if let Some(visibility) = visibility {
-                let shared = self.shared.clone();
-                let span = self.span.clone();
-                self.shared.ctx.settles.spawn_on(
-                    async move {
-                        if let Err(err) = change_visibility(shared, visibility).await {
-                            tracing::warn!(error = %err, visibility, "releasing a dropped delivery failed; it returns when its visibility lapses");
-                        }
+                let lease = self.lease.clone();
+                let release = async move {
+                    if let Err(err) = lease.context().release(lease.receipt(), visibility).await {
+                        tracing::warn!(error = %err, visibility, "releasing a dropped delivery failed; it returns when its visibility lapses");
                     }
-                    .instrument(span),
-                    &self.runtime,
-                );
+                };
+                self.lease
+                    .context()
+                    .spawn_settle(release.instrument(self.span.clone()), &self.runtime);
             }
         }
-        self.shared.set_end(if self.acked {
-            End::Acked
-        } else {
-            End::NotAcked
-        });
+        self.lease.end();
     }
 }
 
@@ -495,22 +350,430 @@ impl fmt::Debug for Delivery {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Delivery")
             .field("message_id", &self.message_id())
-            .field("receipt_handle", &ShortHandle(&self.shared.receipt))
+            .field("receipt_handle", &ShortHandle(self.lease.receipt()))
             .field("receive_count", &self.receive_count)
             .field("received_at", &self.received_at)
             .field("deadline", &self.deadline())
-            .field("lost", &self.shared.lost_reason())
+            .field("lost", &self.lease.lost_reason())
             .finish_non_exhaustive()
     }
 }
 
 /// Shows only the start of a receipt handle: enough to tell two apart in a log, not enough
 /// to act on the message.
-pub(crate) struct ShortHandle<'a>(pub(crate) &'a str);
+struct ShortHandle<'a>(&'a str);
 
 impl fmt::Debug for ShortHandle<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let prefix: String = self.0.chars().take(8).collect();
         write!(f, "\"{prefix}…\"")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The guard and its heartbeat driven through a real `Delivery` on a `MemoryQueue`, on
+    //! the paused clock: `sleep` here only moves virtual time forward.
+    use tokio::time::{sleep, sleep_until};
+
+    use super::*;
+    use crate::limits::CAP_MARGIN;
+    use crate::memory::counts::Action;
+    use crate::memory::MemoryQueue;
+    use crate::queue::Queue;
+    use crate::retry::RetryPolicy;
+
+    fn secs(s: u64) -> Duration {
+        Duration::from_secs(s)
+    }
+
+    fn queue(visibility: u64) -> MemoryQueue {
+        MemoryQueue::builder()
+            .visibility_timeout(secs(visibility))
+            .build()
+            .expect("valid queue")
+    }
+
+    /// Receives the queue's first message the way the consumer does, with `visibility`
+    /// (or the queue's own timeout) and no in-flight slot.
+    async fn hold(queue: &MemoryQueue, visibility: Option<u32>) -> Delivery {
+        let received_at = Instant::now();
+        let mut messages = queue
+            .receive_with_visibility(1, Duration::ZERO, visibility.map(|v| secs(u64::from(v))))
+            .await
+            .expect("receive");
+        let message = messages.pop().expect("a message to receive");
+        let receipt = message
+            .receipt_handle()
+            .expect("a receipt handle")
+            .to_owned();
+        let timeout = visibility.unwrap_or(queue.visibility_timeout().as_secs() as u32);
+        let ctx = Context::new(&Queue::new(queue.clone()), RetryPolicy::Leave);
+        let received = Received {
+            receipt,
+            received_at,
+            returned_at: Instant::now(),
+            timeout,
+            permit: None,
+            shutdown: Default::default(),
+        };
+        Delivery::start(std::sync::Arc::new(ctx), message, received)
+    }
+
+    fn extensions(queue: &MemoryQueue) -> u64 {
+        queue.requests().visibility_changes()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn extends_at_half_the_timeout_by_the_timeout_again_and_again() {
+        let q = queue(30);
+        q.send("job").unwrap();
+        let d = hold(&q, None).await;
+        let r = d.received_at();
+        assert_eq!(d.deadline(), r + secs(30));
+        for round in 1..=10u64 {
+            // Just before and just after each half-way point.
+            sleep_until(r + secs(15 * round) - Duration::from_millis(100)).await;
+            assert_eq!(
+                extensions(&q),
+                round - 1,
+                "no early extension in round {round}"
+            );
+            sleep_until(r + secs(15 * round) + Duration::from_millis(100)).await;
+            assert_eq!(extensions(&q), round, "one extension per half timeout");
+            assert_eq!(d.deadline(), r + secs(15 * round + 30));
+        }
+        // Still hidden after 5 timeouts.
+        assert_eq!(q.in_flight_len(), 1);
+        assert!(q.receive(10, Duration::ZERO).await.unwrap().is_empty());
+        assert!(!d.is_lost());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_late_extension_is_counted() {
+        let q = queue(10);
+        q.send("job").unwrap();
+        let d = hold(&q, None).await;
+        let late = || d.context().stats(0).late_heartbeats;
+        // Due at 5 s. Done 0.9 s late: not counted (the threshold is min(T/4, 1 s)).
+        tokio::time::advance(Duration::from_millis(5_900)).await;
+        sleep(Duration::from_millis(1)).await;
+        assert_eq!((extensions(&q), late()), (1, 0));
+        // Next due at 5.9 + 5 = 10.9 s; jump the clock to about 12.9 s at once, as a runtime
+        // whose threads were blocked for two seconds would see it.
+        tokio::time::advance(secs(7)).await;
+        sleep(Duration::from_millis(1)).await;
+        assert_eq!((extensions(&q), late()), (2, 1));
+        assert!(!d.is_lost());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn zero_timeout_sends_no_extension() {
+        let q = queue(30);
+        q.send("job").unwrap();
+        let d = hold(&q, Some(0)).await;
+        sleep(secs(600)).await;
+        assert_eq!(extensions(&q), 0);
+        assert!(!d.is_lost());
+        assert_eq!(d.deadline(), d.received_at());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn ack_release_and_drop_each_stop_the_heartbeat() {
+        let q = queue(10);
+        for _ in 0..3 {
+            q.send("job").unwrap();
+        }
+        let acked = hold(&q, None).await;
+        let released = hold(&q, None).await;
+        let dropped = hold(&q, None).await;
+        sleep(secs(6)).await;
+        assert_eq!(extensions(&q), 3, "each extended once at 5 s");
+
+        acked.ack().await.expect("ack");
+        released.release().await.expect("release");
+        drop(dropped);
+        let after_settling = extensions(&q);
+        assert_eq!(after_settling, 4, "the release itself is one call");
+        sleep(secs(120)).await;
+        assert_eq!(
+            extensions(&q),
+            after_settling,
+            "no extension after settling"
+        );
+        assert_eq!(q.requests().deletes(), 1);
+        // The acked one is gone; the other two are back.
+        assert_eq!(q.len(), 2);
+        assert_eq!(q.receive(10, Duration::ZERO).await.unwrap().len(), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_dropped_delivery_returns_when_its_timeout_lapses() {
+        let q = queue(10);
+        q.send("job").unwrap();
+        let d = hold(&q, None).await;
+        let r = d.received_at();
+        sleep_until(r + secs(6)).await; // extended at 5 s: hidden until 15 s
+        drop(d);
+        sleep_until(r + secs(14)).await;
+        assert!(q.receive(10, Duration::ZERO).await.unwrap().is_empty());
+        sleep_until(r + secs(15)).await;
+        let again = q.receive(10, Duration::ZERO).await.unwrap();
+        assert_eq!(again.len(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn holding_13_hours_caps_the_last_extension_warns_once_then_loses_it() {
+        let q = queue(30);
+        q.send("long job").unwrap();
+        let d = hold(&q, None).await;
+        let r = d.received_at();
+        let limit = r + HARD_LIMIT - CAP_MARGIN;
+        assert_eq!(d.hard_deadline(), r + HARD_LIMIT);
+
+        sleep_until(limit - secs(1)).await;
+        assert_eq!(
+            d.deadline(),
+            limit,
+            "the last extension ends exactly at the margin"
+        );
+        assert_eq!(q.in_flight_len(), 1, "still hidden just before the limit");
+        assert!(!d.is_lost());
+        // Counted where the warning is logged, once per delivery.
+        let capped = || d.context().stats(0).capped;
+        assert_eq!(capped(), 1);
+
+        // Hold on to 13 hours: the message goes to another receiver at the limit.
+        let lost = d.lost();
+        sleep_until(r + secs(13 * 3600)).await;
+        assert_eq!(lost.await, LostReason::HardDeadline);
+        assert!(d.is_lost());
+        assert_eq!(capped(), 1, "warned once only");
+        let other = q.receive(10, Duration::ZERO).await.unwrap();
+        assert_eq!(other.len(), 1, "another receiver gets it");
+        // One every 15 s from 15 s to 43,170 s, the last one cut to 25 s; none refused
+        // (the queue refuses any that would end past the 12 hours).
+        assert_eq!(extensions(&q), 43_170 / 15);
+        match d.ack().await {
+            Err(Error::Lost { reason, .. }) => assert_eq!(reason, LostReason::HardDeadline),
+            other => panic!("ack of a lost delivery must report it, got {other:?}"),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn late_retries_near_the_limit_stop_extending_instead_of_spinning() {
+        // T = 30: the capped extensions are due at 43,170 s and 43,180 s. Failures make
+        // the first land late (0.3..0.6 s) and the second less late (0.1..0.2 s), so the
+        // second can no longer gain anything: the heartbeat must stop, not retry at once
+        // forever.
+        let q = queue(30);
+        q.send("job").unwrap();
+        let d = hold(&q, None).await;
+        let r = d.received_at();
+        sleep_until(r + secs(43_169)).await;
+        q.fail_next(Action::ChangeMessageVisibility, "AccessDenied", 2);
+        sleep_until(r + secs(43_175)).await;
+        let first_late = d.deadline() - (r + secs(43_194));
+        assert!(
+            first_late >= Duration::from_millis(300) && first_late < secs(1),
+            "{first_late:?}"
+        );
+        q.fail_next(Action::ChangeMessageVisibility, "AccessDenied", 1);
+        let before = extensions(&q);
+        assert_eq!(d.lost().await, LostReason::HardDeadline);
+        assert_eq!(
+            Instant::now(),
+            r + secs(43_194) + first_late,
+            "lost at its deadline"
+        );
+        assert_eq!(
+            extensions(&q) - before,
+            1,
+            "one failed call, then nothing more"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_ack_racing_an_extension_is_not_reported_lost() {
+        // The extension due at 5 s is throttled; the heartbeat would retry it 100..200 ms
+        // later, but the ack goes out at 5.01 s and stops it: no extension races the delete,
+        // and the successful ack is not turned into a "lost" one. (An extension already
+        // under way when the ack starts is covered in `lease.rs`.)
+        let q = queue(10);
+        q.send("m").unwrap();
+        let d = hold(&q, None).await;
+        let r = d.received_at();
+        sleep_until(r + secs(4)).await;
+        q.fail_next(Action::ChangeMessageVisibility, "RequestThrottled", 1);
+        sleep_until(r + secs(5) + Duration::from_millis(10)).await;
+        let ctx = d.context().clone();
+        d.ack().await.expect("the delete succeeded");
+        assert!(q.is_empty());
+        sleep(secs(1)).await;
+        assert_eq!(
+            extensions(&q),
+            1,
+            "the throttled try, and no retry after the ack"
+        );
+        assert_eq!(ctx.stats(0).lost, 0, "not counted as lost either");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn message_not_in_flight_loses_the_delivery() {
+        let q = queue(10);
+        q.send("job").unwrap();
+        let d = hold(&q, None).await;
+        // Someone made it visible behind our back: the next extension finds it not in flight.
+        q.change_visibility(&receipt_of(&d), Duration::ZERO)
+            .unwrap();
+        let lost = d.lost();
+        assert_eq!(lost.await, LostReason::NotInFlight);
+        assert!(d.is_lost());
+        assert!(matches!(
+            d.ack().await,
+            Err(Error::Lost {
+                reason: LostReason::NotInFlight,
+                ..
+            })
+        ));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_invalid_receipt_handle_loses_the_delivery() {
+        let q = queue(10);
+        q.send("job").unwrap();
+        let d = hold(&q, None).await;
+        q.change_visibility(&receipt_of(&d), Duration::ZERO)
+            .unwrap();
+        // Another receiver takes it: our handle is now stale.
+        assert_eq!(q.receive(1, Duration::ZERO).await.unwrap().len(), 1);
+        assert_eq!(d.lost().await, LostReason::ReceiptHandleInvalid);
+        let err = d.ack().await.expect_err("ack with a stale handle fails");
+        assert!(err.is_lost(), "{err}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_transient_extension_error_is_retried_and_the_delivery_survives() {
+        let q = queue(10);
+        q.send("job").unwrap();
+        let d = hold(&q, None).await;
+        q.fail_next(Action::ChangeMessageVisibility, "RequestThrottled", 2);
+        sleep(secs(60)).await;
+        assert!(!d.is_lost());
+        assert_eq!(q.in_flight_len(), 1);
+        assert!(
+            extensions(&q) >= 2 + 11,
+            "two failures, then one success per 5 s"
+        );
+        d.ack().await.expect("ack after retried extensions");
+        assert!(q.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn extensions_failing_until_the_deadline_lose_the_delivery() {
+        let q = queue(10);
+        q.send("job").unwrap();
+        let d = hold(&q, None).await;
+        let r = d.received_at();
+        q.fail_next(Action::ChangeMessageVisibility, "InternalError", 10_000);
+        let lost = d.lost();
+        assert_eq!(lost.await, LostReason::ExtensionFailed);
+        assert_eq!(Instant::now(), r + secs(10), "lost exactly at the deadline");
+        let tries = extensions(&q);
+        assert!(
+            (3..=30).contains(&tries),
+            "bounded retries in the half window, got {tries}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn release_after_hides_for_the_delay_and_refuses_past_the_limit() {
+        let q = queue(10);
+        q.send("a").unwrap();
+        q.send("b").unwrap();
+        let a = hold(&q, None).await;
+        let b = hold(&q, None).await;
+        let start = Instant::now();
+        a.release_after(secs(120)).await.expect("release_after");
+        sleep_until(start + secs(119)).await;
+        assert!(q.receive(10, Duration::ZERO).await.unwrap().is_empty());
+        sleep_until(start + secs(120)).await;
+        assert_eq!(
+            q.receive(1, Duration::ZERO).await.unwrap()[0].body(),
+            Some("a")
+        );
+
+        match b.release_after(secs(43_200)).await {
+            Err(Error::PastHardDeadline { allowed, .. }) => {
+                assert!(allowed < secs(43_200 - 120));
+            }
+            other => panic!("expected PastHardDeadline, got {other:?}"),
+        }
+        q.send("c").unwrap();
+        let c = hold(&q, None).await;
+        let err = c.release_after(secs(43_201)).await.expect_err("over 12 h");
+        assert!(
+            matches!(
+                err,
+                Error::InvalidConfig {
+                    field: "release_after",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+    }
+
+    fn receipt_of(d: &Delivery) -> String {
+        d.lease.receipt().to_owned()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn debug_output_hides_the_receipt_handle() {
+        let q = queue(10);
+        q.send("secret body").unwrap();
+        let d = hold(&q, None).await;
+        let text = format!("{d:?}");
+        assert!(text.contains(d.message_id()));
+        assert!(!text.contains(&receipt_of(&d)));
+        assert!(!text.contains("secret body"));
+    }
+}
+#[cfg(test)]
+mod size {
+    //! A held delivery's footprint.
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use tokio::time::Instant;
+
+    use super::{Delivery, Received};
+    use crate::context::Context;
+    use crate::heartbeat;
+    use crate::memory::MemoryQueue;
+    use crate::queue::Queue;
+    use crate::retry::RetryPolicy;
+
+    /// Every held delivery keeps a heartbeat future alive: it must stay small (an SDK request
+    /// future inside it once made it 5.5 KiB).
+    #[tokio::test]
+    async fn a_held_delivery_stays_small() {
+        let q = MemoryQueue::new();
+        let ctx = Arc::new(Context::new(&Queue::new(q.clone()), RetryPolicy::Leave));
+        q.send("x").unwrap();
+        let m = q.receive(1, Duration::ZERO).await.unwrap().pop().unwrap();
+        let received = Received {
+            receipt: m.receipt_handle().unwrap().to_owned(),
+            received_at: Instant::now(),
+            returned_at: Instant::now(),
+            timeout: 30,
+            permit: None,
+            shutdown: Default::default(),
+        };
+        let d = Delivery::start(ctx, m, received);
+        let heartbeat = heartbeat::run(d.lease.clone(), 30, Instant::now());
+        let (future, delivery) = (std::mem::size_of_val(&heartbeat), std::mem::size_of_val(&d));
+        assert!(future <= 1024, "heartbeat future: {future} bytes");
+        assert!(delivery <= 512, "Delivery: {delivery} bytes");
     }
 }

@@ -163,6 +163,19 @@ impl Error {
         }
     }
 
+    /// A call whose answer never came because the task making it stopped with its runtime:
+    /// whether it took effect is unknown, so it may be tried again.
+    pub(crate) fn runtime_gone(operation: &'static str) -> Self {
+        Error::Sqs {
+            operation,
+            code: None,
+            message: "the task making the call stopped before answering (its runtime shut down)"
+                .into(),
+            kind: ErrorKind::Retryable,
+            source: "task gone".into(),
+        }
+    }
+
     pub(crate) fn invalid(
         field: &'static str,
         got: impl fmt::Debug,
@@ -222,63 +235,146 @@ impl Error {
     }
 }
 
-/// Classifies an SQS error code (from the SDK or the in-memory queue).
-///
-/// `status` is the HTTP status when known; unknown codes are retryable on 5xx and fatal on
-/// other 4xx answers, so a misconfiguration surfaces instead of being retried forever.
-pub(crate) fn classify_code(code: &str, status: Option<u16>) -> ErrorKind {
-    // The JSON protocol sends short codes; the query-compatible header sends the long ones.
+/// What an SQS error means to the crate. Public callers see it as an [`ErrorKind`]; the
+/// heartbeat also tells a refused visibility apart from other fatal errors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Class {
+    Lost(LostReason),
+    Retryable,
+    Fatal,
+    /// SQS refused the visibility asked for (past its 12-hour limit by its own clock, or out
+    /// of range): asking again cannot help. Fatal to every caller but the heartbeat, which
+    /// keeps the delivery until its current deadline.
+    VisibilityRefused,
+}
+
+impl Class {
+    pub(crate) fn kind(self) -> ErrorKind {
+        match self {
+            Class::Lost(reason) => ErrorKind::Lost(reason),
+            Class::Retryable => ErrorKind::Retryable,
+            Class::Fatal | Class::VisibilityRefused => ErrorKind::Fatal,
+        }
+    }
+}
+
+/// One row of the classification table.
+struct Rule {
+    /// The code's short form: after the last `.`, without an `Exception` suffix (the JSON
+    /// protocol and the query-compatible header spell codes differently).
+    code: &'static str,
+    /// Where SQS uses one code for different things: text its message contains.
+    reason: Option<&'static str>,
+    class: Class,
+}
+
+const fn rule(code: &'static str, class: Class) -> Rule {
+    Rule {
+        code,
+        reason: None,
+        class,
+    }
+}
+
+/// Every SQS error code the crate knows, first match wins. Codes not listed are retryable on
+/// 5xx, 408 and 429, and fatal on other 4xx answers, so a misconfiguration surfaces instead
+/// of being retried for ever. See the README's "Errors" table.
+const RULES: &[Rule] = &[
+    rule(
+        "ReceiptHandleIsInvalid",
+        Class::Lost(LostReason::ReceiptHandleInvalid),
+    ),
+    rule("MessageNotInflight", Class::Lost(LostReason::NotInFlight)),
+    // What AWS answers an extension of a deleted message, or one whose receipt handle is no
+    // longer the current one: the delivery is gone now.
+    Rule {
+        code: "InvalidParameterValue",
+        reason: Some("does not exist or is not available"),
+        class: Class::Lost(LostReason::ReceiptHandleInvalid),
+    },
+    // Otherwise (e.g. "Total VisibilityTimeout for the message is beyond the limit"): the
+    // visibility itself is refused.
+    rule("InvalidParameterValue", Class::VisibilityRefused),
+    rule("RequestThrottled", Class::Retryable),
+    rule("Throttling", Class::Retryable),
+    rule("KmsThrottled", Class::Retryable),
+    rule("OverLimit", Class::Retryable),
+    rule("InternalError", Class::Retryable),
+    rule("InternalFailure", Class::Retryable),
+    rule("ServiceUnavailable", Class::Retryable),
+    rule("RequestTimeout", Class::Retryable),
+    rule("SlowDown", Class::Retryable),
+    rule("QueueDoesNotExist", Class::Fatal),
+    rule("NonExistentQueue", Class::Fatal),
+    rule("AccessDenied", Class::Fatal),
+    rule("InvalidClientTokenId", Class::Fatal),
+    rule("UnrecognizedClient", Class::Fatal),
+    rule("SignatureDoesNotMatch", Class::Fatal),
+    rule("InvalidSecurity", Class::Fatal),
+    rule("MissingAuthenticationToken", Class::Fatal),
+    rule("ExpiredToken", Class::Fatal),
+    rule("KmsAccessDenied", Class::Fatal),
+    rule("KmsDisabled", Class::Fatal),
+    rule("KmsNotFound", Class::Fatal),
+    rule("KmsInvalidState", Class::Fatal),
+    rule("KmsInvalidKeyUsage", Class::Fatal),
+    rule("KmsOptInRequired", Class::Fatal),
+    rule("InvalidAddress", Class::Fatal),
+    rule("InvalidAttributeName", Class::Fatal),
+    rule("InvalidAttributeValue", Class::Fatal),
+    rule("UnsupportedOperation", Class::Fatal),
+    rule("MissingParameter", Class::Fatal),
+    rule("InvalidParameterCombination", Class::Fatal),
+    rule("InvalidAction", Class::Fatal),
+    rule("ValidationError", Class::Fatal),
+];
+
+/// Classifies an SQS error (from the SDK, a batch entry, or the in-memory queue) by its
+/// code, its HTTP status when known, and its message where the code alone is ambiguous.
+pub(crate) fn classify(code: &str, status: Option<u16>, message: &str) -> Class {
     let short = code.rsplit('.').next().unwrap_or(code);
-    match short {
-        "ReceiptHandleIsInvalid" => ErrorKind::Lost(LostReason::ReceiptHandleInvalid),
-        "MessageNotInflight" => ErrorKind::Lost(LostReason::NotInFlight),
-        "RequestThrottled"
-        | "ThrottlingException"
-        | "Throttling"
-        | "KmsThrottled"
-        | "KMS_ThrottlingException"
-        | "OverLimit"
-        | "InternalError"
-        | "InternalFailure"
-        | "ServiceUnavailable"
-        | "RequestTimeout"
-        | "RequestTimeoutException"
-        | "SlowDown" => ErrorKind::Retryable,
-        "QueueDoesNotExist"
-        | "NonExistentQueue"
-        | "AccessDenied"
-        | "AccessDeniedException"
-        | "InvalidClientTokenId"
-        | "UnrecognizedClientException"
-        | "SignatureDoesNotMatch"
-        | "InvalidSecurity"
-        | "MissingAuthenticationToken"
-        | "ExpiredToken"
-        | "KmsAccessDenied"
-        | "KmsDisabled"
-        | "KmsNotFound"
-        | "KmsInvalidState"
-        | "KmsInvalidKeyUsage"
-        | "KmsOptInRequired"
-        | "InvalidParameterValue"
-        | "InvalidAddress"
-        | "InvalidAttributeName"
-        | "InvalidAttributeValue"
-        | "UnsupportedOperation"
-        | "MissingParameter"
-        | "InvalidParameterCombination"
-        | "InvalidAction"
-        | "ValidationError" => ErrorKind::Fatal,
-        _ => match status {
-            Some(s) if (400..500).contains(&s) && s != 408 && s != 429 => ErrorKind::Fatal,
-            _ => ErrorKind::Retryable,
+    let short = short.strip_suffix("Exception").unwrap_or(short);
+    let known = RULES.iter().find(|r| {
+        r.code == short
+            && r.reason
+                .is_none_or(|reason| message.to_ascii_lowercase().contains(reason))
+    });
+    match known {
+        Some(r) => r.class,
+        None => match status {
+            Some(s) if (400..500).contains(&s) && s != 408 && s != 429 => Class::Fatal,
+            _ => Class::Retryable,
         },
+    }
+}
+
+/// The [`ErrorKind`] of an SQS error; see [`classify`].
+pub(crate) fn classify_code(code: &str, status: Option<u16>, message: &str) -> ErrorKind {
+    classify(code, status, message).kind()
+}
+
+impl Error {
+    /// `true` when SQS refused the visibility an extension asked for (see
+    /// [`Class::VisibilityRefused`]).
+    pub(crate) fn refuses_visibility(&self) -> bool {
+        match self {
+            Error::Sqs {
+                code: Some(code),
+                message,
+                ..
+            } => classify(code, None, message) == Class::VisibilityRefused,
+            _ => false,
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn classify_code(code: &str, status: Option<u16>) -> ErrorKind {
+        super::classify_code(code, status, "")
+    }
 
     #[test]
     fn codes_are_classified() {
@@ -303,6 +399,40 @@ mod tests {
         assert_eq!(classify_code("Whatever", Some(429)), ErrorKind::Retryable);
         assert_eq!(classify_code("Whatever", Some(403)), ErrorKind::Fatal);
         assert_eq!(classify_code("Whatever", None), ErrorKind::Retryable);
+        assert_eq!(
+            classify_code("AccessDeniedException", Some(400)),
+            ErrorKind::Fatal
+        );
+        assert_eq!(
+            classify_code("KMS.ThrottlingException", Some(400)),
+            ErrorKind::Retryable
+        );
+    }
+
+    #[test]
+    fn invalid_parameter_value_is_split_by_its_reason() {
+        // What AWS answers for an extension of a deleted message or a stale handle.
+        let gone = "Value abc for parameter ReceiptHandle is invalid. Reason: Message does not \
+                    exist or is not available for visibility timeout change.";
+        assert_eq!(
+            classify("InvalidParameterValue", Some(400), gone),
+            Class::Lost(LostReason::ReceiptHandleInvalid)
+        );
+        assert_eq!(
+            classify("InvalidParameterValueException", Some(400), gone),
+            Class::Lost(LostReason::ReceiptHandleInvalid)
+        );
+        // Past the 12-hour limit: the visibility is refused, the delivery is not gone yet.
+        let past = "Value 40 for parameter VisibilityTimeout is invalid. Reason: Total \
+                    VisibilityTimeout for the message is beyond the limit [43200 seconds]";
+        assert_eq!(
+            classify("InvalidParameterValue", Some(400), past),
+            Class::VisibilityRefused
+        );
+        assert_eq!(
+            classify("InvalidParameterValue", Some(400), past).kind(),
+            ErrorKind::Fatal
+        );
     }
 
     #[test]

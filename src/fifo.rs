@@ -9,10 +9,11 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use futures::future::BoxFuture;
+use futures_util::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
-use crate::delivery::{Delivery, End};
+use crate::delivery::Delivery;
+use crate::lease::End;
 
 /// Splits one receive's deliveries into groups handled one delivery at a time: one group per
 /// `MessageGroupId` on a FIFO queue (in receive order), one per message otherwise.

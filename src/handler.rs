@@ -2,7 +2,7 @@
 
 use std::future::Future;
 
-use futures::future::BoxFuture;
+use futures_util::future::BoxFuture;
 
 use crate::delivery::Delivery;
 use crate::error::BoxError;

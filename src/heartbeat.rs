@@ -12,22 +12,10 @@ use std::time::Duration;
 use tokio::time::{sleep, sleep_until, timeout_at, Instant};
 
 use crate::backoff::Backoff;
-use crate::delivery::Shared;
 use crate::error::{ErrorKind, LostReason};
-use crate::stats::bump;
-
-/// The largest visibility timeout SQS accepts, in seconds (12 hours).
-pub(crate) const MAX_VISIBILITY_SECS: u32 = 43_200;
-
-/// SQS's limit on how long a message may stay hidden, counted from the receive.
-pub(crate) const HARD_LIMIT: Duration = Duration::from_secs(MAX_VISIBILITY_SECS as u64);
-
-/// How far before the 12-hour limit the last extension ends.
-///
-/// SQS applies a `ChangeMessageVisibility` from the moment the call reaches it, which is a
-/// little later than the moment we send it; SQS's own guide suggests 43,195 s rather than
-/// 43,200 s for the same reason.
-pub(crate) const CAP_MARGIN: Duration = Duration::from_secs(5);
+use crate::lease::Lease;
+use crate::limits::extension_limit;
+use crate::stats::Counter;
 
 /// The shortest wait before retrying a failed extension.
 const MIN_RETRY_WAIT: Duration = Duration::from_millis(100);
@@ -45,8 +33,9 @@ pub(crate) struct Extension {
 /// Plans the next extension of a delivery whose visibility currently ends at `deadline`.
 ///
 /// `timeout` is the visibility timeout `T` in seconds and `limit` the latest instant an
-/// extension may end at (receive + 12 h - [`CAP_MARGIN`]). Returns `None` when no further
-/// extension is possible or useful: `T = 0`, or the limit leaves nothing to gain.
+/// extension may end at (receive + 12 h - [`CAP_MARGIN`](crate::limits::CAP_MARGIN)).
+/// Returns `None` when no further extension is possible or useful: `T = 0`, or the limit
+/// leaves nothing to gain.
 pub(crate) fn next_extension(deadline: Instant, timeout: u32, limit: Instant) -> Option<Extension> {
     if timeout == 0 {
         return None;
@@ -83,13 +72,8 @@ const LATE_EXTENSION: Duration = Duration::from_secs(1);
 
 /// Counts a late extension and warns at counts 1, 2, 4, 8, ...: a starved runtime makes
 /// thousands of them late at once.
-fn warn_late(shared: &Shared, late: Duration, timeout: Duration) {
-    let n = shared
-        .ctx
-        .counters
-        .late_heartbeats
-        .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-        + 1;
+fn warn_late(lease: &Lease, late: Duration, timeout: Duration) {
+    let n = lease.context().count(Counter::LateHeartbeats);
     if n.is_power_of_two() {
         tracing::warn!(
             late_by = ?late,
@@ -103,16 +87,10 @@ fn warn_late(shared: &Shared, late: Duration, timeout: Duration) {
     }
 }
 
-/// The latest instant an extension of a delivery received at `received_at` may end at.
-pub(crate) fn extension_limit(received_at: Instant) -> Instant {
-    received_at + HARD_LIMIT - CAP_MARGIN
-}
-
 /// Keeps one delivery hidden until it is settled, dropped, or lost.
 ///
-/// Runs as its own task; the [`Delivery`](crate::Delivery) aborts it when it settles or is
-/// dropped. When it ends by itself, the delivery is lost (or `T = 0`, which has no deadline).
-pub(crate) async fn run(shared: Arc<Shared>, timeout: u32, received_at: Instant) {
+/// Runs as its own task; the `Delivery` aborts it when it settles or is dropped. When it ends by itself, the delivery is lost (or `T = 0`, which has no deadline).
+pub(crate) async fn run(lease: Arc<Lease>, timeout: u32, received_at: Instant) {
     if timeout == 0 {
         // Nothing to keep: the message is visible to other receivers at once.
         return;
@@ -121,19 +99,19 @@ pub(crate) async fn run(shared: Arc<Shared>, timeout: u32, received_at: Instant)
     let mut warned = false;
     let t = Duration::from_secs(u64::from(timeout));
     let late_after = (t / 4).min(LATE_EXTENSION);
-    while let Some(ext) = next_extension(shared.deadline(), timeout, limit) {
+    while let Some(ext) = next_extension(lease.deadline(), timeout, limit) {
         sleep_until(ext.at).await;
-        let outcome = extend(&shared, timeout, limit).await;
+        let outcome = extend(&lease, timeout, limit).await;
         // Done late, whether it succeeded or gave up: a starved runtime shows as both.
         let delay = Instant::now().saturating_duration_since(ext.at);
-        shared.ctx.counters.extension_delay(delay);
+        lease.context().extension_delay(delay);
         if delay > late_after {
-            warn_late(&shared, delay, t);
+            warn_late(&lease, delay, t);
         }
         match outcome {
             Ok(Extended::By(visibility)) if visibility < timeout && !warned => {
                 warned = true;
-                bump(&shared.ctx.counters.capped);
+                lease.context().count(Counter::Capped);
                 tracing::warn!(
                     held_for = ?Instant::now().saturating_duration_since(received_at),
                     visibility,
@@ -144,7 +122,7 @@ pub(crate) async fn run(shared: Arc<Shared>, timeout: u32, received_at: Instant)
             Ok(Extended::By(_)) => {}
             Ok(Extended::NothingToGain) => break,
             Err(reason) => {
-                if shared.heartbeat_lost(reason) {
+                if lease.heartbeat_lost(reason) {
                     tracing::warn!(%reason, "delivery lost");
                 }
                 return;
@@ -153,8 +131,8 @@ pub(crate) async fn run(shared: Arc<Shared>, timeout: u32, received_at: Instant)
     }
     // No extension is possible any more: the 12-hour limit is reached. The delivery is ours
     // until the current deadline, and lost after it.
-    sleep_until(shared.deadline()).await;
-    if shared.heartbeat_lost(LostReason::HardDeadline) {
+    sleep_until(lease.deadline()).await;
+    if lease.heartbeat_lost(LostReason::HardDeadline) {
         tracing::warn!(reason = %LostReason::HardDeadline, "delivery lost");
     }
 }
@@ -172,10 +150,9 @@ enum Extended {
 ///
 /// The visibility asked for is worked out again for every attempt, so a late retry never asks
 /// past the 12-hour limit.
-async fn extend(shared: &Shared, timeout: u32, limit: Instant) -> Result<Extended, LostReason> {
-    let batcher = &shared.ctx.visibility;
-    let counters = &shared.ctx.counters;
-    let deadline = shared.deadline();
+async fn extend(lease: &Lease, timeout: u32, limit: Instant) -> Result<Extended, LostReason> {
+    let ctx = lease.context();
+    let deadline = lease.deadline();
     let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
     loop {
         let now = Instant::now();
@@ -189,19 +166,19 @@ async fn extend(shared: &Shared, timeout: u32, limit: Instant) -> Result<Extende
             // A late retry near the limit: nothing can be gained any more.
             return Ok(Extended::NothingToGain);
         }
-        match timeout_at(deadline, batcher.submit(&shared.receipt, visibility)).await {
+        match timeout_at(deadline, ctx.extend(lease.receipt(), visibility)).await {
             Ok(Ok(())) => {
-                shared.set_deadline(ends);
-                bump(&counters.extended);
+                lease.set_deadline(ends);
+                ctx.count(Counter::Extended);
                 tracing::debug!(visibility, "visibility extended");
                 return Ok(Extended::By(visibility));
             }
             Ok(Err(err)) => {
-                bump(&counters.extension_failures);
+                ctx.count(Counter::ExtensionFailures);
                 if let Some(ErrorKind::Lost(reason)) = err.kind() {
                     return Err(reason);
                 }
-                if err.code().and_then(|c| c.rsplit('.').next()) == Some("InvalidParameterValue") {
+                if err.refuses_visibility() {
                     // SQS refuses the visibility itself, the one value we vary: past its
                     // 12-hour limit by its own clock. Asking again cannot help; the delivery
                     // is ours until the current deadline.
@@ -228,7 +205,7 @@ async fn extend(shared: &Shared, timeout: u32, limit: Instant) -> Result<Extende
                 sleep(wait.min(remaining)).await;
             }
             Err(_elapsed) => {
-                bump(&counters.extension_failures);
+                ctx.count(Counter::ExtensionFailures);
                 return Err(LostReason::ExtensionFailed);
             }
         }
@@ -238,6 +215,7 @@ async fn extend(shared: &Shared, timeout: u32, limit: Instant) -> Result<Extende
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::limits::HARD_LIMIT;
 
     fn secs(s: u64) -> Duration {
         Duration::from_secs(s)
@@ -350,408 +328,5 @@ mod tests {
                 }
             }
         }
-    }
-
-    mod task {
-        //! The heartbeat task driven through a real `Delivery` on a `MemoryQueue`, on the
-        //! paused clock: `sleep` here only moves virtual time forward.
-        use tokio::time::sleep;
-
-        use super::*;
-        use crate::context::Context;
-        use crate::delivery::Received;
-        use crate::queue::Queue;
-        use crate::{Action, Delivery, Error, MemoryQueue, RetryPolicy};
-
-        fn queue(visibility: u64) -> MemoryQueue {
-            MemoryQueue::builder()
-                .visibility_timeout(secs(visibility))
-                .build()
-                .expect("valid queue")
-        }
-
-        /// Receives the queue's first message the way the consumer does, with `visibility`
-        /// (or the queue's own timeout) and no in-flight slot.
-        async fn hold(queue: &MemoryQueue, visibility: Option<u32>) -> Delivery {
-            let received_at = Instant::now();
-            let mut messages = queue
-                .receive_with_visibility(1, Duration::ZERO, visibility)
-                .await
-                .expect("receive");
-            let message = messages.pop().expect("a message to receive");
-            let receipt = message
-                .receipt_handle()
-                .expect("a receipt handle")
-                .to_owned();
-            let timeout = visibility.unwrap_or(queue.visibility_timeout().as_secs() as u32);
-            let ctx = Context::new(Queue::Memory(queue.clone()), RetryPolicy::Leave);
-            let received = Received {
-                receipt,
-                received_at,
-                returned_at: Instant::now(),
-                timeout,
-                permit: None,
-                shutdown: Default::default(),
-            };
-            Delivery::start(std::sync::Arc::new(ctx), message, received)
-        }
-
-        fn extensions(queue: &MemoryQueue) -> u64 {
-            queue.requests().visibility_changes()
-        }
-
-        #[tokio::test(start_paused = true)]
-        async fn extends_at_half_the_timeout_by_the_timeout_again_and_again() {
-            let q = queue(30);
-            q.send("job").unwrap();
-            let d = hold(&q, None).await;
-            let r = d.received_at();
-            assert_eq!(d.deadline(), r + secs(30));
-            for round in 1..=10u64 {
-                // Just before and just after each half-way point.
-                sleep_until(r + secs(15 * round) - Duration::from_millis(100)).await;
-                assert_eq!(
-                    extensions(&q),
-                    round - 1,
-                    "no early extension in round {round}"
-                );
-                sleep_until(r + secs(15 * round) + Duration::from_millis(100)).await;
-                assert_eq!(extensions(&q), round, "one extension per half timeout");
-                assert_eq!(d.deadline(), r + secs(15 * round + 30));
-            }
-            // Still hidden after 5 timeouts.
-            assert_eq!(q.in_flight_len(), 1);
-            assert!(q.receive(10, Duration::ZERO).await.unwrap().is_empty());
-            assert!(!d.is_lost());
-        }
-
-        #[tokio::test(start_paused = true)]
-        async fn a_late_extension_is_counted() {
-            let q = queue(10);
-            q.send("job").unwrap();
-            let d = hold(&q, None).await;
-            let late = || {
-                d.shared_for_tests()
-                    .ctx
-                    .counters
-                    .late_heartbeats
-                    .load(std::sync::atomic::Ordering::Relaxed)
-            };
-            // Due at 5 s. Done 0.9 s late: not counted (the threshold is min(T/4, 1 s)).
-            tokio::time::advance(Duration::from_millis(5_900)).await;
-            sleep(Duration::from_millis(1)).await;
-            assert_eq!((extensions(&q), late()), (1, 0));
-            // Next due at 5.9 + 5 = 10.9 s; jump the clock to about 12.9 s at once, as a runtime
-            // whose threads were blocked for two seconds would see it.
-            tokio::time::advance(secs(7)).await;
-            sleep(Duration::from_millis(1)).await;
-            assert_eq!((extensions(&q), late()), (2, 1));
-            assert!(!d.is_lost());
-        }
-
-        #[tokio::test(start_paused = true)]
-        async fn zero_timeout_sends_no_extension() {
-            let q = queue(30);
-            q.send("job").unwrap();
-            let d = hold(&q, Some(0)).await;
-            sleep(secs(600)).await;
-            assert_eq!(extensions(&q), 0);
-            assert!(!d.is_lost());
-            assert_eq!(d.deadline(), d.received_at());
-        }
-
-        #[tokio::test(start_paused = true)]
-        async fn ack_release_and_drop_each_stop_the_heartbeat() {
-            let q = queue(10);
-            for _ in 0..3 {
-                q.send("job").unwrap();
-            }
-            let acked = hold(&q, None).await;
-            let released = hold(&q, None).await;
-            let dropped = hold(&q, None).await;
-            sleep(secs(6)).await;
-            assert_eq!(extensions(&q), 3, "each extended once at 5 s");
-
-            acked.ack().await.expect("ack");
-            released.release().await.expect("release");
-            drop(dropped);
-            let after_settling = extensions(&q);
-            assert_eq!(after_settling, 4, "the release itself is one call");
-            sleep(secs(120)).await;
-            assert_eq!(
-                extensions(&q),
-                after_settling,
-                "no extension after settling"
-            );
-            assert_eq!(q.requests().deletes(), 1);
-            // The acked one is gone; the other two are back.
-            assert_eq!(q.len(), 2);
-            assert_eq!(q.receive(10, Duration::ZERO).await.unwrap().len(), 2);
-        }
-
-        #[tokio::test(start_paused = true)]
-        async fn a_dropped_delivery_returns_when_its_timeout_lapses() {
-            let q = queue(10);
-            q.send("job").unwrap();
-            let d = hold(&q, None).await;
-            let r = d.received_at();
-            sleep_until(r + secs(6)).await; // extended at 5 s: hidden until 15 s
-            drop(d);
-            sleep_until(r + secs(14)).await;
-            assert!(q.receive(10, Duration::ZERO).await.unwrap().is_empty());
-            sleep_until(r + secs(15)).await;
-            let again = q.receive(10, Duration::ZERO).await.unwrap();
-            assert_eq!(again.len(), 1);
-        }
-
-        #[tokio::test(start_paused = true)]
-        async fn holding_13_hours_caps_the_last_extension_warns_once_then_loses_it() {
-            let q = queue(30);
-            q.send("long job").unwrap();
-            let d = hold(&q, None).await;
-            let r = d.received_at();
-            let limit = r + HARD_LIMIT - CAP_MARGIN;
-            assert_eq!(d.hard_deadline(), r + HARD_LIMIT);
-
-            sleep_until(limit - secs(1)).await;
-            assert_eq!(
-                d.deadline(),
-                limit,
-                "the last extension ends exactly at the margin"
-            );
-            assert_eq!(q.in_flight_len(), 1, "still hidden just before the limit");
-            assert!(!d.is_lost());
-            // Counted where the warning is logged, once per delivery.
-            let capped = || d.context().counters.snapshot(0).capped;
-            assert_eq!(capped(), 1);
-
-            // Hold on to 13 hours: the message goes to another receiver at the limit.
-            let lost = d.lost();
-            sleep_until(r + secs(13 * 3600)).await;
-            assert_eq!(lost.await, LostReason::HardDeadline);
-            assert!(d.is_lost());
-            assert_eq!(capped(), 1, "warned once only");
-            let other = q.receive(10, Duration::ZERO).await.unwrap();
-            assert_eq!(other.len(), 1, "another receiver gets it");
-            // One every 15 s from 15 s to 43,170 s, the last one cut to 25 s; none refused
-            // (the queue refuses any that would end past the 12 hours).
-            assert_eq!(extensions(&q), 43_170 / 15);
-            match d.ack().await {
-                Err(Error::Lost { reason, .. }) => assert_eq!(reason, LostReason::HardDeadline),
-                other => panic!("ack of a lost delivery must report it, got {other:?}"),
-            }
-        }
-
-        #[tokio::test(start_paused = true)]
-        async fn late_retries_near_the_limit_stop_extending_instead_of_spinning() {
-            // T = 30: the capped extensions are due at 43,170 s and 43,180 s. Failures make
-            // the first land late (0.3..0.6 s) and the second less late (0.1..0.2 s), so the
-            // second can no longer gain anything: the heartbeat must stop, not retry at once
-            // forever. (A non-retryable code, so that the heartbeat itself retries, rather
-            // than the batcher with the same visibility.)
-            let q = queue(30);
-            q.send("job").unwrap();
-            let d = hold(&q, None).await;
-            let r = d.received_at();
-            sleep_until(r + secs(43_169)).await;
-            q.fail_next(Action::ChangeMessageVisibility, "AccessDenied", 2);
-            sleep_until(r + secs(43_175)).await;
-            let first_late = d.deadline() - (r + secs(43_194));
-            assert!(
-                first_late >= Duration::from_millis(300) && first_late < secs(1),
-                "{first_late:?}"
-            );
-            q.fail_next(Action::ChangeMessageVisibility, "AccessDenied", 1);
-            let before = extensions(&q);
-            assert_eq!(d.lost().await, LostReason::HardDeadline);
-            assert_eq!(
-                Instant::now(),
-                r + secs(43_194) + first_late,
-                "lost at its deadline"
-            );
-            assert_eq!(
-                extensions(&q) - before,
-                1,
-                "one failed call, then nothing more"
-            );
-        }
-
-        #[tokio::test(start_paused = true)]
-        async fn an_ack_racing_an_extension_is_not_reported_lost() {
-            // The extension due at 5 s is throttled and retried 50..100 ms later; the ack
-            // goes out at 5.01 s. The retried extension then finds the message deleted: that
-            // must not turn the successful ack into a "lost" one.
-            let q = queue(10);
-            q.send("m").unwrap();
-            let d = hold(&q, None).await;
-            let r = d.received_at();
-            sleep_until(r + secs(4)).await;
-            q.fail_next(Action::ChangeMessageVisibility, "RequestThrottled", 1);
-            sleep_until(r + secs(5) + Duration::from_millis(10)).await;
-            let ctx = d.context().clone();
-            d.ack().await.expect("the delete succeeded");
-            assert!(q.is_empty());
-            sleep(secs(1)).await;
-            assert_eq!(extensions(&q), 2, "the throttled try and its retry");
-            assert_eq!(
-                ctx.counters.snapshot(0).lost,
-                0,
-                "not counted as lost either"
-            );
-        }
-
-        #[tokio::test(start_paused = true)]
-        async fn message_not_in_flight_loses_the_delivery() {
-            let q = queue(10);
-            q.send("job").unwrap();
-            let d = hold(&q, None).await;
-            // Someone made it visible behind our back: the next extension finds it not in flight.
-            q.change_visibility(&receipt_of(&d), 0).unwrap();
-            let lost = d.lost();
-            assert_eq!(lost.await, LostReason::NotInFlight);
-            assert!(d.is_lost());
-            assert!(matches!(
-                d.ack().await,
-                Err(Error::Lost {
-                    reason: LostReason::NotInFlight,
-                    ..
-                })
-            ));
-        }
-
-        #[tokio::test(start_paused = true)]
-        async fn an_invalid_receipt_handle_loses_the_delivery() {
-            let q = queue(10);
-            q.send("job").unwrap();
-            let d = hold(&q, None).await;
-            q.change_visibility(&receipt_of(&d), 0).unwrap();
-            // Another receiver takes it: our handle is now stale.
-            assert_eq!(q.receive(1, Duration::ZERO).await.unwrap().len(), 1);
-            assert_eq!(d.lost().await, LostReason::ReceiptHandleInvalid);
-            let err = d.ack().await.expect_err("ack with a stale handle fails");
-            assert!(err.is_lost(), "{err}");
-        }
-
-        #[tokio::test(start_paused = true)]
-        async fn a_transient_extension_error_is_retried_and_the_delivery_survives() {
-            let q = queue(10);
-            q.send("job").unwrap();
-            let d = hold(&q, None).await;
-            q.fail_next(Action::ChangeMessageVisibility, "RequestThrottled", 2);
-            sleep(secs(60)).await;
-            assert!(!d.is_lost());
-            assert_eq!(q.in_flight_len(), 1);
-            assert!(
-                extensions(&q) >= 2 + 11,
-                "two failures, then one success per 5 s"
-            );
-            d.ack().await.expect("ack after retried extensions");
-            assert!(q.is_empty());
-        }
-
-        #[tokio::test(start_paused = true)]
-        async fn extensions_failing_until_the_deadline_lose_the_delivery() {
-            let q = queue(10);
-            q.send("job").unwrap();
-            let d = hold(&q, None).await;
-            let r = d.received_at();
-            q.fail_next(Action::ChangeMessageVisibility, "InternalError", 10_000);
-            let lost = d.lost();
-            assert_eq!(lost.await, LostReason::ExtensionFailed);
-            assert_eq!(Instant::now(), r + secs(10), "lost exactly at the deadline");
-            let tries = extensions(&q);
-            assert!(
-                (3..=30).contains(&tries),
-                "bounded retries in the half window, got {tries}"
-            );
-        }
-
-        #[tokio::test(start_paused = true)]
-        async fn release_after_hides_for_the_delay_and_refuses_past_the_limit() {
-            let q = queue(10);
-            q.send("a").unwrap();
-            q.send("b").unwrap();
-            let a = hold(&q, None).await;
-            let b = hold(&q, None).await;
-            let start = Instant::now();
-            a.release_after(secs(120)).await.expect("release_after");
-            sleep_until(start + secs(119)).await;
-            assert!(q.receive(10, Duration::ZERO).await.unwrap().is_empty());
-            sleep_until(start + secs(120)).await;
-            assert_eq!(
-                q.receive(1, Duration::ZERO).await.unwrap()[0].body(),
-                Some("a")
-            );
-
-            match b.release_after(secs(43_200)).await {
-                Err(Error::PastHardDeadline { allowed, .. }) => {
-                    assert!(allowed < secs(43_200 - 120));
-                }
-                other => panic!("expected PastHardDeadline, got {other:?}"),
-            }
-            q.send("c").unwrap();
-            let c = hold(&q, None).await;
-            let err = c.release_after(secs(43_201)).await.expect_err("over 12 h");
-            assert!(
-                matches!(
-                    err,
-                    Error::InvalidConfig {
-                        field: "release_after",
-                        ..
-                    }
-                ),
-                "{err}"
-            );
-        }
-
-        fn receipt_of(d: &Delivery) -> String {
-            d.shared_for_tests().receipt.clone()
-        }
-
-        #[tokio::test(start_paused = true)]
-        async fn debug_output_hides_the_receipt_handle() {
-            let q = queue(10);
-            q.send("secret body").unwrap();
-            let d = hold(&q, None).await;
-            let text = format!("{d:?}");
-            assert!(text.contains(d.message_id()));
-            assert!(!text.contains(&receipt_of(&d)));
-            assert!(!text.contains("secret body"));
-        }
-    }
-}
-#[cfg(test)]
-mod size {
-    use std::sync::Arc;
-    use std::time::Duration;
-
-    use tokio::time::Instant;
-
-    use crate::context::Context;
-    use crate::delivery::Received;
-    use crate::queue::Queue;
-    use crate::{Delivery, MemoryQueue, RetryPolicy};
-
-    /// Every held delivery keeps a heartbeat future alive: it must stay small (an SDK request
-    /// future inside it once made it 5.5 KiB).
-    #[tokio::test]
-    async fn a_held_delivery_stays_small() {
-        let q = MemoryQueue::new();
-        let ctx = Arc::new(Context::new(Queue::Memory(q.clone()), RetryPolicy::Leave));
-        q.send("x").unwrap();
-        let m = q.receive(1, Duration::ZERO).await.unwrap().pop().unwrap();
-        let received = Received {
-            receipt: m.receipt_handle().unwrap().to_owned(),
-            received_at: Instant::now(),
-            returned_at: Instant::now(),
-            timeout: 30,
-            permit: None,
-            shutdown: Default::default(),
-        };
-        let d = Delivery::start(ctx, m, received);
-        let heartbeat = super::run(d.shared_for_tests(), 30, Instant::now());
-        let (future, delivery) = (std::mem::size_of_val(&heartbeat), std::mem::size_of_val(&d));
-        assert!(future <= 1024, "heartbeat future: {future} bytes");
-        assert!(delivery <= 512, "Delivery: {delivery} bytes");
     }
 }

@@ -44,30 +44,46 @@
     rustdoc::broken_intra_doc_links
 )]
 
+// Modules sit on layers and import only from layers below them (`scripts/check-layers.sh`
+// holds the crate to it):
+//   API      config, consumer, stream
+//   engine   dispatch, receiver, fifo, handler
+//   lease    delivery, heartbeat, lease, context, retry
+//   wire     batch, queue (the seam; queue::sdk maps it to the SDK)
+//   fake     memory (serves the seam)
+//   ground   limits, error, stats, backoff, lost_acks
 mod backoff;
 mod batch;
 mod config;
 mod consumer;
 mod context;
 mod delivery;
+mod dispatch;
 mod error;
 mod fifo;
 mod handler;
 mod heartbeat;
+mod lease;
+mod limits;
 mod lost_acks;
 mod memory;
 mod queue;
+mod receiver;
 mod retry;
 mod stats;
+mod stream;
 
 pub use config::ConsumerBuilder;
-pub use consumer::{Consumer, DeliveryStream};
+pub use consumer::Consumer;
 pub use delivery::Delivery;
 pub use error::{BoxError, Error, ErrorKind, LostReason};
 pub use handler::Handler;
-pub use memory::{Action, MemoryQueue, MemoryQueueBuilder, RequestCounts, SendOptions};
+pub use memory::builder::MemoryQueueBuilder;
+pub use memory::counts::{Action, RequestCounts};
+pub use memory::{MemoryQueue, SendOptions};
 pub use retry::RetryPolicy;
 pub use stats::Stats;
+pub use stream::DeliveryStream;
 
 /// The README's Rust examples, compiled and run as doc tests.
 #[cfg(doctest)]

@@ -3,9 +3,8 @@
 use std::time::Duration;
 
 use crate::backoff::jitter;
-use crate::config::whole_secs;
 use crate::error::Error;
-use crate::heartbeat::MAX_VISIBILITY_SECS;
+use crate::limits::{secs_rounded_up, MAX_VISIBILITY_SECS};
 
 /// What happens to a delivery that ends without being settled: its handler returned an
 /// error, panicked, or dropped it without calling `ack`, `release` or `release_after`.
@@ -62,8 +61,7 @@ impl RetryPolicy {
                 let doublings = receive_count.saturating_sub(1).min(31);
                 let delay = base.saturating_mul(1u32 << doublings).min(*max);
                 let delay = jitter(delay);
-                let secs = delay.as_secs() + u64::from(whole_secs(delay).is_none());
-                let secs = secs.min(room.as_secs());
+                let secs = secs_rounded_up(delay).min(room.as_secs());
                 Some(u32::try_from(secs).unwrap_or(MAX_VISIBILITY_SECS))
             }
         }

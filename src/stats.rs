@@ -48,30 +48,41 @@ pub struct Stats {
     pub skipped_redeliveries: u64,
 }
 
+/// The events [`Stats`] counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Counter {
+    Received,
+    Acked,
+    Released,
+    Extended,
+    ExtensionFailures,
+    LateHeartbeats,
+    Lost,
+    Capped,
+    HandlerErrors,
+    HandlerPanics,
+    SkippedRedeliveries,
+}
+
+/// How many counters there are: one per [`Counter`].
+const COUNTERS: usize = Counter::SkippedRedeliveries as usize + 1;
+
 /// The live counters behind [`Stats`].
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
-    pub(crate) received: AtomicU64,
-    pub(crate) acked: AtomicU64,
-    pub(crate) released: AtomicU64,
-    pub(crate) extended: AtomicU64,
-    pub(crate) extension_failures: AtomicU64,
+    counts: [AtomicU64; COUNTERS],
     /// Nanoseconds.
-    pub(crate) worst_extension_delay: AtomicU64,
-    pub(crate) late_heartbeats: AtomicU64,
-    pub(crate) lost: AtomicU64,
-    pub(crate) capped: AtomicU64,
-    pub(crate) handler_errors: AtomicU64,
-    pub(crate) handler_panics: AtomicU64,
-    pub(crate) skipped_redeliveries: AtomicU64,
-}
-
-/// Adds one to a counter. Relaxed: the counters are statistics, not synchronisation.
-pub(crate) fn bump(counter: &AtomicU64) {
-    counter.fetch_add(1, Ordering::Relaxed);
+    worst_extension_delay: AtomicU64,
 }
 
 impl Counters {
+    /// Adds one to `counter`; returns its new value. Relaxed: the counters are statistics,
+    /// not synchronisation.
+    pub(crate) fn bump(&self, counter: Counter) -> u64 {
+        self.counts[counter as usize].fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// Records how long after it was due an extension was done (or gave up).
     pub(crate) fn extension_delay(&self, delay: Duration) {
         let nanos = u64::try_from(delay.as_nanos()).unwrap_or(u64::MAX);
         self.worst_extension_delay
@@ -79,21 +90,42 @@ impl Counters {
     }
 
     pub(crate) fn snapshot(&self, in_flight: u64) -> Stats {
-        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let get = |c: Counter| self.counts[c as usize].load(Ordering::Relaxed);
         Stats {
-            received: get(&self.received),
-            acked: get(&self.acked),
-            released: get(&self.released),
-            extended: get(&self.extended),
-            extension_failures: get(&self.extension_failures),
-            worst_extension_delay: Duration::from_nanos(get(&self.worst_extension_delay)),
-            late_heartbeats: get(&self.late_heartbeats),
-            lost: get(&self.lost),
-            capped: get(&self.capped),
-            handler_errors: get(&self.handler_errors),
-            handler_panics: get(&self.handler_panics),
+            received: get(Counter::Received),
+            acked: get(Counter::Acked),
+            released: get(Counter::Released),
+            extended: get(Counter::Extended),
+            extension_failures: get(Counter::ExtensionFailures),
+            worst_extension_delay: Duration::from_nanos(
+                self.worst_extension_delay.load(Ordering::Relaxed),
+            ),
+            late_heartbeats: get(Counter::LateHeartbeats),
+            lost: get(Counter::Lost),
+            capped: get(Counter::Capped),
+            handler_errors: get(Counter::HandlerErrors),
+            handler_panics: get(Counter::HandlerPanics),
             in_flight,
-            skipped_redeliveries: get(&self.skipped_redeliveries),
+            skipped_redeliveries: get(Counter::SkippedRedeliveries),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_counter_lands_in_its_own_field() {
+        let c = Counters::default();
+        assert_eq!(c.bump(Counter::Acked), 1);
+        assert_eq!(c.bump(Counter::Acked), 2);
+        c.bump(Counter::SkippedRedeliveries);
+        c.extension_delay(Duration::from_millis(7));
+        c.extension_delay(Duration::from_millis(3));
+        let s = c.snapshot(4);
+        assert_eq!((s.acked, s.skipped_redeliveries, s.received), (2, 1, 0));
+        assert_eq!(s.worst_extension_delay, Duration::from_millis(7));
+        assert_eq!(s.in_flight, 4);
     }
 }

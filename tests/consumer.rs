@@ -66,7 +66,7 @@ async fn receives_only_while_a_slot_is_free_and_never_asks_for_more() {
     };
     run_while(&consumer, handler, async {
         eventually("three held", LIMIT, || q.in_flight_len() == 3).await;
-        let receives = q.requests().receive_message;
+        let receives = q.requests().requests(Action::ReceiveMessage);
         sleep(secs(600)).await;
         assert_eq!(
             q.in_flight_len(),
@@ -75,7 +75,7 @@ async fn receives_only_while_a_slot_is_free_and_never_asks_for_more() {
         );
         assert_eq!(consumer.in_flight(), 3);
         assert_eq!(
-            q.requests().receive_message,
+            q.requests().requests(Action::ReceiveMessage),
             receives,
             "no receive while full"
         );
@@ -201,7 +201,7 @@ async fn access_denied_reading_the_queue_timeout_ends_run() {
     let consumer = Consumer::in_memory(&q).build().unwrap();
     let err = consumer.run(|d: Delivery| d.ack()).await.unwrap_err();
     assert_eq!(err.code(), Some("AccessDenied"));
-    assert_eq!(q.requests().receive_message, 0);
+    assert_eq!(q.requests().requests(Action::ReceiveMessage), 0);
 }
 
 #[tokio::test(start_paused = true)]
@@ -218,7 +218,7 @@ async fn transient_receive_errors_back_off_and_recover() {
     )
     .await;
     // Six failures, the receive that got the message, perhaps the next long poll.
-    let receives = q.requests().receive_message;
+    let receives = q.requests().requests(Action::ReceiveMessage);
     assert!((7..=8).contains(&receives), "{receives}");
     // 200 ms doubling, each at least half: 0.1 + 0.2 + 0.4 + 0.8 + 1.6 + 3.2 s.
     assert!(
@@ -236,7 +236,7 @@ async fn short_polling_an_empty_queue_does_not_spin() {
         .build()
         .unwrap();
     run_while(&consumer, |d: Delivery| d.ack(), sleep(secs(60))).await;
-    let receives = q.requests().receive_message;
+    let receives = q.requests().requests(Action::ReceiveMessage);
     // Idle back-off from 50 ms up to 2 s (jittered): never more than about one a second.
     assert!(receives <= 60, "{receives} receives in 60 s");
     // And a message sent now is still picked up within the idle back-off.
@@ -259,7 +259,7 @@ async fn long_polling_an_empty_queue_costs_one_request_per_wait() {
         sleep(secs(200) - Duration::from_millis(1)),
     )
     .await;
-    assert_eq!(q.requests().receive_message, 10);
+    assert_eq!(q.requests().requests(Action::ReceiveMessage), 10);
 }
 
 #[tokio::test(start_paused = true)]
@@ -285,7 +285,7 @@ async fn the_queue_timeout_is_read_once_and_drives_the_heartbeat() {
         eventually("acked", LIMIT, || q.is_empty()),
     )
     .await;
-    assert_eq!(q.requests().get_queue_attributes, 1);
+    assert_eq!(q.requests().requests(Action::GetQueueAttributes), 1);
     assert_eq!(q.requests().visibility_changes(), 2 * 4);
     assert!(seen.lock().unwrap().values().all(|n| *n == 1));
 }
@@ -300,7 +300,7 @@ async fn the_builder_timeout_overrides_the_queue_timeout() {
         .unwrap();
     let d = take_one(&consumer).await;
     assert_eq!(d.deadline(), d.received_at() + secs(4));
-    assert_eq!(q.requests().get_queue_attributes, 0);
+    assert_eq!(q.requests().requests(Action::GetQueueAttributes), 0);
     let received = d.received_at();
     drop(d);
     // Back after 4 s, not 30 s.

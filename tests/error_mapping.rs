@@ -115,10 +115,10 @@ async fn receive_errors_end_the_run_when_fatal_and_are_retried_with_back_off_oth
         let client = mocked(&[&receive, &change, &delete]);
         let start = Instant::now();
         let d = take_one(&consumer(client)).await;
-        // Six failures, each followed by a wait (the SDK's own retries, then the consumer's
-        // back-off from 100 ms up): never a hot loop.
+        // Six failures, each followed by the consumer's back-off (200 ms doubling, jittered
+        // to half of it at least: 100 + 200 + ... + 3,200 ms): never a hot loop.
         assert!(
-            start.elapsed() >= Duration::from_millis(500),
+            start.elapsed() >= Duration::from_millis(6_300),
             "{code}: {:?}",
             start.elapsed()
         );
@@ -334,14 +334,76 @@ async fn an_unanswered_ack_times_out_as_a_retryable_error() {
     let err = d.ack().await.unwrap_err();
     assert!(err.is_retryable(), "{err}");
     assert!(err.to_string().contains("no answer"), "{err}");
-    // Four tries of 10 s each, with back-off between them; the message comes back when its
-    // visibility timeout lapses, as with any failed ack.
+    // Tries of 10 s each, retried (by the ack, and only by it) while its 20 s window lasts;
+    // the message comes back when its visibility timeout lapses, as with any failed ack.
+    let elapsed = start.elapsed();
     assert!(
-        start.elapsed() >= Duration::from_secs(40),
-        "{:?}",
-        start.elapsed()
+        elapsed >= Duration::from_secs(20) && elapsed < Duration::from_secs(21),
+        "{elapsed:?}"
+    );
+    assert_eq!(http.others.load(SeqCst), 2, "one request per try");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unanswered_extension_loses_the_delivery_at_its_deadline_not_later() {
+    let http = Silent::default();
+    let client = client_with(http.clone(), test_credentials(), Some("us-east-1"));
+    let consumer = Consumer::builder(client, URL)
+        .visibility_timeout(Duration::from_secs(10))
+        .request_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let d = take_one(&consumer).await;
+    let received = d.received_at();
+    assert_eq!(d.lost().await, LostReason::ExtensionFailed);
+    // Due at 5 s; each try gives up after 2 s and is tried again (by the heartbeat) until
+    // the visibility ends at 10 s.
+    let lost_after = received.elapsed();
+    assert!(
+        lost_after <= Duration::from_secs(10) + Duration::from_millis(50),
+        "{lost_after:?}"
+    );
+    let tries = http.others.load(SeqCst);
+    assert!((2..=3).contains(&tries), "{tries} tries");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unanswered_release_gives_up_after_its_tries() {
+    let http = Silent::default();
+    let client = client_with(http.clone(), test_credentials(), Some("us-east-1"));
+    let consumer = Consumer::builder(client, URL)
+        .visibility_timeout(Duration::from_secs(600))
+        .build()
+        .unwrap();
+    let d = take_one(&consumer).await;
+    let start = Instant::now();
+    let err = d.release().await.unwrap_err();
+    assert!(
+        err.is_retryable() && err.to_string().contains("no answer"),
+        "{err}"
+    );
+    // Four tries of 10 s, with back-off (100 ms doubling, jittered) between them.
+    let elapsed = start.elapsed();
+    assert!(
+        elapsed >= Duration::from_secs(40) && elapsed < Duration::from_secs(42),
+        "{elapsed:?}"
     );
     assert_eq!(http.others.load(SeqCst), 4);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unanswered_queue_attribute_read_times_out_and_is_retried() {
+    // No visibility timeout set: the consumer reads the queue's own at start.
+    let http = Silent::default();
+    let client = client_with(http.clone(), test_credentials(), Some("us-east-1"));
+    let consumer = Consumer::builder(client, URL).build().unwrap();
+    let run = timeout(Duration::from_secs(65), consumer.run(|d: Delivery| d.ack())).await;
+    assert!(run.is_err(), "the run goes on: {run:?}");
+    // Each read gives up after 10 s, then backs off (200 ms doubling): 4 to 6 reads in 65 s,
+    // and no receive before one succeeds.
+    let reads = http.others.load(SeqCst);
+    assert!((4..=6).contains(&reads), "{reads} reads");
+    assert_eq!(http.receives.load(SeqCst), 0);
 }
 
 #[derive(Debug)]
@@ -412,4 +474,123 @@ async fn a_credentials_provider_timing_out_is_retried() {
     let d = take_one(&consumer(client)).await;
     assert_eq!(d.message_id(), "m-1");
     assert!(calls.load(SeqCst) >= 4);
+}
+
+// ---- One owner per retry: the SDK makes one attempt per call ----
+
+/// Counts calls (executions) and HTTP attempts of every operation.
+#[derive(Debug, Clone, Default)]
+struct Attempts {
+    calls: Arc<AtomicUsize>,
+    attempts: Arc<AtomicUsize>,
+}
+
+impl aws_smithy_runtime_api::client::interceptors::Intercept for Attempts {
+    fn name(&self) -> &'static str {
+        "Attempts"
+    }
+
+    fn read_before_execution(
+        &self,
+        _: &aws_smithy_runtime_api::client::interceptors::context::BeforeSerializationInterceptorContextRef<'_>,
+        _: &mut aws_smithy_types::config_bag::ConfigBag,
+    ) -> Result<(), aws_smithy_runtime_api::box_error::BoxError> {
+        self.calls.fetch_add(1, SeqCst);
+        Ok(())
+    }
+
+    fn read_before_attempt(
+        &self,
+        _: &aws_smithy_runtime_api::client::interceptors::context::BeforeTransmitInterceptorContextRef<'_>,
+        _: &RuntimeComponents,
+        _: &mut aws_smithy_types::config_bag::ConfigBag,
+    ) -> Result<(), aws_smithy_runtime_api::box_error::BoxError> {
+        self.attempts.fetch_add(1, SeqCst);
+        Ok(())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_sdk_makes_one_attempt_per_call_even_when_the_client_would_retry() {
+    // Every kind of call fails transiently a few times, on a client configured for three
+    // attempts per call: the consumer's calls still make one attempt each, because the
+    // consumer retries them itself (receive, extension, ack).
+    let receive = mock!(Client::receive_message)
+        .sequence()
+        .http_response(|| sqs_error(500, "InternalError"))
+        .times(3)
+        .output(one_message)
+        .output(|| ReceiveMessageOutput::builder().build())
+        .repeatedly()
+        .build();
+    let change = mock!(Client::change_message_visibility_batch)
+        .sequence()
+        .http_response(|| sqs_error(503, "ServiceUnavailable"))
+        .times(2)
+        .output(one_extended)
+        .repeatedly()
+        .build();
+    let delete = mock!(Client::delete_message_batch)
+        .sequence()
+        .http_response(|| sqs_error(500, "InternalError"))
+        .times(2)
+        .output(one_deleted)
+        .build();
+    let counted = Attempts::default();
+    let interceptor = counted.clone();
+    let client = aws_smithy_mocks::mock_client!(
+        aws_sdk_sqs,
+        aws_smithy_mocks::RuleMode::MatchAny,
+        &[&receive, &change, &delete],
+        move |conf| conf
+            .retry_config(aws_sdk_sqs::config::retry::RetryConfig::standard().with_max_attempts(3))
+            .interceptor(interceptor.clone())
+    );
+    let d = take_one(&consumer(client)).await;
+    sleep(Duration::from_secs(12)).await; // two extension rounds, the first retried
+    assert!(!d.is_lost());
+    d.ack()
+        .await
+        .expect("the ack gets through on its third try");
+    assert!(receive.num_calls() >= 4, "{}", receive.num_calls());
+    assert!(change.num_calls() >= 3, "{}", change.num_calls());
+    assert_eq!(delete.num_calls(), 3);
+    let (calls, attempts) = (counted.calls.load(SeqCst), counted.attempts.load(SeqCst));
+    assert!(calls >= 10, "{calls}");
+    assert_eq!(attempts, calls, "an SDK retry happened");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_extension_of_a_message_that_no_longer_exists_loses_the_delivery_at_once() {
+    // What AWS answers (a batch entry's code and message) when the message was deleted or
+    // received again by someone else: not a refused visibility, a lost delivery.
+    let change = mock!(Client::change_message_visibility_batch).then_output(|| {
+        aws_sdk_sqs::operation::change_message_visibility_batch::ChangeMessageVisibilityBatchOutput::builder()
+            .failed(
+                aws_sdk_sqs::types::BatchResultErrorEntry::builder()
+                    .id("0")
+                    .sender_fault(false)
+                    .code("InvalidParameterValue")
+                    .message(
+                        "Value handle-1 for parameter ReceiptHandle is invalid. Reason: Message \
+                         does not exist or is not available for visibility timeout change.",
+                    )
+                    .build()
+                    .unwrap(),
+            )
+            .set_successful(Some(vec![]))
+            .build()
+            .unwrap()
+    });
+    let (receive, delete) = (receive_once(), deletes());
+    let client = mocked(&[&receive, &change, &delete]);
+    let d = take_one(&consumer(client)).await;
+    let received = d.received_at();
+    assert_eq!(d.lost().await, LostReason::ReceiptHandleInvalid);
+    assert_eq!(
+        received.elapsed(),
+        Duration::from_secs(5),
+        "lost at the first round"
+    );
+    assert_eq!(change.num_calls(), 1, "not retried");
 }

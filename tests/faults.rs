@@ -12,10 +12,7 @@ use std::time::Duration;
 
 use aws_sdk_sqs::types::QueueAttributeName;
 use common::faults::{Fault, FaultProxy, Faults};
-use common::{
-    client_for, client_with_attempts, left_on_server, secs, server_client, server_endpoint,
-    server_queue_with,
-};
+use common::{client_for, left_on_server, secs, server_client, server_endpoint, server_queue_with};
 use sqs_consumer::{Consumer, Delivery};
 use tokio::time::{sleep, Instant};
 
@@ -203,8 +200,9 @@ async fn a_held_message_whose_extensions_fail_transiently_stays_held() {
         0x0bad_cafe,
     )
     .await;
-    // The SDK's own retries off: every injected failure reaches the heartbeat's retries.
-    let consumer = Consumer::builder(client_with_attempts(&proxy.endpoint, 1), url.clone())
+    // Every injected failure reaches the heartbeat's retries (the consumer's calls make one
+    // attempt each, whatever the client says).
+    let consumer = Consumer::builder(client_for(&proxy.endpoint), url.clone())
         .visibility_timeout(secs(10))
         .wait_time(secs(1))
         .build()

@@ -24,7 +24,10 @@ fn signal_after(
     let q = q.clone();
     async move {
         sleep(after).await;
-        receives.store(q.requests().receive_message, Ordering::SeqCst);
+        receives.store(
+            q.requests().requests(Action::ReceiveMessage),
+            Ordering::SeqCst,
+        );
     }
 }
 
@@ -58,7 +61,7 @@ async fn running_handlers_finish_and_ack_and_no_receive_starts_after_the_signal(
         "returned when the last handler finished"
     );
     assert_eq!(
-        q.requests().receive_message,
+        q.requests().requests(Action::ReceiveMessage),
         at_signal.load(Ordering::SeqCst)
     );
     assert_eq!(q.len(), 1, "the three were acked");
@@ -82,7 +85,7 @@ async fn the_signal_abandons_a_pending_long_poll_at_once() {
         .unwrap();
     // The long poll (20 s) had started at 0 s; the signal came at 3 s.
     assert_eq!(start.elapsed(), secs(3));
-    assert_eq!(q.requests().receive_message, 1);
+    assert_eq!(q.requests().requests(Action::ReceiveMessage), 1);
     assert_eq!(at_signal.load(Ordering::SeqCst), 1);
     // A message sent now stays with the queue: nothing is receiving.
     q.send("later").unwrap();

@@ -59,7 +59,7 @@ async fn a_received_message_is_hidden_for_the_visibility_timeout() {
 async fn a_receive_can_name_its_own_visibility_timeout() {
     let q = queue(30);
     q.send("m").unwrap();
-    q.receive_with_visibility(1, Duration::ZERO, Some(5))
+    q.receive_with_visibility(1, Duration::ZERO, Some(secs(5)))
         .await
         .unwrap();
     sleep(secs(5)).await;
@@ -75,7 +75,7 @@ async fn receipt_handles_change_on_every_receive_and_old_ones_are_refused() {
     let second = handle(&receive(&q).await[0]);
     assert_ne!(first, second);
     assert_eq!(
-        code(q.change_visibility(&first, 30)),
+        code(q.change_visibility(&first, secs(30))),
         "ReceiptHandleIsInvalid"
     );
     assert_eq!(code(q.delete(&first)), "ReceiptHandleIsInvalid");
@@ -92,7 +92,7 @@ async fn changing_visibility_after_the_timeout_lapsed_is_message_not_inflight() 
     q.send("m").unwrap();
     let h = handle(&receive(&q).await[0]);
     sleep(secs(10)).await;
-    let err = q.change_visibility(&h, 10).unwrap_err();
+    let err = q.change_visibility(&h, secs(10)).unwrap_err();
     assert_eq!(err.code(), Some("MessageNotInflight"));
     assert!(err.is_lost());
 }
@@ -103,10 +103,10 @@ async fn change_visibility_counts_from_the_call_and_zero_shows_it_at_once() {
     q.send("m").unwrap();
     let h = handle(&receive(&q).await[0]);
     sleep(secs(8)).await;
-    q.change_visibility(&h, 10).unwrap();
+    q.change_visibility(&h, secs(10)).unwrap();
     sleep(secs(9)).await; // 17 s after the receive: hidden until 18 s
     assert!(receive(&q).await.is_empty());
-    q.change_visibility(&h, 0).unwrap();
+    q.change_visibility(&h, secs(0)).unwrap();
     assert_eq!(receive(&q).await.len(), 1);
 }
 
@@ -116,13 +116,13 @@ async fn visibility_cannot_end_past_12_hours_after_the_receive() {
     q.send("m").unwrap();
     let h = handle(&receive(&q).await[0]);
     sleep(secs(100)).await;
-    let err = q.change_visibility(&h, 43_200 - 99).unwrap_err();
+    let err = q.change_visibility(&h, secs(43_200 - 99)).unwrap_err();
     assert_eq!(err.code(), Some("InvalidParameterValue"));
     assert!(err.is_fatal());
-    q.change_visibility(&h, 43_200 - 100)
+    q.change_visibility(&h, secs(43_200 - 100))
         .expect("exactly 12 h is allowed");
     assert_eq!(
-        code(q.change_visibility(&h, 43_201)),
+        code(q.change_visibility(&h, secs(43_201))),
         "InvalidParameterValue"
     );
 }
@@ -256,10 +256,10 @@ async fn fifo_keeps_group_order_across_redeliveries() {
         "one receive may return a group's run in order"
     );
     // Release m1 and m2 but keep m0: nothing of the group comes while m0 is held.
-    q.change_visibility(&handle(&got[1]), 0).unwrap();
-    q.change_visibility(&handle(&got[2]), 0).unwrap();
+    q.change_visibility(&handle(&got[1]), secs(0)).unwrap();
+    q.change_visibility(&handle(&got[2]), secs(0)).unwrap();
     assert!(receive(&q).await.is_empty());
-    q.change_visibility(&handle(&got[0]), 0).unwrap();
+    q.change_visibility(&handle(&got[0]), secs(0)).unwrap();
     let again: Vec<_> = receive(&q)
         .await
         .iter()
@@ -335,13 +335,14 @@ async fn requests_are_counted_per_action_and_faults_are_injected() {
     let err = q.receive(10, Duration::ZERO).await.unwrap_err();
     assert!(err.is_retryable());
     let m = &receive(&q).await[0];
-    q.change_visibility(&handle(m), 60).unwrap();
+    q.change_visibility(&handle(m), secs(60)).unwrap();
     q.delete(&handle(m)).unwrap();
     let counts = q.requests();
-    assert_eq!(counts.send_message, 1);
-    assert_eq!(counts.receive_message, 2);
-    assert_eq!(counts.change_message_visibility, 1);
-    assert_eq!(counts.delete_message, 1);
+    assert_eq!(counts.requests(Action::SendMessage), 1);
+    assert_eq!(counts.requests(Action::ReceiveMessage), 2);
+    assert_eq!(counts.requests(Action::ChangeMessageVisibility), 1);
+    assert_eq!(counts.requests(Action::DeleteMessage), 1);
+    assert_eq!((counts.deletes(), counts.visibility_changes()), (1, 1));
     assert_eq!(counts.total(), 5);
 }
 
@@ -369,9 +370,11 @@ async fn the_12_hour_limit_counts_from_the_receive_request_not_the_hand_out() {
     });
     // The request arrives at 0 s; the message is handed out at 10 s.
     let m = q.receive(1, secs(20)).await.unwrap().pop().unwrap();
-    let err = q.change_visibility(&handle(&m), 43_200 - 9).unwrap_err();
+    let err = q
+        .change_visibility(&handle(&m), secs(43_200 - 9))
+        .unwrap_err();
     assert_eq!(err.code(), Some("InvalidParameterValue"));
-    q.change_visibility(&handle(&m), 43_200 - 10).unwrap();
+    q.change_visibility(&handle(&m), secs(43_200 - 10)).unwrap();
 }
 
 #[tokio::test(start_paused = true)]
@@ -382,7 +385,7 @@ async fn a_long_poll_sees_a_visibility_shortened_meanwhile() {
     let changer = q.clone();
     tokio::spawn(async move {
         sleep(secs(1)).await;
-        changer.change_visibility(&h, 2).unwrap();
+        changer.change_visibility(&h, secs(2)).unwrap();
     });
     let start = Instant::now();
     assert_eq!(q.receive(10, secs(20)).await.unwrap().len(), 1);

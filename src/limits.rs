@@ -1,0 +1,145 @@
+//! SQS's limits, and the validators that hold settings and arguments to them.
+//!
+//! Every number here is SQS's own (see the SQS developer guide's quotas); every validator
+//! names the field it checks and what is allowed, so a refusal reads like the API's own.
+
+use std::ops::RangeInclusive;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::error::Error;
+
+/// The largest visibility timeout SQS accepts, in seconds (12 hours).
+pub(crate) const MAX_VISIBILITY_SECS: u32 = 43_200;
+
+/// SQS's limit on how long a message may stay hidden, counted from the receive.
+pub(crate) const HARD_LIMIT: Duration = Duration::from_secs(MAX_VISIBILITY_SECS as u64);
+
+/// How far before the 12-hour limit the last extension ends.
+///
+/// SQS applies a `ChangeMessageVisibility` from the moment the call reaches it, which is a
+/// little later than the moment we send it; SQS's own guide suggests 43,195 s rather than
+/// 43,200 s for the same reason.
+pub(crate) const CAP_MARGIN: Duration = Duration::from_secs(5);
+
+/// The longest long poll (`WaitTimeSeconds`), in seconds.
+pub(crate) const MAX_WAIT_SECS: u64 = 20;
+
+/// The most messages one receive returns, and the most entries one batch request takes.
+pub(crate) const MAX_BATCH: usize = 10;
+
+/// The longest delay SQS allows on a queue or a message, in seconds (15 minutes).
+pub(crate) const MAX_DELAY_SECS: u64 = 900;
+
+/// A redrive policy's `maxReceiveCount`.
+pub(crate) const RECEIVE_COUNTS: RangeInclusive<u32> = 1..=1000;
+
+/// SQS's approximate in-flight quota for a standard queue: more held deliveries cannot be.
+pub(crate) const MAX_IN_FLIGHT: usize = 120_000;
+
+/// The latest instant an extension of a delivery received at `received_at` may end at:
+/// receive + 12 h - [`CAP_MARGIN`].
+pub(crate) fn extension_limit(received_at: Instant) -> Instant {
+    received_at + HARD_LIMIT - CAP_MARGIN
+}
+
+/// The whole seconds in `d`, or `None` if it has a fraction of a second.
+pub(crate) fn whole_secs(d: Duration) -> Option<u64> {
+    (d.subsec_nanos() == 0).then_some(d.as_secs())
+}
+
+/// `d` rounded up to whole seconds.
+pub(crate) fn secs_rounded_up(d: Duration) -> u64 {
+    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+}
+
+/// A visibility timeout in SQS's terms: whole seconds in 0..=43200.
+pub(crate) fn visibility_secs(field: &'static str, d: Duration) -> Result<u32, Error> {
+    whole_secs(d)
+        .and_then(|s| u32::try_from(s).ok())
+        .filter(|s| *s <= MAX_VISIBILITY_SECS)
+        .ok_or_else(|| Error::invalid(field, d, "whole seconds in 0..=43200 (12 hours)"))
+}
+
+/// A long-poll wait: whole seconds in 0..=20.
+pub(crate) fn wait_time(field: &'static str, d: Duration) -> Result<Duration, Error> {
+    match whole_secs(d) {
+        Some(s) if s <= MAX_WAIT_SECS => Ok(d),
+        _ => Err(Error::invalid(field, d, "whole seconds in 0..=20")),
+    }
+}
+
+/// A delay (`DelaySeconds`): whole seconds in 0..=900.
+pub(crate) fn delay(field: &'static str, d: Duration) -> Result<Duration, Error> {
+    match whole_secs(d) {
+        Some(s) if s <= MAX_DELAY_SECS => Ok(d),
+        _ => Err(Error::invalid(field, d, "whole seconds in 0..=900")),
+    }
+}
+
+/// `value` if it lies in `range`; otherwise an error naming `field` and `allowed`.
+pub(crate) fn in_range<T>(
+    field: &'static str,
+    value: T,
+    range: RangeInclusive<T>,
+    allowed: &'static str,
+) -> Result<T, Error>
+where
+    T: PartialOrd + std::fmt::Debug,
+{
+    if range.contains(&value) {
+        Ok(value)
+    } else {
+        Err(Error::invalid(field, value, allowed))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn field_of(err: Error) -> &'static str {
+        match err {
+            Error::InvalidConfig { field, .. } => field,
+            other => panic!("not an InvalidConfig: {other}"),
+        }
+    }
+
+    #[test]
+    fn visibility_is_whole_seconds_up_to_twelve_hours() {
+        let s = Duration::from_secs;
+        assert_eq!(visibility_secs("v", s(0)).unwrap(), 0);
+        assert_eq!(visibility_secs("v", s(43_200)).unwrap(), 43_200);
+        for bad in [s(43_201), Duration::from_millis(1500), s(u64::MAX)] {
+            assert_eq!(field_of(visibility_secs("v", bad).unwrap_err()), "v");
+        }
+    }
+
+    #[test]
+    fn wait_and_delay_are_whole_seconds_in_range() {
+        let s = Duration::from_secs;
+        assert!(wait_time("w", s(20)).is_ok() && wait_time("w", s(21)).is_err());
+        assert!(wait_time("w", Duration::from_millis(100)).is_err());
+        assert!(delay("d", s(900)).is_ok() && delay("d", s(901)).is_err());
+        let err = delay("delay", s(901)).unwrap_err().to_string();
+        assert!(err.contains("delay") && err.contains("0..=900"), "{err}");
+    }
+
+    #[test]
+    fn rounding_up_and_ranges() {
+        assert_eq!(secs_rounded_up(Duration::from_millis(1001)), 2);
+        assert_eq!(secs_rounded_up(Duration::from_secs(3)), 3);
+        assert_eq!(in_range("n", 5u32, 1..=10, "1..=10").unwrap(), 5);
+        let err = in_range("n", 0u32, 1..=10, "1..=10")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("`n`") && err.contains("1..=10"), "{err}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_extension_limit_keeps_the_margin() {
+        let r = Instant::now();
+        assert_eq!(extension_limit(r), r + Duration::from_secs(43_195));
+    }
+}

@@ -1,0 +1,512 @@
+//! The in-memory queue's state and its rules: what each SQS call does to it, at a given
+//! instant. Nothing here waits or locks; `MemoryQueue` does both around it.
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::fmt;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use aws_sdk_sqs::types::{Message, MessageSystemAttributeName as Attr};
+use tokio::time::Instant;
+
+use crate::backoff::random_u64;
+use crate::error::{classify_code, Error};
+use crate::limits::{whole_secs, HARD_LIMIT, MAX_BATCH, MAX_VISIBILITY_SECS};
+use crate::memory::counts::{Action, RequestCounts};
+use crate::queue::{BatchEntry, BatchResult};
+
+/// The FIFO deduplication window.
+const DEDUP_WINDOW: Duration = Duration::from_secs(300);
+
+/// The queue's own settings that its rules depend on.
+#[derive(Debug, Clone)]
+pub(crate) struct Rules {
+    pub(crate) visibility_timeout: Duration,
+    pub(crate) delay: Duration,
+    pub(crate) fifo: bool,
+    pub(crate) content_based_deduplication: bool,
+    /// A redrive policy's `maxReceiveCount`, if the queue has one.
+    pub(crate) max_receive_count: Option<u32>,
+}
+
+/// Everything a queue holds.
+#[derive(Default)]
+pub(crate) struct State {
+    /// Messages in send order; the key is the queue's own sequence number.
+    messages: BTreeMap<u64, Stored>,
+    next_seq: u64,
+    dedup: HashMap<String, (Instant, String)>,
+    requests: RequestCounts,
+    faults: HashMap<Action, VecDeque<String>>,
+}
+
+/// One message.
+pub(crate) struct Stored {
+    id: String,
+    body: String,
+    sent_ms: u128,
+    /// When the message may next be received (delay or visibility).
+    available_at: Instant,
+    /// The receipt handle of the latest receive, if any.
+    receipt: Option<String>,
+    /// When the latest receive's request arrived; the 12-hour limit counts from it.
+    received_at: Option<Instant>,
+    first_receive_ms: Option<u128>,
+    receive_count: u32,
+    group: Option<String>,
+    dedup_id: Option<String>,
+    dead_letter_source: Option<String>,
+}
+
+impl Stored {
+    fn in_flight(&self, now: Instant) -> bool {
+        self.receipt.is_some() && self.available_at > now
+    }
+
+    pub(crate) fn id(&self) -> &str {
+        &self.id
+    }
+}
+
+/// A message to send.
+pub(crate) struct Outgoing {
+    pub(crate) body: String,
+    pub(crate) delay: Option<Duration>,
+    pub(crate) group_id: Option<String>,
+    pub(crate) deduplication_id: Option<String>,
+}
+
+/// What one pass of a receive found.
+pub(crate) struct Pass {
+    pub(crate) messages: Vec<Message>,
+    /// When the next hidden or delayed message becomes visible.
+    pub(crate) wake: Option<Instant>,
+    /// Messages past their redrive policy's receive count: they move to the dead-letter queue.
+    pub(crate) dead: Vec<Stored>,
+}
+
+impl State {
+    /// Counts a request of `action` and fails it if a fault was injected for it.
+    pub(crate) fn request(&mut self, action: Action) -> Result<(), Error> {
+        self.requests.request(action);
+        self.take_fault(action)
+    }
+
+    fn take_fault(&mut self, action: Action) -> Result<(), Error> {
+        match self.faults.get_mut(&action).and_then(VecDeque::pop_front) {
+            Some(code) => Err(refuse(action, &code, "injected failure")),
+            None => Ok(()),
+        }
+    }
+
+    pub(crate) fn inject(&mut self, action: Action, code: &str, times: usize) {
+        let faults = self.faults.entry(action).or_default();
+        faults.extend(std::iter::repeat_n(code.to_owned(), times));
+    }
+
+    pub(crate) fn requests(&self) -> RequestCounts {
+        self.requests
+    }
+
+    /// Enqueues a message; returns its id (the first one's, for a FIFO duplicate).
+    pub(crate) fn send(
+        &mut self,
+        rules: &Rules,
+        m: Outgoing,
+        now: Instant,
+    ) -> Result<String, Error> {
+        const SEND: Action = Action::SendMessage;
+        let delay = match m.delay {
+            Some(_) if rules.fifo => {
+                return Err(refuse(
+                    SEND,
+                    "InvalidParameterValue",
+                    "FIFO queues take no per-message delay",
+                ))
+            }
+            Some(d) if whole_secs(d).is_none_or(|s| s > 900) => {
+                return Err(refuse(
+                    SEND,
+                    "InvalidParameterValue",
+                    "DelaySeconds must be whole seconds in 0..=900",
+                ))
+            }
+            Some(d) => d,
+            None => rules.delay,
+        };
+        let mut dedup_key = None;
+        if rules.fifo {
+            if m.group_id.is_none() {
+                return Err(refuse(
+                    SEND,
+                    "MissingParameter",
+                    "FIFO queues need a MessageGroupId",
+                ));
+            }
+            let key = match (&m.deduplication_id, rules.content_based_deduplication) {
+                (Some(id), _) => format!("id:{id}"),
+                (None, true) => format!("body:{}", m.body),
+                (None, false) => {
+                    return Err(refuse(
+                        SEND,
+                        "InvalidParameterValue",
+                        "FIFO queues without content-based deduplication need a \
+                         MessageDeduplicationId",
+                    ))
+                }
+            };
+            self.dedup.retain(|_, (expires, _)| *expires > now);
+            if let Some((_, id)) = self.dedup.get(&key) {
+                return Ok(id.clone());
+            }
+            dedup_key = Some(key);
+        }
+        let id = new_message_id();
+        if let Some(key) = dedup_key {
+            self.dedup.insert(key, (now + DEDUP_WINDOW, id.clone()));
+        }
+        self.insert(Stored {
+            id: id.clone(),
+            body: m.body,
+            sent_ms: epoch_ms(),
+            available_at: now + delay,
+            receipt: None,
+            received_at: None,
+            first_receive_ms: None,
+            receive_count: 0,
+            group: m.group_id,
+            dedup_id: m.deduplication_id,
+            dead_letter_source: None,
+        });
+        Ok(id)
+    }
+
+    fn insert(&mut self, m: Stored) {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.messages.insert(seq, m);
+    }
+
+    /// One pass over the queue for a receive of up to `max` messages, hiding each for
+    /// `visibility`. `requested_at` is when the request arrived: SQS counts the 12-hour limit
+    /// from it.
+    pub(crate) fn receive(
+        &mut self,
+        rules: &Rules,
+        queue_id: u64,
+        max: usize,
+        visibility: Duration,
+        requested_at: Instant,
+        now: Instant,
+    ) -> Pass {
+        let mut messages = Vec::new();
+        let mut wake: Option<Instant> = None;
+        let mut blocked: HashSet<String> = HashSet::new();
+        if rules.fifo {
+            blocked.extend(
+                self.messages
+                    .values()
+                    .filter(|m| m.in_flight(now))
+                    .filter_map(|m| m.group.clone()),
+            );
+        }
+        let mut dead = Vec::new();
+        for (seq, m) in self.messages.iter_mut() {
+            if m.available_at > now {
+                wake = Some(wake.map_or(m.available_at, |w| w.min(m.available_at)));
+                if let (true, Some(g)) = (rules.fifo, &m.group) {
+                    // Later messages of the group must wait for this one.
+                    blocked.insert(g.clone());
+                }
+                continue;
+            }
+            if messages.len() >= max {
+                break;
+            }
+            if m.group.as_ref().is_some_and(|g| blocked.contains(g)) {
+                continue;
+            }
+            if rules
+                .max_receive_count
+                .is_some_and(|max| m.receive_count >= max)
+            {
+                dead.push(*seq);
+                continue;
+            }
+            m.receive_count += 1;
+            let receipt = format!(
+                "{queue_id:016x}.{seq}.{}.{:016x}",
+                m.receive_count,
+                random_u64()
+            );
+            m.receipt = Some(receipt.clone());
+            m.received_at = Some(requested_at);
+            m.first_receive_ms.get_or_insert_with(epoch_ms);
+            m.available_at = now + visibility;
+            messages.push(to_message(m, *seq, receipt, rules.fifo));
+        }
+        let dead = dead
+            .into_iter()
+            .filter_map(|seq| self.messages.remove(&seq))
+            .collect();
+        Pass {
+            messages,
+            wake,
+            dead,
+        }
+    }
+
+    /// Takes a message moved here from a source queue's redrive.
+    pub(crate) fn accept_moved(&mut self, mut m: Stored, source: &str, now: Instant) {
+        m.available_at = now;
+        m.receipt = None;
+        m.received_at = None;
+        m.first_receive_ms = None;
+        m.receive_count = 0;
+        m.dead_letter_source = Some(source.to_owned());
+        self.insert(m);
+    }
+
+    /// Deletes a message by the receipt handle of its latest receive.
+    pub(crate) fn delete(
+        &mut self,
+        rules: &Rules,
+        queue_id: u64,
+        receipt: &str,
+        action: Action,
+        now: Instant,
+    ) -> Result<(), Error> {
+        let seq = parse_receipt(queue_id, receipt, action)?;
+        let Some(m) = self.messages.get(&seq) else {
+            if seq < self.next_seq {
+                // Already deleted: SQS answers success.
+                return Ok(());
+            }
+            return Err(invalid_receipt(action));
+        };
+        if m.receipt.as_deref() != Some(receipt) {
+            return Err(invalid_receipt(action));
+        }
+        if rules.fifo && !m.in_flight(now) {
+            return Err(refuse(
+                action,
+                "ReceiptHandleIsInvalid",
+                "the message's visibility timeout has expired",
+            ));
+        }
+        self.messages.remove(&seq);
+        Ok(())
+    }
+
+    /// Hides a message for `visibility` from now.
+    pub(crate) fn change_visibility(
+        &mut self,
+        queue_id: u64,
+        receipt: &str,
+        visibility: Duration,
+        action: Action,
+        now: Instant,
+    ) -> Result<(), Error> {
+        let seq = parse_receipt(queue_id, receipt, action)?;
+        let secs = whole_secs(visibility)
+            .filter(|s| *s <= u64::from(MAX_VISIBILITY_SECS))
+            .ok_or_else(|| {
+                refuse(
+                    action,
+                    "InvalidParameterValue",
+                    &format!(
+                        "Value {visibility:?} for parameter VisibilityTimeout is invalid. \
+                         Reason: Must be whole seconds between 0 and 43200."
+                    ),
+                )
+            })?;
+        let m = self
+            .messages
+            .get_mut(&seq)
+            .filter(|m| m.receipt.as_deref() == Some(receipt))
+            .ok_or_else(|| invalid_receipt(action))?;
+        if !m.in_flight(now) {
+            return Err(refuse(
+                action,
+                "MessageNotInflight",
+                "the message is not in flight",
+            ));
+        }
+        let ends = now + visibility;
+        if m.received_at.is_some_and(|r| ends > r + HARD_LIMIT) {
+            return Err(refuse(
+                action,
+                "InvalidParameterValue",
+                &format!(
+                    "Value {secs} for parameter VisibilityTimeout is invalid. Reason: Total \
+                     VisibilityTimeout for the message is beyond the limit [43200 seconds]"
+                ),
+            ));
+        }
+        m.available_at = ends;
+        Ok(())
+    }
+
+    /// `DeleteMessageBatch` or `ChangeMessageVisibilityBatch`: one result per entry, in order.
+    /// A fault injected for the single action fails just one entry.
+    pub(crate) fn batch(
+        &mut self,
+        rules: &Rules,
+        queue_id: u64,
+        action: Action,
+        entries: &[BatchEntry<'_>],
+        now: Instant,
+    ) -> BatchResult {
+        self.request(action)?;
+        match entries.len() {
+            0 => return Err(refuse(action, "EmptyBatchRequest", "no entries")),
+            n if n > MAX_BATCH => {
+                return Err(refuse(
+                    action,
+                    "TooManyEntriesInBatchRequest",
+                    "at most 10 entries",
+                ))
+            }
+            _ => {}
+        }
+        let ids: HashSet<&str> = entries.iter().map(|e| e.id).collect();
+        if ids.len() != entries.len() {
+            return Err(refuse(
+                action,
+                "BatchEntryIdsNotDistinct",
+                "two entries have the same id",
+            ));
+        }
+        let results = entries
+            .iter()
+            .map(|e| {
+                self.requests.entry(action);
+                match action {
+                    Action::DeleteMessageBatch => self
+                        .take_fault(Action::DeleteMessage)
+                        .and_then(|()| self.delete(rules, queue_id, e.receipt, action, now)),
+                    _ => self
+                        .take_fault(Action::ChangeMessageVisibility)
+                        .and_then(|()| {
+                            let visibility = Duration::from_secs(u64::from(e.visibility));
+                            self.change_visibility(queue_id, e.receipt, visibility, action, now)
+                        }),
+                }
+            })
+            .collect();
+        Ok(results)
+    }
+
+    /// Messages held, visible or not.
+    pub(crate) fn len(&self) -> usize {
+        self.messages.len()
+    }
+
+    /// Messages a receive could return at `now`.
+    pub(crate) fn visible_len(&self, now: Instant) -> usize {
+        let visible = |m: &&Stored| m.available_at <= now;
+        self.messages.values().filter(visible).count()
+    }
+
+    /// Messages received and still hidden at `now`.
+    pub(crate) fn in_flight_len(&self, now: Instant) -> usize {
+        self.messages.values().filter(|m| m.in_flight(now)).count()
+    }
+
+    /// Messages sent and not yet receivable because of a delay.
+    pub(crate) fn delayed_len(&self, now: Instant) -> usize {
+        let delayed = |m: &&Stored| m.receipt.is_none() && m.available_at > now;
+        self.messages.values().filter(delayed).count()
+    }
+}
+
+fn parse_receipt(queue_id: u64, receipt: &str, action: Action) -> Result<u64, Error> {
+    let mut parts = receipt.split('.');
+    let queue = parts.next().and_then(|p| u64::from_str_radix(p, 16).ok());
+    let seq = parts.next().and_then(|p| p.parse::<u64>().ok());
+    match (queue, seq) {
+        (Some(q), Some(seq)) if q == queue_id => Ok(seq),
+        _ => Err(invalid_receipt(action)),
+    }
+}
+
+fn to_message(m: &Stored, seq: u64, receipt: String, fifo: bool) -> Message {
+    let mut b = Message::builder()
+        .message_id(&m.id)
+        .receipt_handle(receipt)
+        .body(&m.body)
+        .attributes(Attr::ApproximateReceiveCount, m.receive_count.to_string())
+        .attributes(Attr::SentTimestamp, m.sent_ms.to_string());
+    if let Some(first) = m.first_receive_ms {
+        b = b.attributes(Attr::ApproximateFirstReceiveTimestamp, first.to_string());
+    }
+    if let Some(g) = &m.group {
+        b = b.attributes(Attr::MessageGroupId, g);
+    }
+    if let Some(d) = &m.dedup_id {
+        b = b.attributes(Attr::MessageDeduplicationId, d);
+    }
+    if let Some(src) = &m.dead_letter_source {
+        b = b.attributes(Attr::DeadLetterQueueSourceArn, src);
+    }
+    if fifo {
+        b = b.attributes(Attr::SequenceNumber, format!("{seq:020}"));
+    }
+    b.build()
+}
+
+/// The error a [`MemoryQueue`](crate::MemoryQueue) call fails with; the source of an
+/// [`Error::Sqs`].
+#[derive(Debug)]
+struct MemoryQueueError {
+    code: String,
+    message: String,
+}
+
+impl fmt::Display for MemoryQueueError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.code, self.message)
+    }
+}
+
+impl std::error::Error for MemoryQueueError {}
+
+/// The queue refuses a call of `action` with an SQS error `code`.
+pub(crate) fn refuse(action: Action, code: &str, message: &str) -> Error {
+    Error::Sqs {
+        operation: action.name(),
+        code: Some(code.to_owned()),
+        message: message.to_owned(),
+        kind: classify_code(code, None, message),
+        source: Box::new(MemoryQueueError {
+            code: code.to_owned(),
+            message: message.to_owned(),
+        }),
+    }
+}
+
+fn invalid_receipt(action: Action) -> Error {
+    refuse(
+        action,
+        "ReceiptHandleIsInvalid",
+        "the receipt handle is not the message's latest",
+    )
+}
+
+fn epoch_ms() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or(0)
+}
+
+fn new_message_id() -> String {
+    let (a, b) = (random_u64(), random_u64());
+    format!(
+        "{:08x}-{:04x}-4{:03x}-{:04x}-{:012x}",
+        a >> 32,
+        (a >> 16) & 0xffff,
+        a & 0xfff,
+        (b >> 48) | 0x8000,
+        b & 0xffff_ffff_ffff
+    )
+}

@@ -1,0 +1,219 @@
+//! The seam: the four SQS calls the crate makes, whoever serves them.
+//!
+//! [`Transport`] is what a queue implementation provides: the SDK mapping ([`sdk`]) and the
+//! in-memory queue (`crate::memory`) each implement it; nothing here knows either. [`Queue`]
+//! wraps a transport and gives every call a bounded time: no call path can wait for ever on
+//! a server that never answers.
+
+pub(crate) mod sdk;
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_sdk_sqs::types::Message;
+use futures_util::future::BoxFuture;
+
+use crate::error::{Error, ErrorKind};
+
+/// How long a request may go unanswered (beyond a long poll's wait) before it counts as a
+/// transient failure, unless the consumer's `request_timeout` says otherwise. The SDK sets no
+/// such limit by default.
+pub(crate) const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One `ReceiveMessage` request.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Receive {
+    pub(crate) max_messages: u32,
+    pub(crate) wait: Duration,
+    /// The visibility timeout to ask for, whole seconds; `None` uses the queue's own.
+    pub(crate) visibility: Option<u32>,
+}
+
+/// One entry of a `DeleteMessageBatch` or `ChangeMessageVisibilityBatch` request.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BatchEntry<'a> {
+    /// Distinct within one request.
+    pub(crate) id: &'static str,
+    pub(crate) receipt: &'a str,
+    /// Whole seconds, for a visibility change; ignored by a delete.
+    pub(crate) visibility: u32,
+}
+
+/// Entry ids for a batch request: the entry's position.
+pub(crate) const ENTRY_IDS: [&str; 10] = ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9"];
+
+/// The answer to a batch request: each entry's result in the order the entries were sent, or
+/// the whole request's error.
+pub(crate) type BatchResult = Result<Vec<Result<(), Error>>, Error>;
+
+/// What a queue implementation provides. Futures are boxed: one per request, which is cheap
+/// next to the request itself.
+pub(crate) trait Transport: Send + Sync + 'static {
+    /// The queue's URL or name, for logs and errors.
+    fn describe(&self) -> String;
+    /// `true` for a FIFO queue.
+    fn is_fifo(&self) -> bool;
+    /// `ReceiveMessage`.
+    fn receive(&self, request: Receive) -> BoxFuture<'_, Result<Vec<Message>, Error>>;
+    /// `DeleteMessageBatch`.
+    fn delete_batch<'a>(&'a self, entries: &'a [BatchEntry<'a>]) -> BoxFuture<'a, BatchResult>;
+    /// `ChangeMessageVisibilityBatch`.
+    fn change_visibility_batch<'a>(
+        &'a self,
+        entries: &'a [BatchEntry<'a>],
+    ) -> BoxFuture<'a, BatchResult>;
+    /// `GetQueueAttributes` for the queue's `VisibilityTimeout`, whole seconds.
+    fn visibility_timeout(&self) -> BoxFuture<'_, Result<u32, Error>>;
+}
+
+/// A queue, and the time each of its calls may take.
+#[derive(Clone)]
+pub(crate) struct Queue {
+    transport: Arc<dyn Transport>,
+    name: Arc<str>,
+    fifo: bool,
+    request_timeout: Duration,
+}
+
+impl Queue {
+    pub(crate) fn new(transport: impl Transport) -> Self {
+        Self {
+            name: Arc::from(transport.describe()),
+            fifo: transport.is_fifo(),
+            transport: Arc::new(transport),
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+        }
+    }
+
+    /// The same queue, its calls answered within `timeout` (a receive: its wait plus that).
+    pub(crate) fn with_request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub(crate) fn is_fifo(&self) -> bool {
+        self.fifo
+    }
+
+    pub(crate) async fn receive(&self, request: Receive) -> Result<Vec<Message>, Error> {
+        let limit = request.wait + self.request_timeout;
+        within(limit, "ReceiveMessage", self.transport.receive(request)).await?
+    }
+
+    pub(crate) async fn delete_batch(&self, entries: &[BatchEntry<'_>]) -> BatchResult {
+        let call = self.transport.delete_batch(entries);
+        within(self.request_timeout, "DeleteMessageBatch", call).await?
+    }
+
+    pub(crate) async fn change_visibility_batch(&self, entries: &[BatchEntry<'_>]) -> BatchResult {
+        let call = self.transport.change_visibility_batch(entries);
+        within(self.request_timeout, "ChangeMessageVisibilityBatch", call).await?
+    }
+
+    /// The queue's `VisibilityTimeout` attribute, whole seconds.
+    pub(crate) async fn visibility_timeout(&self) -> Result<u32, Error> {
+        let call = self.transport.visibility_timeout();
+        within(self.request_timeout, "GetQueueAttributes", call).await?
+    }
+}
+
+impl fmt::Debug for Queue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.name)
+    }
+}
+
+/// `call`'s output, or a retryable error once `limit` has passed without an answer.
+async fn within<T>(
+    limit: Duration,
+    operation: &'static str,
+    call: impl Future<Output = T>,
+) -> Result<T, Error> {
+    tokio::time::timeout(limit, call)
+        .await
+        .map_err(|elapsed| Error::Sqs {
+            operation,
+            code: None,
+            message: format!("no answer within {limit:?}"),
+            kind: ErrorKind::Retryable,
+            source: Box::new(elapsed),
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A queue that never answers.
+    struct Silent;
+
+    impl Transport for Silent {
+        fn describe(&self) -> String {
+            "silent".into()
+        }
+        fn is_fifo(&self) -> bool {
+            false
+        }
+        fn receive(&self, _: Receive) -> BoxFuture<'_, Result<Vec<Message>, Error>> {
+            Box::pin(std::future::pending())
+        }
+        fn delete_batch<'a>(&'a self, _: &'a [BatchEntry<'a>]) -> BoxFuture<'a, BatchResult> {
+            Box::pin(std::future::pending())
+        }
+        fn change_visibility_batch<'a>(
+            &'a self,
+            _: &'a [BatchEntry<'a>],
+        ) -> BoxFuture<'a, BatchResult> {
+            Box::pin(std::future::pending())
+        }
+        fn visibility_timeout(&self) -> BoxFuture<'_, Result<u32, Error>> {
+            Box::pin(std::future::pending())
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn every_call_ends_within_its_limit() {
+        let q = Queue::new(Silent).with_request_timeout(Duration::from_secs(3));
+        let start = tokio::time::Instant::now();
+        let entry = [BatchEntry {
+            id: ENTRY_IDS[0],
+            receipt: "r",
+            visibility: 5,
+        }];
+        let receive = Receive {
+            max_messages: 10,
+            wait: Duration::from_secs(20),
+            visibility: None,
+        };
+        let err = q.receive(receive).await.unwrap_err();
+        assert!(
+            err.is_retryable() && err.to_string().contains("no answer"),
+            "{err}"
+        );
+        assert_eq!(start.elapsed(), Duration::from_secs(23), "wait + timeout");
+        for (operation, err) in [
+            (
+                "DeleteMessageBatch",
+                q.delete_batch(&entry).await.unwrap_err(),
+            ),
+            (
+                "ChangeMessageVisibilityBatch",
+                q.change_visibility_batch(&entry).await.unwrap_err(),
+            ),
+            (
+                "GetQueueAttributes",
+                q.visibility_timeout().await.unwrap_err(),
+            ),
+        ] {
+            assert!(err.is_retryable(), "{err}");
+            assert!(err.to_string().contains(operation), "{err}");
+        }
+        assert_eq!(start.elapsed(), Duration::from_secs(23 + 3 * 3));
+    }
+}

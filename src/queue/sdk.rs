@@ -1,0 +1,294 @@
+//! The seam served by `aws_sdk_sqs::Client`: each call, its answer, and its errors mapped to
+//! the crate's classes.
+//!
+//! Every call makes one attempt: the SDK's own retries are switched off for the crate's calls
+//! (the user's client keeps its configuration for everything else), because each call path
+//! of the crate retries on its own terms (see the README's "Who retries, who times out").
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use aws_sdk_sqs::config::http::HttpResponse;
+use aws_sdk_sqs::config::retry::RetryConfig;
+use aws_sdk_sqs::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_sqs::types::{
+    BatchResultErrorEntry, ChangeMessageVisibilityBatchRequestEntry,
+    DeleteMessageBatchRequestEntry, Message, MessageSystemAttributeName, QueueAttributeName,
+};
+use futures_util::future::BoxFuture;
+
+use crate::error::{classify_code, Error, ErrorKind};
+use crate::queue::{BatchEntry, BatchResult, Receive, Transport};
+
+/// A queue at `url`, reached through `client`.
+#[derive(Debug, Clone)]
+pub(crate) struct SdkQueue {
+    client: aws_sdk_sqs::Client,
+    url: Arc<str>,
+}
+
+impl SdkQueue {
+    pub(crate) fn new(client: aws_sdk_sqs::Client, url: impl Into<Arc<str>>) -> Self {
+        Self {
+            client,
+            url: url.into(),
+        }
+    }
+
+    pub(crate) fn url(&self) -> &str {
+        &self.url
+    }
+}
+
+/// One attempt per call: the crate owns the retries.
+fn one_attempt() -> aws_sdk_sqs::config::Builder {
+    aws_sdk_sqs::config::Builder::new().retry_config(RetryConfig::disabled())
+}
+
+impl Transport for SdkQueue {
+    fn describe(&self) -> String {
+        self.url.to_string()
+    }
+
+    fn is_fifo(&self) -> bool {
+        self.url.trim_end_matches('/').ends_with(".fifo")
+    }
+
+    fn receive(&self, req: Receive) -> BoxFuture<'_, Result<Vec<Message>, Error>> {
+        Box::pin(async move {
+            let mut call = self
+                .client
+                .receive_message()
+                .queue_url(self.url.as_ref())
+                .max_number_of_messages(to_i32(req.max_messages))
+                .wait_time_seconds(to_i32(req.wait.as_secs()))
+                .message_system_attribute_names(MessageSystemAttributeName::All)
+                .message_attribute_names("All");
+            if let Some(v) = req.visibility {
+                call = call.visibility_timeout(to_i32(v));
+            }
+            let out = call
+                .customize()
+                .config_override(one_attempt())
+                .send()
+                .await
+                .map_err(|e| sdk_error("ReceiveMessage", e))?;
+            Ok(out.messages.unwrap_or_default())
+        })
+    }
+
+    fn delete_batch<'a>(&'a self, entries: &'a [BatchEntry<'a>]) -> BoxFuture<'a, BatchResult> {
+        const OPERATION: &str = "DeleteMessageBatch";
+        Box::pin(async move {
+            let mut call = self
+                .client
+                .delete_message_batch()
+                .queue_url(self.url.as_ref());
+            for e in entries {
+                let entry = DeleteMessageBatchRequestEntry::builder()
+                    .id(e.id)
+                    .receipt_handle(e.receipt)
+                    .build()
+                    .map_err(|err| build_error(OPERATION, err))?;
+                call = call.entries(entry);
+            }
+            let out = call
+                .customize()
+                .config_override(one_attempt())
+                .send()
+                .await
+                .map_err(|e| sdk_error(OPERATION, e))?;
+            let ok = out.successful().iter().map(|e| e.id());
+            Ok(entry_results(OPERATION, entries, ok, out.failed()))
+        })
+    }
+
+    fn change_visibility_batch<'a>(
+        &'a self,
+        entries: &'a [BatchEntry<'a>],
+    ) -> BoxFuture<'a, BatchResult> {
+        const OPERATION: &str = "ChangeMessageVisibilityBatch";
+        Box::pin(async move {
+            let mut call = self
+                .client
+                .change_message_visibility_batch()
+                .queue_url(self.url.as_ref());
+            for e in entries {
+                let entry = ChangeMessageVisibilityBatchRequestEntry::builder()
+                    .id(e.id)
+                    .receipt_handle(e.receipt)
+                    .visibility_timeout(to_i32(e.visibility))
+                    .build()
+                    .map_err(|err| build_error(OPERATION, err))?;
+                call = call.entries(entry);
+            }
+            let out = call
+                .customize()
+                .config_override(one_attempt())
+                .send()
+                .await
+                .map_err(|e| sdk_error(OPERATION, e))?;
+            let ok = out.successful().iter().map(|e| e.id());
+            Ok(entry_results(OPERATION, entries, ok, out.failed()))
+        })
+    }
+
+    fn visibility_timeout(&self) -> BoxFuture<'_, Result<u32, Error>> {
+        Box::pin(async move {
+            let out = self
+                .client
+                .get_queue_attributes()
+                .queue_url(self.url.as_ref())
+                .attribute_names(QueueAttributeName::VisibilityTimeout)
+                .customize()
+                .config_override(one_attempt())
+                .send()
+                .await
+                .map_err(|e| sdk_error("GetQueueAttributes", e))?;
+            let value = out
+                .attributes()
+                .and_then(|a| a.get(&QueueAttributeName::VisibilityTimeout))
+                .and_then(|v| v.parse::<u32>().ok());
+            value.ok_or_else(|| Error::Sqs {
+                operation: "GetQueueAttributes",
+                code: None,
+                message: "the answer has no valid VisibilityTimeout attribute".into(),
+                kind: ErrorKind::Fatal,
+                source: "missing VisibilityTimeout attribute".into(),
+            })
+        })
+    }
+}
+
+/// Matches a batch answer to the entries sent, in their order; an entry the answer does not
+/// mention failed (retryably).
+fn entry_results<'a>(
+    operation: &'static str,
+    sent: &[BatchEntry<'_>],
+    successful: impl Iterator<Item = &'a str>,
+    failed: &[BatchResultErrorEntry],
+) -> Vec<Result<(), Error>> {
+    let ok: HashSet<&str> = successful.collect();
+    sent.iter()
+        .map(|entry| {
+            if ok.contains(entry.id) {
+                Ok(())
+            } else if let Some(f) = failed.iter().find(|f| f.id() == entry.id) {
+                // Each entry carries its own code; `SenderFault` is not trusted to classify
+                // it (servers set it inconsistently), so no status goes with it.
+                let message = f.message().unwrap_or("batch entry failed").to_owned();
+                Err(Error::Sqs {
+                    operation,
+                    code: Some(f.code().to_owned()),
+                    kind: classify_code(f.code(), None, &message),
+                    source: message.clone().into(),
+                    message,
+                })
+            } else {
+                Err(Error::Sqs {
+                    operation,
+                    code: None,
+                    message: "the answer does not mention this entry".into(),
+                    kind: ErrorKind::Retryable,
+                    source: "entry missing from the batch answer".into(),
+                })
+            }
+        })
+        .collect()
+}
+
+fn build_error(operation: &'static str, err: aws_sdk_sqs::error::BuildError) -> Error {
+    Error::Sqs {
+        operation,
+        code: None,
+        message: format!("the request could not be built: {err}"),
+        kind: ErrorKind::Fatal,
+        source: Box::new(err),
+    }
+}
+
+/// Failures of the client's own setup, which the SDK reports as failures to send: no
+/// credentials or a broken credentials configuration (fatal: retrying will not make them
+/// appear), a credentials provider that failed or timed out this time (retryable), and an
+/// endpoint that cannot be resolved, such as a missing region (fatal).
+fn setup_failure(err: &(dyn std::error::Error + 'static)) -> Option<(ErrorKind, &'static str)> {
+    use aws_credential_types::provider::error::CredentialsError;
+    let mut source = err.source();
+    while let Some(e) = source {
+        if let Some(credentials) = e.downcast_ref::<CredentialsError>() {
+            return Some(match credentials {
+                CredentialsError::CredentialsNotLoaded(_) => {
+                    (ErrorKind::Fatal, "no AWS credentials were found")
+                }
+                CredentialsError::InvalidConfiguration(_) => (
+                    ErrorKind::Fatal,
+                    "the AWS credentials configuration is invalid",
+                ),
+                _ => (ErrorKind::Retryable, "the AWS credentials provider failed"),
+            });
+        }
+        if e.is::<aws_smithy_http::endpoint::ResolveEndpointError>() {
+            return Some((
+                ErrorKind::Fatal,
+                "the SQS endpoint could not be resolved (is a region set?)",
+            ));
+        }
+        source = e.source();
+    }
+    None
+}
+
+fn to_i32(v: impl TryInto<i32>) -> i32 {
+    v.try_into().unwrap_or(i32::MAX)
+}
+
+/// Turns an SDK error into the crate's error, classified as lost, retryable or fatal.
+fn sdk_error<E>(operation: &'static str, err: SdkError<E, HttpResponse>) -> Error
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+{
+    let (code, message, kind) = match &err {
+        SdkError::ServiceError(service) => {
+            let status = Some(service.raw().status().as_u16());
+            let code = service.err().code().map(str::to_owned);
+            let message = service
+                .err()
+                .message()
+                .map(str::to_owned)
+                .unwrap_or_else(|| service.err().to_string());
+            let kind = classify_code(code.as_deref().unwrap_or(""), status, &message);
+            (code, message, kind)
+        }
+        SdkError::TimeoutError(_) => (None, "the request timed out".into(), ErrorKind::Retryable),
+        SdkError::DispatchFailure(failure) => {
+            let (kind, what) = match setup_failure(&err) {
+                Some(setup) => setup,
+                None if failure.is_user() => (ErrorKind::Fatal, "the request could not be sent"),
+                None => (ErrorKind::Retryable, "the request could not be sent"),
+            };
+            let message = format!("{what}: {}", aws_sdk_sqs::error::DisplayErrorContext(&err));
+            (None, message, kind)
+        }
+        SdkError::ResponseError(_) => (
+            None,
+            "the response could not be read".into(),
+            ErrorKind::Retryable,
+        ),
+        SdkError::ConstructionFailure(_) => (
+            None,
+            format!(
+                "the request could not be built: {}",
+                aws_sdk_sqs::error::DisplayErrorContext(&err)
+            ),
+            ErrorKind::Fatal,
+        ),
+        _ => (None, err.to_string(), ErrorKind::Retryable),
+    };
+    Error::Sqs {
+        operation,
+        code,
+        message,
+        kind,
+        source: Box::new(err),
+    }
+}
