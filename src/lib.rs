@@ -80,6 +80,7 @@ pub use error::{BoxError, Error, ErrorKind, LostReason};
 pub use handler::Handler;
 pub use memory::builder::MemoryQueueBuilder;
 pub use memory::counts::{Action, RequestCounts};
+pub use memory::faults::{Faults, InjectedFaults};
 pub use memory::{MemoryQueue, SendOptions};
 pub use retry::RetryPolicy;
 pub use stats::Stats;

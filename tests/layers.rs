@@ -14,7 +14,13 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[(&str, &[&str])] = &[
     (
         "ground",
-        &["limits.rs", "error.rs", "stats.rs", "backoff.rs", "lost_acks.rs"],
+        &[
+            "limits.rs",
+            "error.rs",
+            "stats.rs",
+            "backoff.rs",
+            "lost_acks.rs",
+        ],
     ),
     ("wire", &["queue/mod.rs", "queue/sdk.rs", "batch.rs"]),
     (
@@ -24,12 +30,19 @@ const LAYERS: &[(&str, &[&str])] = &[
             "memory/model.rs",
             "memory/builder.rs",
             "memory/counts.rs",
+            "memory/faults.rs",
             "memory/seam.rs",
         ],
     ),
     (
         "lease",
-        &["retry.rs", "context.rs", "lease.rs", "heartbeat.rs", "delivery.rs"],
+        &[
+            "retry.rs",
+            "context.rs",
+            "lease.rs",
+            "heartbeat.rs",
+            "delivery.rs",
+        ],
     ),
     (
         "engine",
@@ -77,7 +90,10 @@ fn every_file_sits_on_a_layer_and_reaches_only_down_with_no_loop() {
     assert!(upward.is_empty(), "reaches up a layer: {upward:#?}");
 
     let loops = loops(&reaches);
-    assert!(loops.is_empty(), "files reaching each other in a loop: {loops:#?}");
+    assert!(
+        loops.is_empty(),
+        "files reaching each other in a loop: {loops:#?}"
+    );
 
     let edges: usize = reaches.values().map(BTreeSet::len).sum();
     println!("{} files, {edges} reaches, no loop", files.len());
@@ -86,7 +102,10 @@ fn every_file_sits_on_a_layer_and_reaches_only_down_with_no_loop() {
 #[test]
 fn the_checker_finds_a_loop_and_an_upward_reach() {
     let sources: BTreeMap<String, String> = [
-        ("a.rs", "use crate::b::X; // crate::c is only mentioned here\n"),
+        (
+            "a.rs",
+            "use crate::b::X; // crate::c is only mentioned here\n",
+        ),
         ("b.rs", "fn f() { let s = \"crate::c\"; crate::a::g(); }\n"),
         (
             "c.rs",
@@ -103,7 +122,10 @@ fn the_checker_finds_a_loop_and_an_upward_reach() {
     assert_eq!(reaches["a.rs"], set(&[("b.rs", false)]));
     assert_eq!(reaches["b.rs"], set(&[("a.rs", false)]));
     assert_eq!(reaches["c.rs"], set(&[("a.rs", true), ("b.rs", true)]));
-    assert_eq!(loops(&reaches), vec![vec!["a.rs".to_owned(), "b.rs".to_owned()]]);
+    assert_eq!(
+        loops(&reaches),
+        vec![vec!["a.rs".to_owned(), "b.rs".to_owned()]]
+    );
 }
 
 /// The `.rs` files under `dir`, relative to it, `/`-separated.
@@ -262,7 +284,9 @@ fn strip(code: &str) -> String {
                 }
                 let close = format!("\"{}", "#".repeat(hashes));
                 let body = i + 2 + hashes;
-                let end = code[body..].find(&close).map_or(b.len(), |n| body + n + close.len());
+                let end = code[body..]
+                    .find(&close)
+                    .map_or(b.len(), |n| body + n + close.len());
                 blank(&mut out, i, end);
                 i = end;
             }

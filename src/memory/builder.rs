@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use crate::error::Error;
 use crate::limits::{self, RECEIVE_COUNTS};
+use crate::memory::faults::Faults;
 use crate::memory::model::Rules;
 use crate::memory::{MemoryQueue, Settings};
 
@@ -18,6 +19,7 @@ pub struct MemoryQueueBuilder {
     fifo: bool,
     content_based_deduplication: bool,
     dead_letter: Option<(MemoryQueue, u32)>,
+    faults: Option<Faults>,
 }
 
 impl MemoryQueue {
@@ -31,6 +33,7 @@ impl MemoryQueue {
             fifo: false,
             content_based_deduplication: false,
             dead_letter: None,
+            faults: None,
         }
     }
 }
@@ -82,10 +85,20 @@ impl MemoryQueueBuilder {
         self
     }
 
+    /// Random faults to inject into the calls a consumer makes (see [`Faults`]), to test how
+    /// it copes. Defaults to none.
+    pub fn faults(mut self, faults: Faults) -> Self {
+        self.faults = Some(faults);
+        self
+    }
+
     /// Checks the settings and creates the queue.
     pub fn build(self) -> Result<MemoryQueue, Error> {
         limits::visibility_secs("visibility_timeout", self.visibility_timeout)?;
         limits::delay("delay", self.delay)?;
+        if let Some(faults) = &self.faults {
+            faults.validate()?;
+        }
         let mut max_receive_count = None;
         if let Some((dlq, max)) = &self.dead_letter {
             limits::in_range("max_receive_count", *max, RECEIVE_COUNTS, "1..=1000")?;
@@ -110,6 +123,7 @@ impl MemoryQueueBuilder {
                     max_receive_count,
                 },
                 dead_letter: self.dead_letter.map(|(q, _)| q),
+                faults: self.faults,
             },
         ))
     }

@@ -1,11 +1,12 @@
 //! `MemoryQueue`: an in-memory SQS queue with the real visibility semantics, on tokio time.
 //!
 //! `model.rs` holds the state and SQS's rules; this file the handle, its lock and its long
-//! polls; `builder.rs` its settings; `counts.rs` what it counts; `seam.rs` the crate's queue
-//! seam served from it.
+//! polls; `builder.rs` its settings; `counts.rs` what it counts; `faults.rs` the random
+//! faults it can inject; `seam.rs` the crate's queue seam served from it.
 
 pub(crate) mod builder;
 pub(crate) mod counts;
+pub(crate) mod faults;
 mod model;
 mod seam;
 
@@ -21,6 +22,7 @@ use crate::backoff::random_u64;
 use crate::error::Error;
 use crate::limits::{MAX_BATCH, MAX_WAIT_SECS};
 use crate::memory::counts::{Action, RequestCounts};
+use crate::memory::faults::{Fault, Faults, InjectedFaults};
 use crate::memory::model::{refuse, Outgoing, Rules, State};
 use crate::queue::{BatchEntry, BatchResult};
 
@@ -74,6 +76,7 @@ pub(crate) struct Settings {
     pub(crate) latency: Duration,
     pub(crate) rules: Rules,
     pub(crate) dead_letter: Option<MemoryQueue>,
+    pub(crate) faults: Option<Faults>,
 }
 
 /// Options for [`MemoryQueue::send_with`].
@@ -136,6 +139,7 @@ impl MemoryQueue {
                     max_receive_count: None,
                 },
                 dead_letter: None,
+                faults: None,
             },
         )
     }
@@ -154,8 +158,10 @@ impl MemoryQueue {
             inner: Arc::new(Inner {
                 name,
                 id,
+                state: Mutex::new(State::seeded(
+                    settings.faults.as_ref().map_or(0, Faults::seed),
+                )),
                 settings,
-                state: Mutex::new(State::default()),
                 changed: Notify::new(),
             }),
         }
@@ -342,6 +348,19 @@ impl MemoryQueue {
     pub(crate) fn visibility_timeout_request(&self) -> Result<Duration, Error> {
         self.lock().request(Action::GetQueueAttributes)?;
         Ok(self.visibility_timeout())
+    }
+
+    /// A random fault for a call of `action`, if the queue injects any.
+    pub(crate) fn draw_fault(&self, action: Action) -> Option<Fault> {
+        let faults = self.inner.settings.faults.as_ref()?;
+        self.lock().draw(faults, action)
+    }
+
+    /// The random faults injected so far (see [`MemoryQueueBuilder::faults`]).
+    ///
+    /// [`MemoryQueueBuilder::faults`]: crate::MemoryQueueBuilder::faults
+    pub fn injected(&self) -> InjectedFaults {
+        self.lock().injected()
     }
 
     /// Waits out the configured request latency.

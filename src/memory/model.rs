@@ -12,6 +12,7 @@ use crate::backoff::random_u64;
 use crate::error::{classify_code, Error};
 use crate::limits::{whole_secs, HARD_LIMIT, MAX_BATCH, MAX_VISIBILITY_SECS};
 use crate::memory::counts::{Action, RequestCounts};
+use crate::memory::faults::{next_draw, Fault, Faults, InjectedFaults};
 use crate::queue::{BatchEntry, BatchResult};
 
 /// The FIFO deduplication window.
@@ -37,6 +38,9 @@ pub(crate) struct State {
     dedup: HashMap<String, (Instant, String)>,
     requests: RequestCounts,
     faults: HashMap<Action, VecDeque<String>>,
+    /// The random faults' generator, and what they injected.
+    rng: u64,
+    injected: InjectedFaults,
 }
 
 /// One message.
@@ -105,6 +109,29 @@ impl State {
 
     pub(crate) fn requests(&self) -> RequestCounts {
         self.requests
+    }
+
+    /// A state whose random faults are drawn from `seed`.
+    pub(crate) fn seeded(seed: u64) -> Self {
+        Self {
+            rng: seed,
+            ..Self::default()
+        }
+    }
+
+    /// Draws a random fault for a call of `action`. One that fails the call without acting
+    /// counts as its request.
+    pub(crate) fn draw(&mut self, faults: &Faults, action: Action) -> Option<Fault> {
+        let fault = faults.pick(action, next_draw(&mut self.rng))?;
+        self.injected.count(fault);
+        if matches!(fault, Fault::InternalError | Fault::Throttle) {
+            self.requests.request(action);
+        }
+        Some(fault)
+    }
+
+    pub(crate) fn injected(&self) -> InjectedFaults {
+        self.injected
     }
 
     /// Enqueues a message; returns its id (the first one's, for a FIFO duplicate).

@@ -1,13 +1,48 @@
 //! The crate's queue seam, served by a `MemoryQueue`: each call waits out the queue's
-//! latency, as a network round trip would.
+//! latency, as a network round trip would, and meets the queue's random faults, if any.
+
+use std::future::Future;
+use std::time::Duration;
 
 use aws_sdk_sqs::types::Message;
 use futures_util::future::BoxFuture;
 
 use crate::error::Error;
 use crate::memory::counts::Action;
+use crate::memory::faults::{lost_answer, Fault};
+use crate::memory::model::refuse;
 use crate::memory::MemoryQueue;
 use crate::queue::{BatchEntry, BatchResult, Receive, Transport};
+
+impl MemoryQueue {
+    /// `call`, disturbed by a random fault if one is drawn for `action`.
+    async fn disturbed<T>(
+        &self,
+        action: Action,
+        call: impl Future<Output = Result<T, Error>>,
+    ) -> Result<T, Error> {
+        match self.draw_fault(action) {
+            None => call.await,
+            Some(Fault::InternalError) => {
+                self.round_trip().await;
+                Err(refuse(action, "InternalError", "injected failure"))
+            }
+            Some(Fault::Throttle) => {
+                self.round_trip().await;
+                Err(refuse(action, "ThrottlingException", "injected throttling"))
+            }
+            Some(Fault::LostAnswer) => {
+                let _ = call.await;
+                Err(lost_answer(action))
+            }
+            Some(Fault::HeldAnswer(hold)) => {
+                let result = call.await;
+                tokio::time::sleep(hold).await;
+                result
+            }
+        }
+    }
+}
 
 impl Transport for MemoryQueue {
     fn describe(&self) -> String {
@@ -21,31 +56,34 @@ impl Transport for MemoryQueue {
     fn receive(&self, req: Receive) -> BoxFuture<'_, Result<Vec<Message>, Error>> {
         let visibility = req
             .visibility
-            .map(|secs| std::time::Duration::from_secs(u64::from(secs)));
-        Box::pin(self.receive_with_visibility(req.max_messages, req.wait, visibility))
+            .map(|secs| Duration::from_secs(u64::from(secs)));
+        let call = self.receive_with_visibility(req.max_messages, req.wait, visibility);
+        Box::pin(self.disturbed(Action::ReceiveMessage, call))
     }
 
     fn delete_batch<'a>(&'a self, entries: &'a [BatchEntry<'a>]) -> BoxFuture<'a, BatchResult> {
-        Box::pin(async move {
+        const DELETE: Action = Action::DeleteMessageBatch;
+        Box::pin(self.disturbed(DELETE, async move {
             self.round_trip().await;
-            self.batch(Action::DeleteMessageBatch, entries)
-        })
+            self.batch(DELETE, entries)
+        }))
     }
 
     fn change_visibility_batch<'a>(
         &'a self,
         entries: &'a [BatchEntry<'a>],
     ) -> BoxFuture<'a, BatchResult> {
-        Box::pin(async move {
+        const CHANGE: Action = Action::ChangeMessageVisibilityBatch;
+        Box::pin(self.disturbed(CHANGE, async move {
             self.round_trip().await;
-            self.batch(Action::ChangeMessageVisibilityBatch, entries)
-        })
+            self.batch(CHANGE, entries)
+        }))
     }
 
     fn visibility_timeout(&self) -> BoxFuture<'_, Result<u32, Error>> {
-        Box::pin(async move {
+        Box::pin(self.disturbed(Action::GetQueueAttributes, async move {
             let timeout = self.visibility_timeout_request()?;
             Ok(u32::try_from(timeout.as_secs()).unwrap_or(u32::MAX))
-        })
+        }))
     }
 }
