@@ -73,6 +73,7 @@ async fn main() -> Result<(), BoxError> {
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| "info,sqs_consumer=debug".into()),
         )
+        .with_writer(std::io::stderr)
         .init();
 
     let queue_url = std::env::var("QUEUE_URL").map_err(|_| "set QUEUE_URL to the queue's URL")?;

@@ -69,17 +69,10 @@ pub fn server_endpoint() -> String {
     })
 }
 
-/// A client of the SQS-compatible server (or proxy) at `endpoint`.
+/// A client of the SQS-compatible server (or proxy) at `endpoint`, with the SDK's default
+/// retry setting (which the consumer overrides for its own calls: one attempt each).
 pub fn client_for(endpoint: &str) -> aws_sdk_sqs::Client {
-    client_with_attempts(endpoint, 3)
-}
-
-/// The same, with the SDK making at most `attempts` tries per call (3 is its default).
-pub fn client_with_attempts(endpoint: &str, attempts: u32) -> aws_sdk_sqs::Client {
     let config = aws_sdk_sqs::Config::builder()
-        .retry_config(
-            aws_sdk_sqs::config::retry::RetryConfig::standard().with_max_attempts(attempts),
-        )
         .behavior_version(aws_sdk_sqs::config::BehaviorVersion::latest())
         .region(aws_sdk_sqs::config::Region::new("us-east-1"))
         .credentials_provider(aws_sdk_sqs::config::Credentials::new(
