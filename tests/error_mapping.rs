@@ -302,18 +302,32 @@ fn test_credentials() -> Credentials {
     Credentials::new("test", "test", None, None, "test")
 }
 
+/// A consumer of a server answered by `http`, with test credentials and a region, and the
+/// given settings.
+fn silent_consumer(
+    http: &Silent,
+    settings: impl FnOnce(sqs_consumer::ConsumerBuilder) -> sqs_consumer::ConsumerBuilder,
+) -> Consumer {
+    let client = client_with(http.clone(), test_credentials(), Some("us-east-1"));
+    settings(Consumer::builder(client, URL)).build().unwrap()
+}
+
+/// A delivery held for a 600 s visibility, received through `http`.
+async fn held_long(http: &Silent) -> Delivery {
+    let consumer = silent_consumer(http, |b| b.visibility_timeout(Duration::from_secs(600)));
+    take_one(&consumer).await
+}
+
 #[tokio::test(start_paused = true)]
 async fn an_unanswered_receive_times_out_and_is_retried() {
     let http = Silent {
         hang_receives: true,
         ..Silent::default()
     };
-    let client = client_with(http.clone(), test_credentials(), Some("us-east-1"));
-    let consumer = Consumer::builder(client, URL)
-        .visibility_timeout(Duration::from_secs(10))
-        .wait_time(Duration::ZERO)
-        .build()
-        .unwrap();
+    let consumer = silent_consumer(&http, |b| {
+        b.visibility_timeout(Duration::from_secs(10))
+            .wait_time(Duration::ZERO)
+    });
     let run = timeout(Duration::from_secs(65), consumer.run(|d: Delivery| d.ack())).await;
     assert!(run.is_err(), "the run goes on: {run:?}");
     // Each try gives up after 10 s, then backs off: 4 to 6 tries in 65 s.
@@ -324,12 +338,7 @@ async fn an_unanswered_receive_times_out_and_is_retried() {
 #[tokio::test(start_paused = true)]
 async fn an_unanswered_ack_times_out_as_a_retryable_error() {
     let http = Silent::default();
-    let client = client_with(http.clone(), test_credentials(), Some("us-east-1"));
-    let consumer = Consumer::builder(client, URL)
-        .visibility_timeout(Duration::from_secs(600))
-        .build()
-        .unwrap();
-    let d = take_one(&consumer).await;
+    let d = held_long(&http).await;
     let start = Instant::now();
     let err = d.ack().await.unwrap_err();
     assert!(err.is_retryable(), "{err}");
@@ -347,12 +356,10 @@ async fn an_unanswered_ack_times_out_as_a_retryable_error() {
 #[tokio::test(start_paused = true)]
 async fn an_unanswered_extension_loses_the_delivery_at_its_deadline_not_later() {
     let http = Silent::default();
-    let client = client_with(http.clone(), test_credentials(), Some("us-east-1"));
-    let consumer = Consumer::builder(client, URL)
-        .visibility_timeout(Duration::from_secs(10))
-        .request_timeout(Duration::from_secs(2))
-        .build()
-        .unwrap();
+    let consumer = silent_consumer(&http, |b| {
+        b.visibility_timeout(Duration::from_secs(10))
+            .request_timeout(Duration::from_secs(2))
+    });
     let d = take_one(&consumer).await;
     let received = d.received_at();
     assert_eq!(d.lost().await, LostReason::ExtensionFailed);
@@ -370,12 +377,7 @@ async fn an_unanswered_extension_loses_the_delivery_at_its_deadline_not_later() 
 #[tokio::test(start_paused = true)]
 async fn an_unanswered_release_gives_up_after_its_tries() {
     let http = Silent::default();
-    let client = client_with(http.clone(), test_credentials(), Some("us-east-1"));
-    let consumer = Consumer::builder(client, URL)
-        .visibility_timeout(Duration::from_secs(600))
-        .build()
-        .unwrap();
-    let d = take_one(&consumer).await;
+    let d = held_long(&http).await;
     let start = Instant::now();
     let err = d.release().await.unwrap_err();
     assert!(
@@ -395,8 +397,7 @@ async fn an_unanswered_release_gives_up_after_its_tries() {
 async fn an_unanswered_queue_attribute_read_times_out_and_is_retried() {
     // No visibility timeout set: the consumer reads the queue's own at start.
     let http = Silent::default();
-    let client = client_with(http.clone(), test_credentials(), Some("us-east-1"));
-    let consumer = Consumer::builder(client, URL).build().unwrap();
+    let consumer = silent_consumer(&http, |b| b);
     let run = timeout(Duration::from_secs(65), consumer.run(|d: Delivery| d.ack())).await;
     assert!(run.is_err(), "the run goes on: {run:?}");
     // Each read gives up after 10 s, then backs off (200 ms doubling): 4 to 6 reads in 65 s,
