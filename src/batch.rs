@@ -46,6 +46,12 @@ struct Entry {
     _pending: TaskTrackerToken,
 }
 
+/// What a caller hands the batching task: one entry, or several that go out together.
+enum Submission {
+    One(Entry),
+    Many(Vec<Entry>),
+}
+
 /// Sends one kind of call in batches; see the module docs.
 #[derive(Debug)]
 pub(crate) struct Batcher {
@@ -54,7 +60,7 @@ pub(crate) struct Batcher {
     settles: TaskTracker,
     /// The batching task's inbox. Started on first use, inside the runtime that uses it, and
     /// started again there if that runtime has gone away since.
-    tx: Mutex<Option<mpsc::UnboundedSender<Entry>>>,
+    tx: Mutex<Option<mpsc::UnboundedSender<Submission>>>,
 }
 
 impl Batcher {
@@ -70,30 +76,65 @@ impl Batcher {
     /// Deletes (or changes the visibility of) one message as part of a batch, and returns
     /// that entry's own result: one attempt, never retried here.
     pub(crate) async fn submit(&self, receipt: &str, visibility: u32) -> Result<(), Error> {
+        let (entry, answer) = self.entry(receipt, visibility);
+        match self.send(Submission::One(entry)) {
+            Ok(()) => answer
+                .await
+                .unwrap_or_else(|_| Err(Error::runtime_gone(self.call.name()))),
+            Err(()) => Err(Error::runtime_gone(self.call.name())),
+        }
+    }
+
+    /// Several entries, handed to the batching task at once, so that they go out together
+    /// (in one request if there are at most 10 and nothing else is waiting); each entry's own
+    /// result, in order.
+    pub(crate) async fn submit_many(&self, entries: &[(&str, u32)]) -> Vec<Result<(), Error>> {
+        let (entries, answers): (Vec<Entry>, Vec<_>) = entries
+            .iter()
+            .map(|(receipt, visibility)| self.entry(receipt, *visibility))
+            .unzip();
+        let sent = self.send(Submission::Many(entries)).is_ok();
+        let mut results = Vec::with_capacity(answers.len());
+        for answer in answers {
+            let gone = || Err(Error::runtime_gone(self.call.name()));
+            results.push(if sent {
+                answer.await.unwrap_or_else(|_| gone())
+            } else {
+                gone()
+            });
+        }
+        results
+    }
+
+    fn entry(
+        &self,
+        receipt: &str,
+        visibility: u32,
+    ) -> (Entry, oneshot::Receiver<Result<(), Error>>) {
         let (reply, answer) = oneshot::channel();
-        let mut entry = Entry {
+        let entry = Entry {
             receipt: receipt.to_owned(),
             visibility,
             reply,
             _pending: self.settles.token(),
         };
-        // Twice at most: a send fails only when the batching task's runtime is gone, and the
-        // task started again on this one takes it.
+        (entry, answer)
+    }
+
+    /// Hands `submission` to the batching task. Twice at most: a send fails only when the
+    /// task's runtime is gone, and the task started again on this one takes it.
+    fn send(&self, mut submission: Submission) -> Result<(), ()> {
         for _ in 0..2 {
-            match self.inbox().send(entry) {
-                Ok(()) => {
-                    return answer
-                        .await
-                        .unwrap_or_else(|_| Err(Error::runtime_gone(self.call.name())));
-                }
-                Err(mpsc::error::SendError(back)) => entry = back,
+            match self.inbox().send(submission) {
+                Ok(()) => return Ok(()),
+                Err(mpsc::error::SendError(back)) => submission = back,
             }
         }
-        Err(Error::runtime_gone(self.call.name()))
+        Err(())
     }
 
     /// The batching task's inbox, starting the task if there is none or its runtime is gone.
-    fn inbox(&self) -> mpsc::UnboundedSender<Entry> {
+    fn inbox(&self) -> mpsc::UnboundedSender<Submission> {
         let mut tx = self.tx.lock().unwrap_or_else(PoisonError::into_inner);
         match &*tx {
             Some(sender) if !sender.is_closed() => sender.clone(),
@@ -117,7 +158,7 @@ impl Call {
 }
 
 /// The batching loop: takes what is queued whenever a request slot is free.
-async fn run(queue: Queue, call: Call, mut rx: mpsc::UnboundedReceiver<Entry>) {
+async fn run(queue: Queue, call: Call, mut rx: mpsc::UnboundedReceiver<Submission>) {
     let slots = Arc::new(Semaphore::new(MAX_REQUESTS_IN_FLIGHT));
     // Signalled whenever a request comes back (after its slot is free).
     let answered = Arc::new(Notify::new());
@@ -128,10 +169,10 @@ async fn run(queue: Queue, call: Call, mut rx: mpsc::UnboundedReceiver<Entry>) {
         };
         if waiting.is_empty() {
             match rx.recv().await {
-                Some(entry) => waiting.push_back(entry),
+                Some(submission) => take(&mut waiting, submission),
                 None => return,
             }
-            if rx.len() + 1 < MAX_BATCH {
+            if rx.len() + waiting.len() < MAX_BATCH {
                 // Let the tasks woken with this one (deliveries received together reach
                 // their heartbeats together) add theirs: microseconds, not a linger.
                 tokio::task::yield_now().await;
@@ -140,7 +181,7 @@ async fn run(queue: Queue, call: Call, mut rx: mpsc::UnboundedReceiver<Entry>) {
         loop {
             while waiting.len() < LOOKAHEAD {
                 match rx.try_recv() {
-                    Ok(entry) => waiting.push_back(entry),
+                    Ok(submission) => take(&mut waiting, submission),
                     Err(_) => break,
                 }
             }
@@ -156,8 +197,8 @@ async fn run(queue: Queue, call: Call, mut rx: mpsc::UnboundedReceiver<Entry>) {
             tokio::select! {
                 biased;
                 () = answer => break,
-                entry = rx.recv() => match entry {
-                    Some(entry) => waiting.push_back(entry),
+                submission = rx.recv() => match submission {
+                    Some(submission) => take(&mut waiting, submission),
                     None => break,
                 },
             }
@@ -169,6 +210,13 @@ async fn run(queue: Queue, call: Call, mut rx: mpsc::UnboundedReceiver<Entry>) {
             drop(slot);
             answered.notify_waiters();
         });
+    }
+}
+
+fn take(waiting: &mut VecDeque<Entry>, submission: Submission) {
+    match submission {
+        Submission::One(entry) => waiting.push_back(entry),
+        Submission::Many(entries) => waiting.extend(entries),
     }
 }
 
@@ -218,9 +266,9 @@ async fn send(queue: &Queue, call: Call, batch: Vec<Entry>) {
         }
         Err(err) => {
             if err.is_retryable() {
-                tracing::debug!(operation = call.name(), error = %err, entries = batch.len(), "batch request failed");
+                tracing::debug!(operation = call.name(), error = %err.chain(), entries = batch.len(), "batch request failed");
             } else {
-                tracing::warn!(operation = call.name(), error = %err, entries = batch.len(), "batch request failed");
+                tracing::warn!(operation = call.name(), error = %err.chain(), entries = batch.len(), "batch request failed");
             }
             let err = Arc::new(err);
             for entry in batch {
@@ -473,5 +521,21 @@ mod tests {
         let r = q.requests();
         assert_eq!(r.visibility_changes(), 30);
         assert_eq!(r.requests(Action::ChangeMessageVisibilityBatch), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn entries_submitted_together_go_in_one_request() {
+        let q = MemoryQueue::builder()
+            .visibility_timeout(Duration::from_secs(60))
+            .latency(Duration::from_millis(5))
+            .build()
+            .unwrap();
+        let h = held(&q, 10).await;
+        let batcher = batcher(&q, Call::Delete);
+        let entries: Vec<(&str, u32)> = h.iter().map(|r| (r.as_str(), 0)).collect();
+        let results = batcher.submit_many(&entries).await;
+        assert!(results.iter().all(Result::is_ok));
+        assert_eq!(q.requests().requests(Action::DeleteMessageBatch), 1);
+        assert!(q.is_empty());
     }
 }

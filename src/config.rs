@@ -4,9 +4,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use aws_sdk_sqs::types::MessageSystemAttributeName;
+
 use crate::consumer::{Consumer, Settings};
 use crate::error::Error;
-use crate::limits::{self, MAX_BATCH, MAX_IN_FLIGHT};
+use crate::handling::{AckMode, HandlerSettings};
+use crate::limits::{self, HARD_LIMIT, MAX_BATCH, MAX_IN_FLIGHT};
 use crate::memory::MemoryQueue;
 use crate::queue::sdk::SdkQueue;
 use crate::queue::{Queue, DEFAULT_REQUEST_TIMEOUT};
@@ -84,6 +87,10 @@ pub struct ConsumerBuilder {
     retry_policy: RetryPolicy,
     max_concurrent_receives: usize,
     request_timeout: Duration,
+    handler_timeout: Option<Duration>,
+    ack_mode: AckMode,
+    message_attribute_names: Vec<String>,
+    system_attribute_names: Vec<MessageSystemAttributeName>,
 }
 
 impl ConsumerBuilder {
@@ -98,6 +105,10 @@ impl ConsumerBuilder {
             retry_policy: RetryPolicy::Leave,
             max_concurrent_receives: DEFAULT_MAX_CONCURRENT_RECEIVES,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            handler_timeout: None,
+            ack_mode: AckMode::Manual,
+            message_attribute_names: vec!["All".to_owned()],
+            system_attribute_names: vec![MessageSystemAttributeName::All],
         }
     }
 
@@ -170,6 +181,53 @@ impl ConsumerBuilder {
         self
     }
 
+    /// The longest a handler (or a batch handler, for its whole batch) may run, more than 0
+    /// and at most 12 hours. When it runs out, the handler's future is dropped, with it every
+    /// delivery it still held: each gets the [`retry_policy`](ConsumerBuilder::retry_policy)
+    /// (released at once during a shutdown), and on a FIFO queue the rest of its group from
+    /// that receive is released, as after a failure. Counted in
+    /// [`Stats::handler_timeouts`](crate::Stats::handler_timeouts) and logged at `warn`.
+    ///
+    /// Defaults to none: the heartbeat keeps a message hidden for as long as its handler
+    /// holds it, up to SQS's 12 hours.
+    pub fn handler_timeout(mut self, timeout: Duration) -> Self {
+        self.handler_timeout = Some(timeout);
+        self
+    }
+
+    /// What a handler's `Ok` means for the deliveries it leaves unsettled: see [`AckMode`].
+    /// Defaults to [`AckMode::Manual`]: you settle each delivery yourself, and one left
+    /// unsettled is counted and warned about.
+    pub fn ack_mode(mut self, mode: AckMode) -> Self {
+        self.ack_mode = mode;
+        self
+    }
+
+    /// The message attributes each receive asks for (`MessageAttributeNames`): names,
+    /// `prefix.*` for every attribute whose name starts with `prefix.`, or `All` / `.*`; an
+    /// empty list asks for none. Each entry is checked as SQS would (1 to 256 letters,
+    /// digits, `_`, `-` and `.`; see [`build`](ConsumerBuilder::build)). Defaults to `All`.
+    pub fn message_attribute_names<I, S>(mut self, names: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.message_attribute_names = names.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// The system attributes each receive asks for (`MessageSystemAttributeNames`). The
+    /// consumer always adds the two it needs itself, `ApproximateReceiveCount` (for
+    /// [`Delivery::receive_count`](crate::Delivery::receive_count) and the retry policy) and
+    /// `MessageGroupId` (for FIFO order). Defaults to `All`.
+    pub fn message_system_attribute_names<I>(mut self, names: I) -> Self
+    where
+        I: IntoIterator<Item = MessageSystemAttributeName>,
+    {
+        self.system_attribute_names = names.into_iter().collect();
+        self
+    }
+
     /// Checks the settings and creates the consumer. Nothing is sent to SQS yet.
     pub fn build(self) -> Result<Consumer, Error> {
         let visibility_timeout = self
@@ -198,6 +256,31 @@ impl ConsumerBuilder {
             "100 ms..=300 s",
         )?;
         self.retry_policy.validate()?;
+        if let Some(t) = self.handler_timeout {
+            if t.is_zero() || t > HARD_LIMIT {
+                return Err(Error::invalid(
+                    "handler_timeout",
+                    t,
+                    "more than 0 and at most 43200 s (12 hours)",
+                ));
+            }
+        }
+        for name in &self.message_attribute_names {
+            limits::message_attribute_name("message_attribute_names", name)?;
+        }
+        let known = MessageSystemAttributeName::values();
+        if let Some(unknown) = self
+            .system_attribute_names
+            .iter()
+            .find(|n| !known.contains(&n.as_str()))
+        {
+            return Err(Error::invalid(
+                "message_system_attribute_names",
+                unknown.as_str(),
+                "names SQS knows (MessageSystemAttributeName::values())",
+            ));
+        }
+        let system_attribute_names = with_needed(self.system_attribute_names);
         let queue = match self.source {
             Source::Sqs(sqs) => {
                 let url = sqs.url();
@@ -223,12 +306,34 @@ impl ConsumerBuilder {
                     batch_size,
                     max_in_flight,
                     max_concurrent_receives,
+                    message_attribute_names: self.message_attribute_names,
+                    system_attribute_names,
                 },
                 shutdown_timeout: self.shutdown_timeout,
                 retry_policy: self.retry_policy,
+                handling: HandlerSettings {
+                    ack_mode: self.ack_mode,
+                    timeout: self.handler_timeout,
+                },
             },
         ))
     }
+}
+
+/// `names`, with the system attributes the consumer needs added (unless `All` is there).
+fn with_needed(mut names: Vec<MessageSystemAttributeName>) -> Vec<MessageSystemAttributeName> {
+    if names.contains(&MessageSystemAttributeName::All) {
+        return vec![MessageSystemAttributeName::All];
+    }
+    for needed in [
+        MessageSystemAttributeName::ApproximateReceiveCount,
+        MessageSystemAttributeName::MessageGroupId,
+    ] {
+        if !names.contains(&needed) {
+            names.push(needed);
+        }
+    }
+    names
 }
 
 #[cfg(test)]
@@ -315,6 +420,30 @@ mod tests {
                 "100 ms..=300 s",
             );
         }
+        for t in [Duration::ZERO, Duration::from_secs(43_201)] {
+            refused(
+                builder().handler_timeout(t),
+                "handler_timeout",
+                "more than 0 and at most 43200 s",
+            );
+        }
+        refused(
+            builder().message_attribute_names(["tenant", "AWS.secret"]),
+            "message_attribute_names",
+            "`All`",
+        );
+        refused(
+            builder().message_attribute_names([""]),
+            "message_attribute_names",
+            "1 to 256",
+        );
+        refused(
+            builder().message_system_attribute_names([MessageSystemAttributeName::from(
+                "NoSuchAttribute",
+            )]),
+            "message_system_attribute_names",
+            "names SQS knows",
+        );
         for n in [0, 65] {
             refused(
                 builder().max_concurrent_receives(n),
@@ -331,6 +460,32 @@ mod tests {
                 "1 s <= base <= max <= 43200 s",
             );
         }
+    }
+
+    #[test]
+    fn the_consumer_asks_for_the_system_attributes_it_needs() {
+        use MessageSystemAttributeName as A;
+        let c = builder()
+            .message_system_attribute_names([A::SentTimestamp])
+            .build()
+            .unwrap();
+        assert_eq!(
+            c.receive_settings().system_attribute_names,
+            [
+                A::SentTimestamp,
+                A::ApproximateReceiveCount,
+                A::MessageGroupId
+            ]
+        );
+        let c = builder()
+            .message_system_attribute_names([A::All, A::SentTimestamp])
+            .build()
+            .unwrap();
+        assert_eq!(c.receive_settings().system_attribute_names, [A::All]);
+        let c = builder()
+            .message_attribute_names(Vec::<String>::new())
+            .build();
+        assert!(c.is_ok(), "an empty list asks for no message attribute");
     }
 
     #[tokio::test]

@@ -5,9 +5,11 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::dispatch::{self, Engine};
+use crate::batch_handler::BatchHandler;
+use crate::dispatch::Engine;
 use crate::error::Error;
 use crate::handler::Handler;
+use crate::handling::HandlerSettings;
 use crate::queue::Queue;
 use crate::receiver::ReceiveSettings;
 use crate::retry::RetryPolicy;
@@ -20,6 +22,7 @@ pub(crate) struct Settings {
     pub(crate) receive: ReceiveSettings,
     pub(crate) shutdown_timeout: Duration,
     pub(crate) retry_policy: RetryPolicy,
+    pub(crate) handling: HandlerSettings,
 }
 
 /// Receives messages from one SQS queue and hands each to a handler as a
@@ -46,6 +49,7 @@ impl Consumer {
                 settings.receive,
                 settings.retry_policy,
                 settings.shutdown_timeout,
+                settings.handling,
             )),
         }
     }
@@ -112,8 +116,75 @@ impl Consumer {
         S: Future<Output = ()>,
     {
         self.engine
-            .run_until(dispatch::to_handler(handler), signal)
+            .run_until(self.engine.each(handler), signal)
             .await
+    }
+
+    /// Receives messages and calls `handler` with the deliveries of each receive together, as
+    /// a [`Batch`](crate::Batch), until a fatal error.
+    ///
+    /// The same as [`run_batch_until`](Consumer::run_batch_until) with a signal that never
+    /// comes.
+    pub async fn run_batch<H: BatchHandler>(&self, handler: H) -> Result<(), Error> {
+        self.run_batch_until(handler, std::future::pending()).await
+    }
+
+    /// Receives messages and calls `handler` with the deliveries of each receive together
+    /// until `signal` completes (or a fatal error), then shuts down as
+    /// [`run_until`](Consumer::run_until) does.
+    ///
+    /// A batch holds what one `ReceiveMessage` returned (at most
+    /// [`batch_size`](crate::ConsumerBuilder::batch_size)), in receive order; each delivery
+    /// keeps its own lease. On a FIFO queue a batch holds at most one message of each message
+    /// group; a group's next message comes in a later batch, once the one before it was
+    /// acked (if it ended otherwise, the rest of the group from that receive is released).
+    /// [`handler_timeout`](crate::ConsumerBuilder::handler_timeout) and
+    /// [`ack_mode`](crate::ConsumerBuilder::ack_mode) apply to the whole batch.
+    ///
+    /// ```no_run
+    /// # async fn example(consumer: sqs_consumer::Consumer) -> Result<(), sqs_consumer::Error> {
+    /// # async fn insert_rows(_: Vec<String>) -> Result<(), std::io::Error> { Ok(()) }
+    /// use sqs_consumer::Batch;
+    ///
+    /// let ctrl_c = async { let _ = tokio::signal::ctrl_c().await; };
+    /// consumer
+    ///     .run_batch_until(|batch: Batch| async move {
+    ///         insert_rows(batch.iter().map(|d| d.body().to_owned()).collect()).await?;
+    ///         batch.ack_all().await?; // one DeleteMessageBatch
+    ///         Ok::<(), sqs_consumer::BoxError>(())
+    ///     }, ctrl_c)
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn run_batch_until<H, S>(&self, handler: H, signal: S) -> Result<(), Error>
+    where
+        H: BatchHandler,
+        S: Future<Output = ()> + Send + 'static,
+    {
+        self.engine
+            .run_until(self.engine.batches(handler), signal)
+            .await
+    }
+
+    /// Stops receiving: the receives under way are abandoned at once (a pending long poll
+    /// ends on the consumer's side) and none starts until [`resume`](Consumer::resume).
+    /// Deliveries already received keep their heartbeats; handlers go on running, and acks
+    /// and releases go out as usual. Affects every `run*` and stream of this consumer.
+    ///
+    /// As with a shutdown, a long poll abandoned just as a message arrives may have taken it
+    /// on the server's side: that message stays hidden for one visibility timeout.
+    pub fn pause(&self) {
+        self.engine.pause(true);
+    }
+
+    /// Starts receiving again at once after [`pause`](Consumer::pause).
+    pub fn resume(&self) {
+        self.engine.pause(false);
+    }
+
+    /// `true` while receiving is paused.
+    pub fn is_paused(&self) -> bool {
+        self.engine.is_paused()
     }
 
     /// The deliveries as a stream, for driving your own concurrency with `futures`
@@ -144,7 +215,40 @@ impl Consumer {
     /// # }
     /// ```
     pub fn stream(&self) -> DeliveryStream {
-        DeliveryStream::start(self.engine.clone())
+        DeliveryStream::start(self.engine.clone(), None)
+    }
+
+    /// The deliveries as a stream, as [`stream`](Consumer::stream), until `signal` completes;
+    /// then the same graceful shutdown as [`run_until`](Consumer::run_until), and the stream
+    /// ends.
+    ///
+    /// On the signal, receiving stops at once, deliveries not yet yielded are released
+    /// (visible again at once), and the stream waits (up to
+    /// [`shutdown_timeout`](crate::ConsumerBuilder::shutdown_timeout)) until every delivery
+    /// it yielded has been settled or dropped, then for the acks and releases under way, and
+    /// ends. A delivery still held after the timeout stays yours: its heartbeat goes on, and
+    /// dropping it releases it at once.
+    ///
+    /// ```no_run
+    /// # async fn example(consumer: sqs_consumer::Consumer) {
+    /// use futures::StreamExt;
+    ///
+    /// let ctrl_c = async { let _ = tokio::signal::ctrl_c().await; };
+    /// consumer
+    ///     .stream_until(ctrl_c)
+    ///     .for_each_concurrent(16, |delivery| async move {
+    ///         if let Ok(delivery) = delivery {
+    ///             let _ = delivery.ack().await;
+    ///         }
+    ///     })
+    ///     .await; // returns once the stream has drained
+    /// # }
+    /// ```
+    pub fn stream_until<S>(&self, signal: S) -> DeliveryStream
+    where
+        S: Future<Output = ()> + Send + 'static,
+    {
+        DeliveryStream::start(self.engine.clone(), Some(Box::pin(signal)))
     }
 }
 

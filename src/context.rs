@@ -42,6 +42,14 @@ enum Settle {
 }
 
 impl Settle {
+    /// The visibility a batch entry of this call carries (ignored by a delete).
+    fn visibility(self) -> u32 {
+        match self {
+            Settle::Delete => 0,
+            Settle::Release(secs) => secs,
+        }
+    }
+
     fn operation(self) -> &'static str {
         match self {
             Settle::Delete => "DeleteMessage",
@@ -105,8 +113,19 @@ impl Context {
         self.counters.extension_delay(delay);
     }
 
-    pub(crate) fn stats(&self, in_flight: u64) -> Stats {
-        self.counters.snapshot(in_flight)
+    /// A snapshot of the counters; `slots` is how many `max_in_flight` slots are taken.
+    pub(crate) fn stats(&self, slots: u64) -> Stats {
+        self.counters.snapshot(slots)
+    }
+
+    /// A delivery starts (`true`) or is dropped (`false`).
+    pub(crate) fn hold(&self, start: bool) {
+        self.counters.hold(start);
+    }
+
+    /// Deliveries alive right now.
+    pub(crate) fn held(&self) -> u64 {
+        self.counters.held()
     }
 
     /// Remembers a message whose ack failed because its delivery was lost.
@@ -144,6 +163,33 @@ impl Context {
         Ok(())
     }
 
+    /// Deletes several messages, their first tries together (one request for up to 10),
+    /// each retried as [`delete`](Context::delete) retries. Each one's result, in order.
+    pub(crate) async fn delete_all<F>(
+        self: &Arc<Self>,
+        items: Vec<(String, F)>,
+    ) -> Vec<Result<(), Error>>
+    where
+        F: Fn() -> bool + Send + 'static,
+    {
+        self.settle_all(Settle::Delete, items).await
+    }
+
+    /// Releases several messages (a visibility change to `secs`), their first tries together,
+    /// each retried as [`release`](Context::release) retries. Each one's result, in order.
+    pub(crate) async fn release_all(
+        self: &Arc<Self>,
+        receipts: Vec<String>,
+        secs: u32,
+    ) -> Vec<Result<(), Error>> {
+        let items = receipts.into_iter().map(|r| (r, || true)).collect();
+        let results = self.settle_all(Settle::Release(secs), items).await;
+        for _ in results.iter().filter(|r| r.is_ok()) {
+            self.count(Counter::Released);
+        }
+        results
+    }
+
     /// The first try goes out from the caller, with no task of its own (the batch entry
     /// keeps shutdown waiting for it). Retries, if any, go on in a task of their own, which
     /// shutdown waits for too, so a handler cancelled meanwhile does not cut them short.
@@ -156,18 +202,73 @@ impl Context {
         let started = Instant::now();
         match self.send(call, receipt).await {
             Err(err) if err.is_retryable() && still_ours() => {
-                let (tx, rx) = oneshot::channel();
-                let (ctx, receipt) = (self.clone(), receipt.to_owned());
-                let retries = async move {
-                    let result = ctx.retry(call, &receipt, err, started, still_ours).await;
-                    let _ = tx.send(result);
-                };
-                self.settles.spawn(retries.instrument(Span::current()));
-                rx.await
+                let retries =
+                    self.retry_in_task(call, receipt.to_owned(), err, started, still_ours);
+                retries
+                    .await
                     .unwrap_or_else(|_| Err(Error::runtime_gone(call.operation())))
             }
             other => other,
         }
+    }
+
+    /// [`settle`](Context::settle) for several messages, their first tries together.
+    async fn settle_all<F>(
+        self: &Arc<Self>,
+        call: Settle,
+        items: Vec<(String, F)>,
+    ) -> Vec<Result<(), Error>>
+    where
+        F: Fn() -> bool + Send + 'static,
+    {
+        let started = Instant::now();
+        let entries: Vec<(&str, u32)> = items
+            .iter()
+            .map(|(receipt, _)| (receipt.as_str(), call.visibility()))
+            .collect();
+        let first = match call {
+            Settle::Delete => self.deletes.submit_many(&entries).await,
+            Settle::Release(_) => self.visibility.submit_many(&entries).await,
+        };
+        let mut outcomes = Vec::with_capacity(items.len());
+        for ((receipt, still_ours), result) in items.into_iter().zip(first) {
+            outcomes.push(match result {
+                Err(err) if err.is_retryable() && still_ours() => {
+                    Err(self.retry_in_task(call, receipt, err, started, still_ours))
+                }
+                done => Ok(done),
+            });
+        }
+        let mut results = Vec::with_capacity(outcomes.len());
+        for outcome in outcomes {
+            results.push(match outcome {
+                Ok(done) => done,
+                Err(retries) => retries
+                    .await
+                    .unwrap_or_else(|_| Err(Error::runtime_gone(call.operation()))),
+            });
+        }
+        results
+    }
+
+    /// Retries a settle call that failed with `err`, in a tracked task of its own; its result
+    /// comes back on the returned channel.
+    fn retry_in_task(
+        self: &Arc<Self>,
+        call: Settle,
+        receipt: String,
+        err: Error,
+        started: Instant,
+        still_ours: impl Fn() -> bool + Send + 'static,
+    ) -> oneshot::Receiver<Result<(), Error>> {
+        let (tx, rx) = oneshot::channel();
+        let ctx = self.clone();
+        let retries = async move {
+            let result = ctx.retry(call, &receipt, err, started, still_ours).await;
+            let _ = tx.send(result);
+        };
+        self.settles.spawn(retries.instrument(Span::current()));
+        rx
     }
 
     async fn retry(
@@ -189,7 +290,7 @@ impl Context {
                 return Err(err);
             }
             let wait = backoff.next_delay();
-            tracing::warn!(operation = call.operation(), error = %err, retry_in = ?wait, "settle call failed; retrying");
+            tracing::warn!(operation = call.operation(), error = %err.chain(), retry_in = ?wait, "settle call failed; retrying");
             sleep(wait).await;
             attempts += 1;
             match self.send(call, receipt).await {

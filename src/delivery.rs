@@ -11,13 +11,14 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::task_tracker::TaskTrackerToken;
 use tracing::{Instrument, Span};
 
 use crate::context::Context;
 use crate::error::{Error, ErrorKind, LostReason};
 use crate::heartbeat;
-use crate::lease::{End, Lease, State};
-use crate::limits::{extension_limit, secs_rounded_up, HARD_LIMIT, MAX_VISIBILITY_SECS};
+use crate::lease::{Dropped, End, Lease};
+use crate::limits::{secs_rounded_up, HARD_LIMIT, MAX_VISIBILITY_SECS};
 use crate::stats::Counter;
 
 /// One received SQS message, hidden from other consumers while you hold it.
@@ -32,22 +33,22 @@ use crate::stats::Counter;
 /// settling it stops the heartbeat and applies the consumer's
 /// [`RetryPolicy`](crate::RetryPolicy) (by default the message becomes visible again when its
 /// current visibility timeout lapses); once the consumer is shutting down, it releases the
-/// message at once.
+/// message at once. Inside a handler, what an unsettled drop means waits for the handler's
+/// outcome (see [`AckMode`](crate::AckMode)).
 ///
 /// While held, a delivery counts against the consumer's
 /// [`max_in_flight`](crate::ConsumerBuilder::max_in_flight), wherever you move it.
 pub struct Delivery {
     message: Message,
     lease: Arc<Lease>,
-    receive_count: u32,
-    received_at: Instant,
-    timeout: u32,
     heartbeat: Option<AbortHandle>,
     /// Cancelled when the run (or stream) that received this delivery shuts down.
     shutdown: CancellationToken,
     runtime: Handle,
     span: Span,
     _permit: Option<OwnedSemaphorePermit>,
+    /// Keeps the run that received it waiting (a stream's graceful shutdown) until dropped.
+    _run: TaskTrackerToken,
 }
 
 /// What `Delivery::start` needs besides the message.
@@ -63,6 +64,7 @@ pub(crate) struct Received {
     pub(crate) timeout: u32,
     pub(crate) permit: Option<OwnedSemaphorePermit>,
     pub(crate) shutdown: CancellationToken,
+    pub(crate) run: TaskTrackerToken,
 }
 
 impl Delivery {
@@ -80,8 +82,16 @@ impl Delivery {
             queue = %ctx.queue_name()
         );
         ctx.count(Counter::Received);
+        ctx.hold(true);
         let deadline = received.returned_at + Duration::from_secs(u64::from(received.timeout));
-        let lease = Arc::new(Lease::new(ctx, received.receipt, deadline));
+        let lease = Arc::new(Lease::new(
+            ctx,
+            received.receipt,
+            received.received_at,
+            deadline,
+            received.timeout,
+            receive_count,
+        ));
         let heartbeat = (received.timeout > 0).then(|| {
             // Boxed: the task then moves a pointer around, not the whole state machine.
             tokio::spawn(
@@ -97,14 +107,12 @@ impl Delivery {
         Self {
             message,
             lease,
-            receive_count,
-            received_at: received.received_at,
-            timeout: received.timeout,
             heartbeat,
             shutdown: received.shutdown,
             runtime: Handle::current(),
             span,
             _permit: received.permit,
+            _run: received.run,
         }
     }
 
@@ -135,13 +143,13 @@ impl Delivery {
     /// How many times SQS has handed this message out, this receive included
     /// (`ApproximateReceiveCount`).
     pub fn receive_count(&self) -> u32 {
-        self.receive_count
+        self.lease.receive_count()
     }
 
     /// When the message was received: the instant taken just before the `ReceiveMessage`
     /// request was sent, on tokio's clock.
     pub fn received_at(&self) -> Instant {
-        self.received_at
+        self.lease.received_at()
     }
 
     /// When the message's current visibility timeout ends, as far as this consumer knows.
@@ -156,7 +164,7 @@ impl Delivery {
 
     /// The receive plus 12 hours: SQS's limit on how long this message can stay hidden.
     pub fn hard_deadline(&self) -> Instant {
-        self.received_at + HARD_LIMIT
+        self.received_at() + HARD_LIMIT
     }
 
     /// `true` once the delivery is lost: another consumer may get (or have) the message.
@@ -195,6 +203,15 @@ impl Delivery {
         self.lease.context()
     }
 
+    pub(crate) fn lease(&self) -> &Arc<Lease> {
+        &self.lease
+    }
+
+    /// Cancelled when the run (or stream) that received this delivery shuts down.
+    pub(crate) fn shutdown_token(&self) -> &CancellationToken {
+        &self.shutdown
+    }
+
     /// Deletes the message (`DeleteMessage`): it will not be delivered again.
     ///
     /// Transient failures are retried for up to 20 s; the heartbeat keeps the message hidden
@@ -207,16 +224,32 @@ impl Delivery {
     /// consumer, so your work may be repeated. The consumer remembers such a message and, if
     /// it comes back to it, deletes it without calling the handler again.
     pub async fn ack(self) -> Result<(), Error> {
-        self.lease.begin_settle();
-        let lost_before = self.lease.lost_reason();
+        let lost_before = self.begin_ack();
         let lease = &self.lease;
-        let ctx = lease.context();
         let watched = lease.clone();
-        let result = ctx
+        let result = lease
+            .context()
             .delete(lease.receipt(), move || watched.lost_reason().is_none())
             .instrument(self.span.clone())
             .await;
+        self.finish_ack(result, lost_before)
+    }
+
+    /// Starts an ack: from now on the delete's outcome decides. Returns the reason the
+    /// delivery was lost before, if it was.
+    pub(crate) fn begin_ack(&self) -> Option<LostReason> {
+        self.lease.begin_settle();
+        self.lease.lost_reason()
+    }
+
+    /// Ends an ack with the delete's `result`.
+    pub(crate) fn finish_ack(
+        self,
+        result: Result<(), Error>,
+        lost_before: Option<LostReason>,
+    ) -> Result<(), Error> {
         self.stop_heartbeat();
+        let ctx = self.lease.context();
         let outcome = match (result, lost_before) {
             (Err(err), _) if err.is_lost() => Err(self.lost_error(err.kind())),
             (Err(err), _) => Err(err),
@@ -225,7 +258,7 @@ impl Delivery {
                 reason,
             }),
             (Ok(()), None) => {
-                lease.acked();
+                self.lease.acked();
                 ctx.count(Counter::Acked);
                 tracing::debug!(parent: &self.span, "acked");
                 Ok(())
@@ -263,7 +296,7 @@ impl Delivery {
                 ))
             }
         };
-        let room = self.room();
+        let room = self.lease.room();
         if Duration::from_secs(u64::from(secs)) > room {
             return Err(Error::PastHardDeadline {
                 message_id: self.message_id().to_owned(),
@@ -274,22 +307,26 @@ impl Delivery {
         self.change_and_settle(secs).await
     }
 
-    /// How long the message may still stay hidden: until receive + 12 h - margin.
-    fn room(&self) -> Duration {
-        extension_limit(self.received_at).saturating_duration_since(Instant::now())
-    }
-
     async fn change_and_settle(self, visibility: u32) -> Result<(), Error> {
-        self.lease.begin_settle();
-        // Stop the heartbeat first, so that no extension lands after the change.
-        self.stop_heartbeat();
+        self.begin_release();
         let lease = &self.lease;
-        match lease
+        let result = lease
             .context()
             .release(lease.receipt(), visibility)
             .instrument(self.span.clone())
-            .await
-        {
+            .await;
+        self.finish_release(result)
+    }
+
+    /// Starts a release: the heartbeat stops first, so that no extension lands after it.
+    pub(crate) fn begin_release(&self) {
+        self.lease.begin_settle();
+        self.stop_heartbeat();
+    }
+
+    /// Ends a release with its `result`.
+    pub(crate) fn finish_release(self, result: Result<(), Error>) -> Result<(), Error> {
+        match result {
             Ok(()) => Ok(()),
             Err(err) if err.is_lost() => Err(self.lost_error(err.kind())),
             Err(err) => Err(err),
@@ -319,30 +356,11 @@ impl Drop for Delivery {
     fn drop(&mut self) {
         // Only signals: abort the heartbeat, hand a release to its own task.
         self.stop_heartbeat();
-        // Still held: neither settled nor lost. Apply the retry policy (release at once
-        // during shutdown).
-        if self.lease.state() == State::Held && self.timeout > 0 {
-            let visibility = if self.shutdown.is_cancelled() {
-                Some(0)
-            } else {
-                let room = self.room();
-                let ctx = self.lease.context();
-                ctx.retry_policy()
-                    .visibility_on_drop(self.receive_count, room)
-            };
-            if let Some(visibility) = visibility {
-                let lease = self.lease.clone();
-                let release = async move {
-                    if let Err(err) = lease.context().release(lease.receipt(), visibility).await {
-                        tracing::warn!(error = %err, visibility, "releasing a dropped delivery failed; it returns when its visibility lapses");
-                    }
-                };
-                self.lease
-                    .context()
-                    .spawn_settle(release.instrument(self.span.clone()), &self.runtime);
-            }
+        if self.lease.drop_delivery() == Dropped::Unsettled {
+            self.lease
+                .release_unsettled(self.shutdown.is_cancelled(), &self.runtime, &self.span);
         }
-        self.lease.end();
+        self.lease.context().hold(false);
     }
 }
 
@@ -351,8 +369,8 @@ impl fmt::Debug for Delivery {
         f.debug_struct("Delivery")
             .field("message_id", &self.message_id())
             .field("receipt_handle", &ShortHandle(self.lease.receipt()))
-            .field("receive_count", &self.receive_count)
-            .field("received_at", &self.received_at)
+            .field("receive_count", &self.receive_count())
+            .field("received_at", &self.received_at())
             .field("deadline", &self.deadline())
             .field("lost", &self.lease.lost_reason())
             .finish_non_exhaustive()
@@ -416,6 +434,7 @@ mod tests {
             timeout,
             permit: None,
             shutdown: Default::default(),
+            run: tokio_util::task::TaskTracker::new().token(),
         };
         Delivery::start(std::sync::Arc::new(ctx), message, received)
     }
@@ -769,6 +788,7 @@ mod size {
             timeout: 30,
             permit: None,
             shutdown: Default::default(),
+            run: tokio_util::task::TaskTracker::new().token(),
         };
         let d = Delivery::start(ctx, m, received);
         let heartbeat = heartbeat::run(d.lease.clone(), 30, Instant::now());

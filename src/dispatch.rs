@@ -1,35 +1,35 @@
 //! Hands what the receive loop brings to handlers (or to a stream): turns messages into
-//! deliveries, skips redeliveries whose ack was lost, keeps FIFO groups in order, catches
-//! handler panics, and runs the graceful shutdown.
+//! deliveries, skips redeliveries whose ack was lost, keeps FIFO groups in order, and runs
+//! the graceful shutdown.
 
-use std::any::Any;
 use std::future::Future;
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::future::{BoxFuture, FutureExt};
+use futures_util::future::BoxFuture;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-use tracing::Instrument;
+use tokio_util::task::TaskTracker;
 
+use crate::batch_handler::BatchHandler;
 use crate::context::Context;
 use crate::delivery::{Delivery, Received};
 use crate::error::Error;
 use crate::fifo;
 use crate::handler::Handler;
+use crate::handling::{self, HandlerSettings};
 use crate::queue::Queue;
 use crate::receiver::{ReceiveSettings, ReceivedBatch, Receiver};
 use crate::retry::RetryPolicy;
 use crate::stats::{Counter, Stats};
 
-/// What happens to each delivery handed out: run a handler, or send it down a stream.
-pub(crate) type Dispatch = Arc<dyn Fn(Delivery) -> BoxFuture<'static, ()> + Send + Sync>;
-
-/// A dispatch that runs `handler` on each delivery, catching its errors and panics.
-pub(crate) fn to_handler<H: Handler>(handler: H) -> Dispatch {
-    let handler = Arc::new(handler);
-    Arc::new(move |d| Box::pin(run_handler(handler.clone(), d)))
+/// What happens to the deliveries handed out.
+#[derive(Clone)]
+pub(crate) enum Dispatch {
+    /// One at a time: run a handler, or send it down a stream.
+    Each(Arc<dyn Fn(Delivery) -> BoxFuture<'static, ()> + Send + Sync>),
+    /// One receive's worth together (a FIFO receive's in rounds), with the run's shutdown.
+    Batch(Arc<dyn Fn(Vec<Delivery>, CancellationToken) -> BoxFuture<'static, ()> + Send + Sync>),
 }
 
 /// The receive loop and what it feeds: one per consumer.
@@ -38,6 +38,7 @@ pub(crate) struct Engine {
     ctx: Arc<Context>,
     receiver: Receiver,
     shutdown_timeout: Duration,
+    handling: HandlerSettings,
 }
 
 impl Engine {
@@ -46,12 +47,47 @@ impl Engine {
         receive: ReceiveSettings,
         retry: RetryPolicy,
         shutdown_timeout: Duration,
+        handling: HandlerSettings,
     ) -> Self {
         Self {
             ctx: Arc::new(Context::new(&queue, retry)),
             receiver: Receiver::new(queue, receive),
             shutdown_timeout,
+            handling,
         }
+    }
+
+    /// A dispatch that runs `handler` on each delivery.
+    pub(crate) fn each<H: Handler>(&self, handler: H) -> Dispatch {
+        let handler = Arc::new(handler);
+        let settings = self.handling;
+        Dispatch::Each(Arc::new(move |d| {
+            Box::pin(handling::run_handler(handler.clone(), d, settings))
+        }))
+    }
+
+    /// A dispatch that runs `handler` on each receive's deliveries.
+    pub(crate) fn batches<H: BatchHandler>(&self, handler: H) -> Dispatch {
+        let handler = Arc::new(handler);
+        let (ctx, settings) = (self.ctx.clone(), self.handling);
+        Dispatch::Batch(Arc::new(move |deliveries, shutdown| {
+            Box::pin(handling::run_batch_handler(
+                handler.clone(),
+                ctx.clone(),
+                shutdown,
+                deliveries,
+                settings,
+            ))
+        }))
+    }
+
+    /// Stops receiving (`true`) or starts again (`false`); see `Consumer::pause`.
+    pub(crate) fn pause(&self, paused: bool) {
+        self.receiver.pause(paused);
+    }
+
+    pub(crate) fn is_paused(&self) -> bool {
+        self.receiver.is_paused()
     }
 
     pub(crate) fn queue_name(&self) -> &str {
@@ -62,14 +98,14 @@ impl Engine {
         self.receiver.settings()
     }
 
-    /// Slots taken: deliveries held, and receives under way.
+    /// Deliveries held right now.
     pub(crate) fn in_flight(&self) -> usize {
-        self.receiver.in_flight()
+        usize::try_from(self.ctx.held()).unwrap_or(usize::MAX)
     }
 
     pub(crate) fn stats(&self) -> Stats {
-        self.ctx
-            .stats(u64::try_from(self.in_flight()).unwrap_or(u64::MAX))
+        let slots = self.receiver.slots_taken();
+        self.ctx.stats(u64::try_from(slots).unwrap_or(u64::MAX))
     }
 
     /// Receives and dispatches until `signal` completes or a fatal error, then shuts down
@@ -78,68 +114,70 @@ impl Engine {
     where
         S: Future<Output = ()>,
     {
-        let mut groups = JoinSet::new();
-        let shutdown = CancellationToken::new();
+        let mut run = Run::new();
         // Locals drop in reverse order: if this future is dropped, the guard cancels first,
         // so the deliveries the aborted handlers drop release their messages at once.
-        let _release_on_drop = shutdown.clone().drop_guard();
+        let _release_on_drop = run.shutdown.clone().drop_guard();
         let result = tokio::select! {
             biased;
             () = signal => {
                 tracing::info!(queue = %self.queue_name(), "shutdown signal: receiving stopped");
                 Ok(())
             }
-            result = self.receive(&shutdown, &mut groups, &dispatch) => result,
+            result = self.receive(&mut run, &dispatch) => result,
         };
-        self.shut_down(&shutdown, groups).await;
+        self.shut_down(run).await;
         result
     }
 
-    /// Receives and dispatches until `shutdown` is cancelled or a fatal error, which goes to
-    /// `on_error` at once; then lets the FIFO groups already received finish handing out
-    /// their deliveries. For a stream, whose consumer settles what it was handed.
-    pub(crate) async fn pump(
-        &self,
-        dispatch: Dispatch,
-        shutdown: CancellationToken,
-        on_error: impl FnOnce(Error),
-    ) {
-        let mut groups = JoinSet::new();
-        let result = tokio::select! {
-            () = shutdown.cancelled() => Ok(()),
-            result = self.receive(&shutdown, &mut groups, &dispatch) => result,
-        };
-        if let Err(err) = result {
-            on_error(err);
-        }
-        while groups.join_next().await.is_some() {}
-    }
-
-    async fn receive(
-        &self,
-        shutdown: &CancellationToken,
-        groups: &mut JoinSet<()>,
-        dispatch: &Dispatch,
-    ) -> Result<(), Error> {
+    /// Receives and dispatches for `run` until a fatal error (or until the caller drops this
+    /// future).
+    pub(crate) async fn receive(&self, run: &mut Run, dispatch: &Dispatch) -> Result<(), Error> {
         self.receiver
             .run(|batch| {
                 // Group tasks log their own failures; this only frees finished ones.
-                while groups.try_join_next().is_some() {}
-                self.deliver(batch, shutdown, groups, dispatch);
+                while run.groups.try_join_next().is_some() {}
+                self.deliver(batch, run, dispatch);
             })
             .await
     }
 
+    /// Lets the FIFO groups already received finish handing out their deliveries.
+    pub(crate) async fn finish_groups(&self, run: &mut Run) {
+        while run.groups.join_next().await.is_some() {}
+    }
+
+    /// The graceful shutdown of a stream, once receiving has stopped: releases what was not
+    /// handed out yet (the FIFO deliveries waiting their turn, and what `release_buffered`
+    /// drops), waits up to the shutdown timeout for the deliveries handed out to be settled
+    /// or dropped, then for the settle calls under way.
+    pub(crate) async fn drain_stream(&self, mut run: Run, release_buffered: impl Fn()) {
+        run.shutdown.cancel();
+        release_buffered();
+        self.finish_groups(&mut run).await;
+        release_buffered();
+        run.held.close();
+        let limit = self.shutdown_timeout;
+        let held = run.held.len();
+        if held > 0 {
+            tracing::info!(held, timeout = ?limit, "waiting for the deliveries handed out to be settled");
+        }
+        if tokio::time::timeout(limit, run.held.wait()).await.is_err() {
+            tracing::warn!(
+                held = run.held.len(),
+                "deliveries still held at the shutdown timeout: they stay with their holders, \
+                 and dropping one releases it at once"
+            );
+        }
+        self.ctx.flush_settles().await;
+        tracing::info!(queue = %self.queue_name(), "stream stopped");
+    }
+
     /// Turns a receive into deliveries (heartbeats start here) and starts their groups.
     /// Never awaits, so a shutdown cannot cut it in half.
-    fn deliver(
-        &self,
-        batch: ReceivedBatch,
-        shutdown: &CancellationToken,
-        groups: &mut JoinSet<()>,
-        dispatch: &Dispatch,
-    ) {
+    fn deliver(&self, batch: ReceivedBatch, run: &mut Run, dispatch: &Dispatch) {
         let ctx = &self.ctx;
+        let (shutdown, groups) = (&run.shutdown, &mut run.groups);
         let mut permits = batch.permits.into_iter();
         let mut deliveries = Vec::with_capacity(batch.messages.len());
         for mut message in batch.messages {
@@ -178,23 +216,45 @@ impl Engine {
                 timeout: batch.timeout,
                 permit,
                 shutdown: shutdown.clone(),
+                run: run.held.token(),
             };
             deliveries.push(Delivery::start(ctx.clone(), message, received));
         }
-        for group in fifo::partition(deliveries, ctx.is_fifo()) {
-            let dispatch = dispatch.clone();
-            // Boxed: the task then moves a pointer around, not the whole state machine.
-            groups.spawn(Box::pin(fifo::run_group(
-                group,
-                shutdown.clone(),
-                move |d| dispatch(d),
-            )));
+        match dispatch {
+            Dispatch::Each(each) => {
+                for group in fifo::partition(deliveries, ctx.is_fifo()) {
+                    let each = each.clone();
+                    // Boxed: the task then moves a pointer around, not the whole state machine.
+                    groups.spawn(Box::pin(fifo::run_group(
+                        group,
+                        shutdown.clone(),
+                        move |d| each(d),
+                    )));
+                }
+            }
+            Dispatch::Batch(batch) if !deliveries.is_empty() => {
+                let (batch, token) = (batch.clone(), shutdown.clone());
+                groups.spawn(Box::pin(fifo::run_batches(
+                    deliveries,
+                    ctx.is_fifo(),
+                    shutdown.clone(),
+                    move |ds| batch(ds, token.clone()),
+                )));
+            }
+            Dispatch::Batch(_) => {}
         }
     }
 
     /// Steps 2 to 5 of the shutdown described on `Consumer::run_until`.
-    async fn shut_down(&self, shutdown: &CancellationToken, mut groups: JoinSet<()>) {
+    async fn shut_down(&self, run: Run) {
+        let Run {
+            shutdown,
+            mut groups,
+            ..
+        } = run;
         shutdown.cancel();
+        // Count the handler tasks still running, not those finished and not yet reaped.
+        while groups.try_join_next().is_some() {}
         let running = groups.len();
         let limit = self.shutdown_timeout;
         if running > 0 {
@@ -217,33 +277,28 @@ impl Engine {
     }
 }
 
-async fn run_handler<H: Handler>(handler: Arc<H>, delivery: Delivery) {
-    let span = delivery.span().clone();
-    let ctx = delivery.context().clone();
-    async move {
-        match AssertUnwindSafe(handler.handle(delivery))
-            .catch_unwind()
-            .await
-        {
-            Ok(Ok(())) => {}
-            Ok(Err(err)) => {
-                ctx.count(Counter::HandlerErrors);
-                tracing::warn!(error = %err, "handler failed");
-            }
-            Err(panic) => {
-                ctx.count(Counter::HandlerPanics);
-                tracing::error!(panic = panic_message(&*panic), "handler panicked");
-            }
-        }
-    }
-    .instrument(span)
-    .await
+/// One run of the engine: a `run_until`, or a stream.
+#[derive(Debug)]
+pub(crate) struct Run {
+    /// Cancelled when the run shuts down.
+    shutdown: CancellationToken,
+    /// The tasks handing out the run's deliveries (one per FIFO group, or per delivery).
+    groups: JoinSet<()>,
+    /// Every delivery of the run holds a token of it until it is dropped.
+    held: TaskTracker,
 }
 
-fn panic_message(panic: &(dyn Any + Send)) -> &str {
-    panic
-        .downcast_ref::<&str>()
-        .copied()
-        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
-        .unwrap_or("(not a string)")
+impl Run {
+    pub(crate) fn new() -> Self {
+        Self::stopped_by(CancellationToken::new())
+    }
+
+    /// A run that `shutdown` stops.
+    pub(crate) fn stopped_by(shutdown: CancellationToken) -> Self {
+        Self {
+            shutdown,
+            groups: JoinSet::new(),
+            held: TaskTracker::new(),
+        }
+    }
 }

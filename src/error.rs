@@ -189,6 +189,39 @@ impl Error {
     }
 }
 
+/// An error and every `source()` under it, for logs: `top: cause: root cause`.
+pub(crate) struct Chain<'a>(&'a (dyn std::error::Error + 'static));
+
+/// `err` and its whole chain of sources, displayed on one line.
+pub(crate) fn chain<'a>(err: &'a (dyn std::error::Error + 'static)) -> Chain<'a> {
+    Chain(err)
+}
+
+impl fmt::Display for Chain<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut shown = self.0.to_string();
+        f.write_str(&shown)?;
+        let mut source = self.0.source();
+        while let Some(err) = source {
+            let text = err.to_string();
+            // A wrapper often repeats its source's text: show each once.
+            if !shown.contains(&text) {
+                write!(f, ": {text}")?;
+                shown = text;
+            }
+            source = err.source();
+        }
+        Ok(())
+    }
+}
+
+impl Error {
+    /// This error and its whole chain of sources, for logs.
+    pub(crate) fn chain(&self) -> Chain<'_> {
+        Chain(self)
+    }
+}
+
 /// One error shared by several callers (the entries of a failed batch request).
 #[derive(Debug)]
 struct SharedError(std::sync::Arc<Error>);
@@ -433,6 +466,21 @@ mod tests {
             classify("InvalidParameterValue", Some(400), past).kind(),
             ErrorKind::Fatal
         );
+    }
+
+    #[test]
+    fn a_chain_shows_every_cause_once() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("bad body")]
+        struct Top(#[source] std::io::Error);
+        let err = Top(std::io::Error::other("expected value at line 1 column 1"));
+        assert_eq!(
+            chain(&err).to_string(),
+            "bad body: expected value at line 1 column 1"
+        );
+        let shared = std::sync::Arc::new(Error::invalid("x", 1, "0"));
+        let copy = Error::replicate(&shared);
+        assert_eq!(copy.chain().to_string(), copy.to_string(), "no repeat");
     }
 
     #[test]

@@ -9,7 +9,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use futures_util::future::BoxFuture;
+use futures_util::future::{join_all, BoxFuture};
 use tokio_util::sync::CancellationToken;
 
 use crate::delivery::Delivery;
@@ -77,7 +77,72 @@ pub(crate) async fn run_group<F>(
     }
     for d in group {
         if let Err(err) = d.release().await {
-            tracing::warn!(error = %err, "releasing a waiting FIFO delivery failed; it returns when its visibility lapses");
+            tracing::warn!(error = %err.chain(), "releasing a waiting FIFO delivery failed; it returns when its visibility lapses");
+        }
+    }
+}
+
+/// Hands one receive's deliveries to `dispatch` as batches. On a standard queue, one batch of
+/// all of them. On a FIFO queue, rounds: each round's batch holds the next delivery of every
+/// group still going, in receive order; a group goes on to the next round once its delivery
+/// of this round ended with an ack, and otherwise (or on shutdown) the rest of it is
+/// released.
+pub(crate) async fn run_batches<F>(
+    deliveries: Vec<Delivery>,
+    fifo: bool,
+    shutdown: CancellationToken,
+    dispatch: F,
+) where
+    F: Fn(Vec<Delivery>) -> BoxFuture<'static, ()>,
+{
+    if !fifo {
+        dispatch(deliveries).await;
+        return;
+    }
+    let mut going = partition(deliveries, true);
+    let mut stopped = Vec::new();
+    while !going.is_empty() {
+        if shutdown.is_cancelled() {
+            stopped.append(&mut going);
+            break;
+        }
+        let mut heads = Vec::with_capacity(going.len());
+        let mut ends = Vec::with_capacity(going.len());
+        for group in &mut going {
+            if let Some(d) = group.pop_front() {
+                ends.push(d.ended());
+                heads.push(d);
+            }
+        }
+        dispatch(heads).await;
+        // The handler may have moved deliveries elsewhere: wait for their real ends.
+        let ends = tokio::select! {
+            ends = join_all(ends) => ends,
+            () = shutdown.cancelled() => vec![End::NotAcked; going.len()],
+        };
+        let mut next = Vec::with_capacity(going.len());
+        for (group, end) in going.into_iter().zip(ends) {
+            if group.is_empty() {
+                continue;
+            }
+            if end == End::Acked {
+                next.push(group);
+            } else {
+                stopped.push(group);
+            }
+        }
+        going = next;
+    }
+    let rest: Vec<Delivery> = stopped.into_iter().flatten().collect();
+    if !rest.is_empty() {
+        tracing::debug!(
+            count = rest.len(),
+            "releasing the rest of FIFO message groups, to keep their order"
+        );
+    }
+    for d in rest {
+        if let Err(err) = d.release().await {
+            tracing::warn!(error = %err.chain(), "releasing a waiting FIFO delivery failed; it returns when its visibility lapses");
         }
     }
 }

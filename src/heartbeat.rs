@@ -183,7 +183,7 @@ async fn extend(lease: &Lease, timeout: u32, limit: Instant) -> Result<Extended,
                     // 12-hour limit by its own clock. Asking again cannot help; the delivery
                     // is ours until the current deadline.
                     tracing::warn!(
-                        error = %err,
+                        error = %err.chain(),
                         "SQS refused the visibility extension (past its 12-hour limit?); no \
                          more extensions: the message goes to another consumer when this \
                          timeout lapses"
@@ -196,7 +196,7 @@ async fn extend(lease: &Lease, timeout: u32, limit: Instant) -> Result<Extended,
                 // towards nothing, and the tries would bunch up into a burst.
                 let wait = backoff.next_delay().min(remaining / 4).max(MIN_RETRY_WAIT);
                 tracing::warn!(
-                    error = %err,
+                    error = %err.chain(),
                     retry_in = ?wait,
                     remaining = ?remaining,
                     "visibility extension failed; retrying"

@@ -1,36 +1,52 @@
-//! A delivery's lease: its receipt handle, its current visibility deadline, and the one state
-//! that its guard, its heartbeat and its watchers (`lost()`, FIFO sequencing) agree on.
+//! A delivery's lease: its receipt handle, its current visibility deadline, what its retry
+//! policy needs to know, and the one state that its guard, its heartbeat, its handler and its
+//! watchers (`lost()`, FIFO sequencing) agree on.
 //!
 //! ```text
-//!   Held --ack/release starts--> Settling --delete succeeded--> Acked
-//!    |                              |
-//!    | heartbeat: gone/lapsed       | the settle call: gone
-//!    v                              v
-//!   Lost(reason) <------------------+
+//!   Held <--> InHandler --dropped unsettled--> Abandoned --the handler's outcome decides:
+//!    |            |                                        acked (Acked), or released (Ended)
+//!    |            | ack/release starts
+//!    +------------+---------> Settling --delete succeeded--> Acked
+//!    |                           |
+//!    | heartbeat: gone/lapsed    | the settle call: gone
+//!    v                           v
+//!   Lost(reason) <---------------+
 //!
-//!   Drop: Held, Settling -> Ended { lost: None }; Lost(r) -> Ended { lost: Some(r) };
+//!   Drop: Held -> Ended { lost: None } (the retry policy applies at once); InHandler ->
+//!         Abandoned; Settling -> Ended { lost: None }; Lost(r) -> Ended { lost: Some(r) };
 //!         Acked stays Acked.
 //! ```
 //!
-//! Only a `Held` lease can be lost by its heartbeat: once an ack or release has started, its
+//! Only a held lease can be lost by its heartbeat: once an ack or release has started, its
 //! own outcome decides (an extension that reaches SQS just after the delete fails, but the
-//! message was not lost).
+//! message was not lost). While its handler runs, a delivery dropped unsettled waits for the
+//! handler's outcome (`AckMode::OnSuccess` acks it on `Ok`); the handler's guard settles it.
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
+use tokio::runtime::Handle;
 use tokio::sync::watch;
 use tokio::time::Instant;
+use tracing::{Instrument, Span};
 
 use crate::context::Context;
 use crate::error::LostReason;
+use crate::limits::extension_limit;
 use crate::stats::Counter;
 
 /// Where a delivery stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum State {
-    /// The heartbeat keeps the message hidden.
+    /// The heartbeat keeps the message hidden; whoever drops the delivery unsettled applies
+    /// the retry policy.
     Held,
+    /// Held, and handed to a handler whose outcome decides what an unsettled drop means.
+    InHandler,
+    /// Dropped unsettled while its handler ran; the heartbeat has stopped; the handler's
+    /// outcome will settle it.
+    Abandoned,
     /// `ack`, `release` or `release_after` is under way.
     Settling,
     /// The message may be with another consumer.
@@ -48,6 +64,17 @@ pub(crate) enum End {
     NotAcked,
 }
 
+/// What dropping a delivery leaves to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Dropped {
+    /// It was held and nobody else decides: apply the retry policy.
+    Unsettled,
+    /// Its handler's outcome decides.
+    Deferred,
+    /// It was settled, being settled, or lost: nothing.
+    Settled,
+}
+
 #[derive(Debug, Clone, Copy)]
 struct Status {
     /// When the message's visibility ends, as far as this consumer knows.
@@ -55,16 +82,28 @@ struct Status {
     state: State,
 }
 
-/// What a delivery and its heartbeat share.
+/// What a delivery, its heartbeat and its handler share.
 #[derive(Debug)]
 pub(crate) struct Lease {
     ctx: Arc<Context>,
     receipt: String,
     status: watch::Sender<Status>,
+    /// Just before the receive's request: the 12-hour limit counts from it.
+    received_at: Instant,
+    /// The visibility timeout the receive applied, seconds.
+    timeout: u32,
+    receive_count: u32,
 }
 
 impl Lease {
-    pub(crate) fn new(ctx: Arc<Context>, receipt: String, deadline: Instant) -> Self {
+    pub(crate) fn new(
+        ctx: Arc<Context>,
+        receipt: String,
+        received_at: Instant,
+        deadline: Instant,
+        timeout: u32,
+        receive_count: u32,
+    ) -> Self {
         let (status, _) = watch::channel(Status {
             deadline,
             state: State::Held,
@@ -73,6 +112,9 @@ impl Lease {
             ctx,
             receipt,
             status,
+            received_at,
+            timeout,
+            receive_count,
         }
     }
 
@@ -82,6 +124,14 @@ impl Lease {
 
     pub(crate) fn receipt(&self) -> &str {
         &self.receipt
+    }
+
+    pub(crate) fn received_at(&self) -> Instant {
+        self.received_at
+    }
+
+    pub(crate) fn receive_count(&self) -> u32 {
+        self.receive_count
     }
 
     pub(crate) fn deadline(&self) -> Instant {
@@ -100,38 +150,55 @@ impl Lease {
         lost_reason(self.state())
     }
 
-    /// An ack or release starts: from now on its outcome decides.
-    pub(crate) fn begin_settle(&self) {
-        self.status.send_if_modified(|s| {
-            let held = s.state == State::Held;
-            if held {
-                s.state = State::Settling;
-            }
-            held
-        });
+    /// How long the message may still stay hidden: until receive + 12 h - margin.
+    pub(crate) fn room(&self) -> Duration {
+        extension_limit(self.received_at).saturating_duration_since(Instant::now())
     }
 
-    /// The heartbeat found the delivery lost; it counts only while the lease is `Held`.
+    /// Applies `change` to the state if `from` accepts the current one; returns whether it did.
+    fn transition(&self, from: impl Fn(State) -> bool, change: impl Fn(State) -> State) -> bool {
+        self.status.send_if_modified(|s| {
+            let applies = from(s.state);
+            if applies {
+                s.state = change(s.state);
+            }
+            applies
+        })
+    }
+
+    /// The delivery goes to a handler, whose outcome decides what an unsettled drop means.
+    pub(crate) fn enter_handler(&self) {
+        self.transition(|s| s == State::Held, |_| State::InHandler);
+    }
+
+    /// The handler has finished: `true` if it dropped the delivery unsettled (now
+    /// `Abandoned`: the caller must settle it); otherwise a delivery still held goes back to
+    /// deciding for itself.
+    pub(crate) fn leave_handler(&self) -> bool {
+        self.transition(|s| s == State::InHandler, |_| State::Held);
+        self.state() == State::Abandoned
+    }
+
+    /// An ack or release starts: from now on its outcome decides.
+    pub(crate) fn begin_settle(&self) {
+        self.transition(held, |_| State::Settling);
+    }
+
+    /// The heartbeat found the delivery lost; it counts only while the lease is held.
     /// Returns whether it counted.
     pub(crate) fn heartbeat_lost(&self, reason: LostReason) -> bool {
-        self.lose(reason, |state| state == State::Held)
+        self.lose(reason, held)
     }
 
     /// A settle call found the delivery lost (or knew it already); the first reason wins.
     pub(crate) fn mark_lost(&self, reason: LostReason) {
-        self.lose(reason, |state| {
-            matches!(state, State::Held | State::Settling)
+        self.lose(reason, |s| {
+            held(s) || matches!(s, State::Settling | State::Abandoned)
         });
     }
 
     fn lose(&self, reason: LostReason, from: impl Fn(State) -> bool) -> bool {
-        let lost = self.status.send_if_modified(|s| {
-            let applies = from(s.state);
-            if applies {
-                s.state = State::Lost(reason);
-            }
-            applies
-        });
+        let lost = self.transition(from, |_| State::Lost(reason));
         if lost {
             self.ctx.count(Counter::Lost);
         }
@@ -140,25 +207,77 @@ impl Lease {
 
     /// The delete succeeded (and the delivery was not lost).
     pub(crate) fn acked(&self) {
-        self.status.send_if_modified(|s| {
-            let settling = s.state == State::Settling;
-            if settling {
-                s.state = State::Acked;
-            }
-            settling
-        });
+        self.transition(
+            |s| matches!(s, State::Settling | State::Abandoned),
+            |_| State::Acked,
+        );
     }
 
-    /// The delivery was dropped.
-    pub(crate) fn end(&self) {
+    /// The delivery was dropped: what is left to do.
+    pub(crate) fn drop_delivery(&self) -> Dropped {
+        let mut dropped = Dropped::Settled;
         self.status.send_modify(|s| {
             s.state = match s.state {
+                State::Held => {
+                    dropped = Dropped::Unsettled;
+                    State::Ended { lost: None }
+                }
+                State::InHandler => {
+                    dropped = Dropped::Deferred;
+                    State::Abandoned
+                }
                 State::Acked => State::Acked,
                 other => State::Ended {
                     lost: lost_reason(other),
                 },
             }
         });
+        dropped
+    }
+
+    /// An abandoned delivery was settled by its handler's outcome (or its release was handed
+    /// on): it has ended, unless it was acked.
+    pub(crate) fn end(&self) {
+        self.transition(
+            |s| !matches!(s, State::Acked | State::Ended { .. }),
+            |s| State::Ended {
+                lost: lost_reason(s),
+            },
+        );
+    }
+
+    /// Applies the consumer's retry policy to a delivery that ended unsettled: release it at
+    /// once if the consumer is `shutting_down`, otherwise as the policy says (by default,
+    /// leave it to come back when its visibility lapses). The release runs on `runtime`,
+    /// without anyone waiting for it (shutdown does).
+    pub(crate) fn release_unsettled(
+        self: &Arc<Self>,
+        shutting_down: bool,
+        runtime: &Handle,
+        span: &Span,
+    ) {
+        self.end();
+        if self.timeout == 0 {
+            return; // visible to others already
+        }
+        let visibility = if shutting_down {
+            Some(0)
+        } else {
+            self.ctx
+                .retry_policy()
+                .visibility_on_drop(self.receive_count, self.room())
+        };
+        let Some(visibility) = visibility else {
+            return;
+        };
+        let lease = self.clone();
+        let release = async move {
+            if let Err(err) = lease.ctx.release(&lease.receipt, visibility).await {
+                tracing::warn!(error = %err.chain(), visibility, "releasing a dropped delivery failed; it returns when its visibility lapses");
+            }
+        };
+        self.ctx
+            .spawn_settle(release.instrument(span.clone()), runtime);
     }
 
     /// Completes when the delivery is lost, with the reason; never completes otherwise.
@@ -178,7 +297,7 @@ impl Lease {
         }
     }
 
-    /// Completes when the delivery has ended (acked, or dropped), with how.
+    /// Completes when the delivery has ended (acked, or dropped and settled), with how.
     pub(crate) fn ended(&self) -> impl Future<Output = End> + Send + 'static {
         let mut rx = self.status.subscribe();
         async move {
@@ -194,6 +313,11 @@ impl Lease {
             }
         }
     }
+}
+
+/// Held, whoever decides about an unsettled drop.
+fn held(state: State) -> bool {
+    matches!(state, State::Held | State::InHandler)
 }
 
 fn lost_reason(state: State) -> Option<LostReason> {
@@ -212,7 +336,8 @@ mod tests {
 
     fn lease() -> Arc<Lease> {
         let ctx = Context::new(&Queue::new(MemoryQueue::new()), RetryPolicy::Leave);
-        Arc::new(Lease::new(Arc::new(ctx), "r".into(), Instant::now()))
+        let now = Instant::now();
+        Arc::new(Lease::new(Arc::new(ctx), "r".into(), now, now, 30, 1))
     }
 
     #[tokio::test]
@@ -223,7 +348,7 @@ mod tests {
         assert!(!l.heartbeat_lost(LostReason::ReceiptHandleInvalid));
         assert_eq!(l.state(), State::Settling);
         l.acked();
-        l.end();
+        assert_eq!(l.drop_delivery(), Dropped::Settled);
         assert_eq!(l.ended().await, End::Acked);
         assert_eq!(l.context().stats(0).lost, 0);
     }
@@ -236,7 +361,7 @@ mod tests {
         l.mark_lost(LostReason::ReceiptHandleInvalid);
         assert_eq!(l.lost_reason(), Some(LostReason::NotInFlight));
         l.acked(); // an ack of a lost delivery does not make it acked
-        l.end();
+        assert_eq!(l.drop_delivery(), Dropped::Settled);
         assert_eq!(lost.await, LostReason::NotInFlight);
         assert_eq!(l.lost_reason(), Some(LostReason::NotInFlight));
         assert_eq!(l.ended().await, End::NotAcked);
@@ -251,5 +376,40 @@ mod tests {
         assert_eq!(l.state(), State::Lost(LostReason::ReceiptHandleInvalid));
         l.begin_settle(); // no way back to Settling
         assert!(l.lost_reason().is_some());
+    }
+
+    #[tokio::test]
+    async fn a_delivery_dropped_in_its_handler_waits_for_the_outcome() {
+        let l = lease();
+        l.enter_handler();
+        assert_eq!(l.drop_delivery(), Dropped::Deferred);
+        assert_eq!(l.state(), State::Abandoned);
+        let ended = l.ended();
+        assert!(
+            l.leave_handler(),
+            "abandoned: the handler's outcome settles it"
+        );
+        l.acked(); // AckMode::OnSuccess and Ok
+        assert_eq!(ended.await, End::Acked);
+    }
+
+    #[tokio::test]
+    async fn a_delivery_still_held_when_its_handler_returns_decides_for_itself() {
+        let l = lease();
+        l.enter_handler();
+        assert!(!l.leave_handler(), "moved elsewhere, still held");
+        assert_eq!(l.state(), State::Held);
+        assert_eq!(l.drop_delivery(), Dropped::Unsettled);
+        assert_eq!(l.ended().await, End::NotAcked);
+    }
+
+    #[tokio::test]
+    async fn a_delivery_in_its_handler_can_still_be_lost_or_settled() {
+        let l = lease();
+        l.enter_handler();
+        assert!(l.heartbeat_lost(LostReason::ExtensionFailed));
+        assert_eq!(l.drop_delivery(), Dropped::Settled);
+        assert!(!l.leave_handler());
+        assert_eq!(l.lost_reason(), Some(LostReason::ExtensionFailed));
     }
 }

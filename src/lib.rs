@@ -47,13 +47,14 @@
 // Modules sit on layers and import only from layers below them (`scripts/check-layers.sh`
 // holds the crate to it):
 //   API      config, consumer, stream
-//   engine   dispatch, receiver, fifo, handler
+//   engine   dispatch, handling, receiver, fifo, handler, batch_handler
 //   lease    delivery, heartbeat, lease, context, retry
 //   wire     batch, queue (the seam; queue::sdk maps it to the SDK)
 //   fake     memory (serves the seam)
 //   ground   limits, error, stats, backoff, lost_acks
 mod backoff;
 mod batch;
+mod batch_handler;
 mod config;
 mod consumer;
 mod context;
@@ -62,6 +63,7 @@ mod dispatch;
 mod error;
 mod fifo;
 mod handler;
+mod handling;
 mod heartbeat;
 mod lease;
 mod limits;
@@ -73,11 +75,13 @@ mod retry;
 mod stats;
 mod stream;
 
+pub use batch_handler::{Batch, BatchHandler};
 pub use config::ConsumerBuilder;
 pub use consumer::Consumer;
 pub use delivery::Delivery;
 pub use error::{BoxError, Error, ErrorKind, LostReason};
 pub use handler::Handler;
+pub use handling::AckMode;
 pub use memory::builder::MemoryQueueBuilder;
 pub use memory::counts::{Action, RequestCounts};
 pub use memory::faults::{Faults, InjectedFaults};

@@ -78,6 +78,38 @@ pub(crate) fn delay(field: &'static str, d: Duration) -> Result<Duration, Error>
     }
 }
 
+/// The longest message attribute name.
+const MAX_ATTRIBUTE_NAME: usize = 256;
+
+/// An entry of `MessageAttributeNames`: `All` or `.*` (every attribute), a name, or
+/// `prefix.*` (every attribute whose name starts with `prefix.`). A name is 1 to 256 letters,
+/// digits, `_`, `-` and `.`, neither starting nor ending with `.`, without `..`, and not
+/// starting with `AWS.` or `Amazon.` in any case.
+pub(crate) fn message_attribute_name(field: &'static str, entry: &str) -> Result<(), Error> {
+    const ALLOWED: &str = "`All`, `.*`, or a name (1 to 256 of A-Z a-z 0-9 _ - ., not \
+                           starting or ending with `.`, no `..`, not starting with `AWS.` or \
+                           `Amazon.`), optionally followed by `.*`";
+    if entry == "All" || entry == ".*" {
+        return Ok(());
+    }
+    let name = entry.strip_suffix(".*").unwrap_or(entry);
+    let lower = name.to_ascii_lowercase();
+    let valid = (1..=MAX_ATTRIBUTE_NAME).contains(&name.len())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+        && !name.starts_with('.')
+        && !name.ends_with('.')
+        && !name.contains("..")
+        && !lower.starts_with("aws.")
+        && !lower.starts_with("amazon.");
+    if valid {
+        Ok(())
+    } else {
+        Err(Error::invalid(field, entry, ALLOWED))
+    }
+}
+
 /// `value` if it lies in `range`; otherwise an error naming `field` and `allowed`.
 pub(crate) fn in_range<T>(
     field: &'static str,
@@ -135,6 +167,35 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("`n`") && err.contains("1..=10"), "{err}");
+    }
+
+    #[test]
+    fn message_attribute_names_follow_sqs_rules() {
+        for ok in [
+            "All",
+            ".*",
+            "tenant",
+            "trace-parent_2",
+            "bar.*",
+            "a.b",
+            &"x".repeat(256),
+        ] {
+            assert!(message_attribute_name("n", ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "",
+            ".x",
+            "x.",
+            "a..b",
+            "AWS.x",
+            "amazon.y",
+            "sp ace",
+            "é",
+            &"x".repeat(257),
+        ] {
+            let err = message_attribute_name("message_attribute_names", bad).unwrap_err();
+            assert!(err.to_string().contains("message_attribute_names"), "{bad}");
+        }
     }
 
     #[tokio::test(start_paused = true)]

@@ -6,9 +6,9 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use aws_sdk_sqs::types::Message;
+use aws_sdk_sqs::types::{Message, MessageSystemAttributeName};
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use tokio::sync::{OnceCell, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{watch, OnceCell, OwnedSemaphorePermit, Semaphore};
 use tokio::time::{sleep, Instant};
 
 use crate::backoff::Backoff;
@@ -28,6 +28,10 @@ pub(crate) struct ReceiveSettings {
     pub(crate) batch_size: u32,
     pub(crate) max_in_flight: usize,
     pub(crate) max_concurrent_receives: usize,
+    /// `MessageAttributeNames`: `All`, names, or `prefix.*`.
+    pub(crate) message_attribute_names: Vec<String>,
+    /// `MessageSystemAttributeNames`, the ones the consumer needs included.
+    pub(crate) system_attribute_names: Vec<MessageSystemAttributeName>,
 }
 
 /// One receive's worth of messages, with the slots they take.
@@ -66,6 +70,8 @@ pub(crate) struct Receiver {
     permits: Arc<Semaphore>,
     /// The visibility timeout in force, seconds: the builder's, or the queue's read once.
     visibility: OnceCell<u32>,
+    /// `true` while receiving is paused.
+    paused: watch::Sender<bool>,
 }
 
 impl Receiver {
@@ -75,6 +81,7 @@ impl Receiver {
             permits: Arc::new(Semaphore::new(settings.max_in_flight)),
             settings,
             visibility: OnceCell::new(),
+            paused: watch::Sender::new(false),
         }
     }
 
@@ -83,8 +90,19 @@ impl Receiver {
     }
 
     /// Slots taken right now: deliveries held, and receives under way.
-    pub(crate) fn in_flight(&self) -> usize {
+    pub(crate) fn slots_taken(&self) -> usize {
         self.settings.max_in_flight - self.permits.available_permits()
+    }
+
+    /// Stops receiving (`true`): the receives under way are abandoned at once and none starts
+    /// until receiving resumes (`false`).
+    pub(crate) fn pause(&self, paused: bool) {
+        self.paused
+            .send_if_modified(|p| std::mem::replace(p, paused) != paused);
+    }
+
+    pub(crate) fn is_paused(&self) -> bool {
+        *self.paused.borrow()
     }
 
     /// Receives until a fatal error (or until the caller drops this future), handing each
@@ -112,6 +130,7 @@ impl Receiver {
         let mut target = 1;
         let mut busy = false;
         let mut receives = FuturesUnordered::new();
+        let mut paused = self.paused.subscribe();
         tracing::info!(
             queue = %self.queue.name(),
             visibility_timeout = timeout,
@@ -120,21 +139,40 @@ impl Receiver {
             "consumer started"
         );
         loop {
+            if *paused.borrow_and_update() {
+                // Abandon the receives under way (their long polls end on our side; their
+                // slots come free) and wait for `resume`.
+                receives = FuturesUnordered::new();
+                (target, busy) = (1, false);
+                tracing::info!(queue = %self.queue.name(), "receiving paused");
+                if paused.wait_for(|p| !*p).await.is_err() {
+                    return Ok(());
+                }
+                tracing::info!(queue = %self.queue.name(), "receiving resumed");
+                continue;
+            }
             while receives.len() < target {
                 // The first receive waits for a slot (for a whole batch of them while the
                 // queue is busy: receives of 10 cost the least); more receives start only on
                 // a whole batch of slots free now.
-                let permits = match (receives.is_empty(), busy) {
-                    (true, false) => self.acquire_permits().await,
-                    (true, true) => {
-                        // Not for long: handlers that hold their slots a while must not
-                        // leave the queue unread.
-                        match tokio::time::timeout(GATHER_SLOTS, self.acquire_batch()).await {
-                            Ok(permits) => permits,
-                            Err(_) => self.acquire_permits().await,
+                let first = receives.is_empty();
+                let acquire = async {
+                    match (first, busy) {
+                        (true, false) => self.acquire_permits().await,
+                        (true, true) => {
+                            // Not for long: handlers that hold their slots a while must not
+                            // leave the queue unread.
+                            match tokio::time::timeout(GATHER_SLOTS, self.acquire_batch()).await {
+                                Ok(permits) => permits,
+                                Err(_) => self.acquire_permits().await,
+                            }
                         }
+                        (false, _) => self.try_acquire_batch(),
                     }
-                    (false, _) => self.try_acquire_batch(),
+                };
+                let permits = tokio::select! {
+                    permits = acquire => permits,
+                    _ = paused.wait_for(|p| *p) => break,
                 };
                 let Some(permits) = permits else {
                     if receives.is_empty() {
@@ -144,7 +182,14 @@ impl Receiver {
                 };
                 receives.push(self.receive_once(permits, timeout, &backoffs));
             }
-            let Some(outcome) = receives.next().await else {
+            if receives.is_empty() {
+                continue; // paused while waiting for a slot
+            }
+            let outcome = tokio::select! {
+                outcome = receives.next() => outcome,
+                _ = paused.wait_for(|p| *p) => continue,
+            };
+            let Some(outcome) = outcome else {
                 continue;
             };
             match outcome? {
@@ -178,6 +223,8 @@ impl Receiver {
             max_messages: u32::try_from(permits.len()).unwrap_or(settings.batch_size),
             wait: settings.wait_time,
             visibility: settings.visibility_timeout,
+            message_attribute_names: &settings.message_attribute_names,
+            system_attribute_names: &settings.system_attribute_names,
         };
         let result = self.queue.receive(request).await;
         let backoffs = || backoffs.lock().unwrap_or_else(PoisonError::into_inner);
@@ -212,13 +259,13 @@ impl Receiver {
                 }))
             }
             Err(err) if err.is_fatal() => {
-                tracing::error!(queue = %self.queue.name(), error = %err, "receive failed; stopping");
+                tracing::error!(queue = %self.queue.name(), error = %err.chain(), "receive failed; stopping");
                 Err(err)
             }
             Err(err) => {
                 drop(permits);
                 let wait = backoffs().failures.next_delay();
-                tracing::warn!(error = %err, retry_in = ?wait, "receive failed; retrying");
+                tracing::warn!(error = %err.chain(), retry_in = ?wait, "receive failed; retrying");
                 sleep(wait).await;
                 Ok(Answer::Nothing)
             }
@@ -277,7 +324,7 @@ impl Receiver {
                         Err(err) if err.is_fatal() => return Err(err),
                         Err(err) => {
                             let wait = backoff.next_delay();
-                            tracing::warn!(error = %err, retry_in = ?wait, "reading the queue's visibility timeout failed; retrying");
+                            tracing::warn!(error = %err.chain(), retry_in = ?wait, "reading the queue's visibility timeout failed; retrying");
                             sleep(wait).await;
                         }
                     }

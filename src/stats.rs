@@ -5,7 +5,7 @@ use std::time::Duration;
 
 /// A snapshot of a consumer's counters, from [`Consumer::stats`](crate::Consumer::stats).
 ///
-/// Counters only grow (except `in_flight`), from the moment the consumer was built, across
+/// Counters only grow (except `in_flight` and `reserved`), from the moment the consumer was built, across
 /// every `run`, `run_until` and `stream` of it. Reading them costs a few atomic loads.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -40,9 +40,17 @@ pub struct Stats {
     pub handler_errors: u64,
     /// Handlers that panicked.
     pub handler_panics: u64,
+    /// Handlers (or batch handlers) stopped by the consumer's `handler_timeout`.
+    pub handler_timeouts: u64,
+    /// Deliveries whose handler returned `Ok` without settling them, in `AckMode::Manual`:
+    /// they get the retry policy, and by default come back when their visibility lapses.
+    pub unsettled: u64,
     /// Deliveries held right now (handlers running, FIFO deliveries waiting their turn, and
     /// deliveries moved elsewhere and not yet settled or dropped).
     pub in_flight: u64,
+    /// `max_in_flight` slots taken right now by receives under way, for the messages they
+    /// may bring.
+    pub reserved: u64,
     /// Redeliveries of messages whose ack had failed because their delivery was lost: deleted
     /// on arrival without calling the handler again.
     pub skipped_redeliveries: u64,
@@ -61,6 +69,8 @@ pub(crate) enum Counter {
     Capped,
     HandlerErrors,
     HandlerPanics,
+    HandlerTimeouts,
+    Unsettled,
     SkippedRedeliveries,
 }
 
@@ -73,6 +83,8 @@ pub(crate) struct Counters {
     counts: [AtomicU64; COUNTERS],
     /// Nanoseconds.
     worst_extension_delay: AtomicU64,
+    /// Deliveries alive right now.
+    held: AtomicU64,
 }
 
 impl Counters {
@@ -82,6 +94,20 @@ impl Counters {
         self.counts[counter as usize].fetch_add(1, Ordering::Relaxed) + 1
     }
 
+    /// A delivery starts (`true`) or is dropped (`false`).
+    pub(crate) fn hold(&self, start: bool) {
+        if start {
+            self.held.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.held.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Deliveries alive right now.
+    pub(crate) fn held(&self) -> u64 {
+        self.held.load(Ordering::Relaxed)
+    }
+
     /// Records how long after it was due an extension was done (or gave up).
     pub(crate) fn extension_delay(&self, delay: Duration) {
         let nanos = u64::try_from(delay.as_nanos()).unwrap_or(u64::MAX);
@@ -89,7 +115,10 @@ impl Counters {
             .fetch_max(nanos, Ordering::Relaxed);
     }
 
-    pub(crate) fn snapshot(&self, in_flight: u64) -> Stats {
+    /// A snapshot; `slots` is how many `max_in_flight` slots are taken (held deliveries and
+    /// receives under way).
+    pub(crate) fn snapshot(&self, slots: u64) -> Stats {
+        let in_flight = self.held();
         let get = |c: Counter| self.counts[c as usize].load(Ordering::Relaxed);
         Stats {
             received: get(Counter::Received),
@@ -105,7 +134,10 @@ impl Counters {
             capped: get(Counter::Capped),
             handler_errors: get(Counter::HandlerErrors),
             handler_panics: get(Counter::HandlerPanics),
+            handler_timeouts: get(Counter::HandlerTimeouts),
+            unsettled: get(Counter::Unsettled),
             in_flight,
+            reserved: slots.saturating_sub(in_flight),
             skipped_redeliveries: get(Counter::SkippedRedeliveries),
         }
     }
@@ -123,9 +155,12 @@ mod tests {
         c.bump(Counter::SkippedRedeliveries);
         c.extension_delay(Duration::from_millis(7));
         c.extension_delay(Duration::from_millis(3));
+        c.hold(true);
+        c.hold(true);
+        c.hold(false);
         let s = c.snapshot(4);
         assert_eq!((s.acked, s.skipped_redeliveries, s.received), (2, 1, 0));
         assert_eq!(s.worst_extension_delay, Duration::from_millis(7));
-        assert_eq!(s.in_flight, 4);
+        assert_eq!((s.in_flight, s.reserved), (1, 3));
     }
 }

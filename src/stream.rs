@@ -1,49 +1,111 @@
-//! `DeliveryStream`: a consumer's deliveries as a `Stream`.
+//! `DeliveryStream`: a consumer's deliveries as a `Stream`, with an optional graceful end.
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 
+use futures_util::future::BoxFuture;
+use futures_util::task::AtomicWaker;
 use futures_util::Stream;
-use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::delivery::Delivery;
-use crate::dispatch::{Dispatch, Engine};
+use crate::dispatch::{Dispatch, Engine, Run};
 use crate::error::Error;
 
 /// The deliveries of a [`Consumer`](crate::Consumer), from
-/// [`Consumer::stream`](crate::Consumer::stream).
+/// [`Consumer::stream`](crate::Consumer::stream) or
+/// [`Consumer::stream_until`](crate::Consumer::stream_until).
 pub struct DeliveryStream {
-    rx: mpsc::UnboundedReceiver<Result<Delivery, Error>>,
+    inbox: Arc<Inbox>,
     pump: AbortHandle,
     _shutdown: DropGuard,
 }
 
+/// What the pump has handed out and the stream has not yielded yet.
+#[derive(Default)]
+struct Inbox {
+    items: Mutex<VecDeque<Result<Delivery, Error>>>,
+    waker: AtomicWaker,
+    closed: AtomicBool,
+}
+
+impl Inbox {
+    fn push(&self, item: Result<Delivery, Error>) {
+        self.lock().push_back(item);
+        self.waker.wake();
+    }
+
+    /// Drops the deliveries not yielded yet (their run is shutting down: each is released at
+    /// once); errors stay to be yielded.
+    fn release_buffered(&self) {
+        let released: VecDeque<Result<Delivery, Error>> = {
+            let mut items = self.lock();
+            let (errors, deliveries) = std::mem::take(&mut *items)
+                .into_iter()
+                .partition(Result::is_err);
+            *items = errors;
+            deliveries
+        };
+        // Dropped outside the lock.
+        drop(released);
+    }
+
+    fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        self.waker.wake();
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Result<Delivery, Error>>> {
+        self.items.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
 impl DeliveryStream {
-    /// Starts receiving into the stream, on a task of its own.
-    pub(crate) fn start(engine: Arc<Engine>) -> Self {
-        let (tx, rx) = mpsc::unbounded_channel();
+    /// Starts receiving into the stream, on a task of its own; with a `signal`, a graceful
+    /// shutdown when it completes.
+    pub(crate) fn start(engine: Arc<Engine>, signal: Option<BoxFuture<'static, ()>>) -> Self {
+        let inbox = Arc::new(Inbox::default());
         let shutdown = CancellationToken::new();
-        let token = shutdown.clone();
+        let (token, sink) = (shutdown.clone(), inbox.clone());
         let pump = tokio::spawn(async move {
-            let out = tx.clone();
-            let dispatch: Dispatch = Arc::new(move |d| {
-                // A send fails only once the stream is gone; the delivery is then dropped
-                // and released.
-                let _ = out.send(Ok(d));
+            let out = sink.clone();
+            let dispatch = Dispatch::Each(Arc::new(move |d| {
+                out.push(Ok(d));
                 Box::pin(std::future::ready(()))
-            });
-            engine
-                .pump(dispatch, token, |err| {
-                    let _ = tx.send(Err(err));
-                })
-                .await;
+            }));
+            let graceful = signal.is_some();
+            let signal = async {
+                match signal {
+                    Some(signal) => signal.await,
+                    None => std::future::pending().await,
+                }
+            };
+            let mut run = Run::stopped_by(token.clone());
+            let result = tokio::select! {
+                () = token.cancelled() => Ok(()),
+                () = signal => {
+                    tracing::info!(queue = %engine.queue_name(), "shutdown signal: receiving stopped");
+                    Ok(())
+                }
+                result = engine.receive(&mut run, &dispatch) => result,
+            };
+            if let Err(err) = result {
+                sink.push(Err(err));
+            }
+            if graceful && !token.is_cancelled() {
+                engine.drain_stream(run, || sink.release_buffered()).await;
+            } else {
+                engine.finish_groups(&mut run).await;
+            }
+            sink.close();
         });
         Self {
-            rx,
+            inbox,
             pump: pump.abort_handle(),
             _shutdown: shutdown.drop_guard(),
         }
@@ -53,8 +115,17 @@ impl DeliveryStream {
 impl Stream for DeliveryStream {
     type Item = Result<Delivery, Error>;
 
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        self.rx.poll_recv(cx)
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let inbox = &self.inbox;
+        inbox.waker.register(cx.waker());
+        if let Some(item) = inbox.lock().pop_front() {
+            return Poll::Ready(Some(item));
+        }
+        if inbox.closed.load(Ordering::Acquire) {
+            // Anything pushed before the close is in the queue already.
+            return Poll::Ready(inbox.lock().pop_front());
+        }
+        Poll::Pending
     }
 }
 
@@ -68,7 +139,7 @@ impl Drop for DeliveryStream {
 impl fmt::Debug for DeliveryStream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("DeliveryStream")
-            .field("buffered", &self.rx.len())
+            .field("buffered", &self.inbox.lock().len())
             .finish_non_exhaustive()
     }
 }

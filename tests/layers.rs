@@ -46,7 +46,14 @@ const LAYERS: &[(&str, &[&str])] = &[
     ),
     (
         "engine",
-        &["handler.rs", "fifo.rs", "receiver.rs", "dispatch.rs"],
+        &[
+            "handler.rs",
+            "batch_handler.rs",
+            "handling.rs",
+            "fifo.rs",
+            "receiver.rs",
+            "dispatch.rs",
+        ],
     ),
     ("API", &["config.rs", "consumer.rs", "stream.rs", "lib.rs"]),
 ];

@@ -23,7 +23,7 @@ use crate::error::Error;
 use crate::limits::{MAX_BATCH, MAX_WAIT_SECS};
 use crate::memory::counts::{Action, RequestCounts};
 use crate::memory::faults::{Fault, Faults, InjectedFaults};
-use crate::memory::model::{refuse, Outgoing, Rules, State};
+use crate::memory::model::{refuse, Outgoing, Rules, Selection, State};
 use crate::queue::{BatchEntry, BatchResult};
 
 /// An in-memory SQS queue, for tests, examples and local development.
@@ -83,6 +83,7 @@ pub(crate) struct Settings {
 #[derive(Debug, Clone, Default)]
 pub struct SendOptions {
     delay: Option<Duration>,
+    attributes: Vec<(String, String)>,
     group_id: Option<String>,
     deduplication_id: Option<String>,
 }
@@ -98,6 +99,13 @@ impl SendOptions {
     #[must_use]
     pub fn delay(mut self, delay: Duration) -> Self {
         self.delay = Some(delay);
+        self
+    }
+
+    /// A string message attribute (at most 10 per message, as SQS allows). Defaults to none.
+    #[must_use]
+    pub fn message_attribute(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.attributes.push((name.into(), value.into()));
         self
     }
 
@@ -196,6 +204,7 @@ impl MemoryQueue {
         let outgoing = Outgoing {
             body: body.into(),
             delay: options.delay,
+            attributes: options.attributes,
             group_id: options.group_id,
             deduplication_id: options.deduplication_id,
         };
@@ -220,6 +229,18 @@ impl MemoryQueue {
         max_messages: u32,
         wait: Duration,
         visibility: Option<Duration>,
+    ) -> Result<Vec<Message>, Error> {
+        self.receive_selected(max_messages, wait, visibility, Selection::ALL)
+            .await
+    }
+
+    /// A receive that returns only the attributes `select` names.
+    pub(crate) async fn receive_selected(
+        &self,
+        max_messages: u32,
+        wait: Duration,
+        visibility: Option<Duration>,
+        select: Selection<'_>,
     ) -> Result<Vec<Message>, Error> {
         const RECEIVE: Action = Action::ReceiveMessage;
         self.lock().request(RECEIVE)?;
@@ -259,7 +280,7 @@ impl MemoryQueue {
             tokio::pin!(changed);
             changed.as_mut().enable();
             let (messages, wake) =
-                self.receive_pass(max_messages as usize, visibility, requested_at);
+                self.receive_pass(max_messages as usize, visibility, select, requested_at);
             let now = Instant::now();
             if !messages.is_empty() || now >= until {
                 if !half.is_zero() {
@@ -280,6 +301,7 @@ impl MemoryQueue {
         &self,
         max: usize,
         visibility: Duration,
+        select: Selection<'_>,
         requested_at: Instant,
     ) -> (Vec<Message>, Option<Instant>) {
         let settings = &self.inner.settings;
@@ -288,6 +310,7 @@ impl MemoryQueue {
             self.inner.id,
             max,
             visibility,
+            select,
             requested_at,
             Instant::now(),
         );

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use aws_sdk_sqs::types::{Message, MessageSystemAttributeName as Attr};
+use aws_sdk_sqs::types::{Message, MessageAttributeValue, MessageSystemAttributeName as Attr};
 use tokio::time::Instant;
 
 use crate::backoff::random_u64;
@@ -59,6 +59,8 @@ pub(crate) struct Stored {
     group: Option<String>,
     dedup_id: Option<String>,
     dead_letter_source: Option<String>,
+    /// String message attributes, by name.
+    attributes: Vec<(String, String)>,
 }
 
 impl Stored {
@@ -75,8 +77,46 @@ impl Stored {
 pub(crate) struct Outgoing {
     pub(crate) body: String,
     pub(crate) delay: Option<Duration>,
+    pub(crate) attributes: Vec<(String, String)>,
     pub(crate) group_id: Option<String>,
     pub(crate) deduplication_id: Option<String>,
+}
+
+/// Which attributes a receive asks for.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Selection<'a> {
+    /// `MessageAttributeNames`: `All`, `.*`, names, or `prefix.*`; `None`: all.
+    pub(crate) message: Option<&'a [String]>,
+    /// `MessageSystemAttributeNames`; `None`: all.
+    pub(crate) system: Option<&'a [Attr]>,
+}
+
+impl Selection<'_> {
+    /// Every attribute.
+    pub(crate) const ALL: Selection<'static> = Selection {
+        message: None,
+        system: None,
+    };
+
+    fn message_attribute(&self, name: &str) -> bool {
+        let Some(names) = self.message else {
+            return true;
+        };
+        names.iter().any(|s| match s.as_str() {
+            "All" | ".*" => true,
+            s => match s.strip_suffix(".*") {
+                Some(prefix) => name
+                    .strip_prefix(prefix)
+                    .is_some_and(|rest| rest.starts_with('.')),
+                None => s == name,
+            },
+        })
+    }
+
+    fn system_attribute(&self, name: &Attr) -> bool {
+        self.system
+            .is_none_or(|names| names.iter().any(|s| s == name || *s == Attr::All))
+    }
 }
 
 /// What one pass of a receive found.
@@ -162,6 +202,13 @@ impl State {
         };
         let mut dedup_key = None;
         if rules.fifo {
+            if m.attributes.len() > 10 {
+                return Err(refuse(
+                    SEND,
+                    "InvalidParameterValue",
+                    "a message takes at most 10 message attributes",
+                ));
+            }
             if m.group_id.is_none() {
                 return Err(refuse(
                     SEND,
@@ -203,6 +250,7 @@ impl State {
             group: m.group_id,
             dedup_id: m.deduplication_id,
             dead_letter_source: None,
+            attributes: m.attributes,
         });
         Ok(id)
     }
@@ -214,14 +262,16 @@ impl State {
     }
 
     /// One pass over the queue for a receive of up to `max` messages, hiding each for
-    /// `visibility`. `requested_at` is when the request arrived: SQS counts the 12-hour limit
-    /// from it.
+    /// `visibility`, with the attributes `select` asks for. `requested_at` is when the request
+    /// arrived: SQS counts the 12-hour limit from it.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn receive(
         &mut self,
         rules: &Rules,
         queue_id: u64,
         max: usize,
         visibility: Duration,
+        select: Selection<'_>,
         requested_at: Instant,
         now: Instant,
     ) -> Pass {
@@ -269,7 +319,7 @@ impl State {
             m.received_at = Some(requested_at);
             m.first_receive_ms.get_or_insert_with(epoch_ms);
             m.available_at = now + visibility;
-            messages.push(to_message(m, *seq, receipt, rules.fifo));
+            messages.push(to_message(m, *seq, receipt, rules.fifo, select));
         }
         let dead = dead
             .into_iter()
@@ -456,27 +506,44 @@ fn parse_receipt(queue_id: u64, receipt: &str, action: Action) -> Result<u64, Er
     }
 }
 
-fn to_message(m: &Stored, seq: u64, receipt: String, fifo: bool) -> Message {
+fn to_message(m: &Stored, seq: u64, receipt: String, fifo: bool, select: Selection<'_>) -> Message {
     let mut b = Message::builder()
         .message_id(&m.id)
         .receipt_handle(receipt)
-        .body(&m.body)
-        .attributes(Attr::ApproximateReceiveCount, m.receive_count.to_string())
-        .attributes(Attr::SentTimestamp, m.sent_ms.to_string());
-    if let Some(first) = m.first_receive_ms {
-        b = b.attributes(Attr::ApproximateFirstReceiveTimestamp, first.to_string());
-    }
-    if let Some(g) = &m.group {
-        b = b.attributes(Attr::MessageGroupId, g);
-    }
-    if let Some(d) = &m.dedup_id {
-        b = b.attributes(Attr::MessageDeduplicationId, d);
-    }
-    if let Some(src) = &m.dead_letter_source {
-        b = b.attributes(Attr::DeadLetterQueueSourceArn, src);
-    }
+        .body(&m.body);
+    let mut system = vec![
+        (
+            Attr::ApproximateReceiveCount,
+            Some(m.receive_count.to_string()),
+        ),
+        (Attr::SentTimestamp, Some(m.sent_ms.to_string())),
+        (
+            Attr::ApproximateFirstReceiveTimestamp,
+            m.first_receive_ms.map(|t| t.to_string()),
+        ),
+        (Attr::MessageGroupId, m.group.clone()),
+        (Attr::MessageDeduplicationId, m.dedup_id.clone()),
+        (Attr::DeadLetterQueueSourceArn, m.dead_letter_source.clone()),
+    ];
     if fifo {
-        b = b.attributes(Attr::SequenceNumber, format!("{seq:020}"));
+        system.push((Attr::SequenceNumber, Some(format!("{seq:020}"))));
+    }
+    for (name, value) in system {
+        if let Some(value) = value.filter(|_| select.system_attribute(&name)) {
+            b = b.attributes(name, value);
+        }
+    }
+    for (name, value) in &m.attributes {
+        if !select.message_attribute(name) {
+            continue;
+        }
+        let attribute = MessageAttributeValue::builder()
+            .data_type("String")
+            .string_value(value)
+            .build();
+        if let Ok(attribute) = attribute {
+            b = b.message_attributes(name, attribute);
+        }
     }
     b.build()
 }

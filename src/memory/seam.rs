@@ -10,7 +10,7 @@ use futures_util::future::BoxFuture;
 use crate::error::Error;
 use crate::memory::counts::Action;
 use crate::memory::faults::{lost_answer, Fault};
-use crate::memory::model::refuse;
+use crate::memory::model::{refuse, Selection};
 use crate::memory::MemoryQueue;
 use crate::queue::{BatchEntry, BatchResult, Receive, Transport};
 
@@ -53,11 +53,15 @@ impl Transport for MemoryQueue {
         MemoryQueue::is_fifo(self)
     }
 
-    fn receive(&self, req: Receive) -> BoxFuture<'_, Result<Vec<Message>, Error>> {
+    fn receive<'a>(&'a self, req: Receive<'a>) -> BoxFuture<'a, Result<Vec<Message>, Error>> {
         let visibility = req
             .visibility
             .map(|secs| Duration::from_secs(u64::from(secs)));
-        let call = self.receive_with_visibility(req.max_messages, req.wait, visibility);
+        let select = Selection {
+            message: Some(req.message_attribute_names),
+            system: Some(req.system_attribute_names),
+        };
+        let call = self.receive_selected(req.max_messages, req.wait, visibility, select);
         Box::pin(self.disturbed(Action::ReceiveMessage, call))
     }
 

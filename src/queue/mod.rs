@@ -12,7 +12,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use aws_sdk_sqs::types::Message;
+use aws_sdk_sqs::types::{Message, MessageSystemAttributeName};
 use futures_util::future::BoxFuture;
 
 use crate::error::{Error, ErrorKind};
@@ -24,11 +24,15 @@ pub(crate) const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// One `ReceiveMessage` request.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Receive {
+pub(crate) struct Receive<'a> {
     pub(crate) max_messages: u32,
     pub(crate) wait: Duration,
     /// The visibility timeout to ask for, whole seconds; `None` uses the queue's own.
     pub(crate) visibility: Option<u32>,
+    /// `MessageAttributeNames`: `All`, `.*`, names, or `prefix.*`.
+    pub(crate) message_attribute_names: &'a [String],
+    /// `MessageSystemAttributeNames`.
+    pub(crate) system_attribute_names: &'a [MessageSystemAttributeName],
 }
 
 /// One entry of a `DeleteMessageBatch` or `ChangeMessageVisibilityBatch` request.
@@ -56,7 +60,7 @@ pub(crate) trait Transport: Send + Sync + 'static {
     /// `true` for a FIFO queue.
     fn is_fifo(&self) -> bool;
     /// `ReceiveMessage`.
-    fn receive(&self, request: Receive) -> BoxFuture<'_, Result<Vec<Message>, Error>>;
+    fn receive<'a>(&'a self, request: Receive<'a>) -> BoxFuture<'a, Result<Vec<Message>, Error>>;
     /// `DeleteMessageBatch`.
     fn delete_batch<'a>(&'a self, entries: &'a [BatchEntry<'a>]) -> BoxFuture<'a, BatchResult>;
     /// `ChangeMessageVisibilityBatch`.
@@ -101,7 +105,7 @@ impl Queue {
         self.fifo
     }
 
-    pub(crate) async fn receive(&self, request: Receive) -> Result<Vec<Message>, Error> {
+    pub(crate) async fn receive(&self, request: Receive<'_>) -> Result<Vec<Message>, Error> {
         let limit = request.wait + self.request_timeout;
         within(limit, "ReceiveMessage", self.transport.receive(request)).await?
     }
@@ -160,7 +164,7 @@ mod tests {
         fn is_fifo(&self) -> bool {
             false
         }
-        fn receive(&self, _: Receive) -> BoxFuture<'_, Result<Vec<Message>, Error>> {
+        fn receive<'a>(&'a self, _: Receive<'a>) -> BoxFuture<'a, Result<Vec<Message>, Error>> {
             Box::pin(std::future::pending())
         }
         fn delete_batch<'a>(&'a self, _: &'a [BatchEntry<'a>]) -> BoxFuture<'a, BatchResult> {
@@ -190,6 +194,8 @@ mod tests {
             max_messages: 10,
             wait: Duration::from_secs(20),
             visibility: None,
+            message_attribute_names: &[],
+            system_attribute_names: &[],
         };
         let err = q.receive(receive).await.unwrap_err();
         assert!(

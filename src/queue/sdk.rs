@@ -13,7 +13,7 @@ use aws_sdk_sqs::config::retry::RetryConfig;
 use aws_sdk_sqs::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_sqs::types::{
     BatchResultErrorEntry, ChangeMessageVisibilityBatchRequestEntry,
-    DeleteMessageBatchRequestEntry, Message, MessageSystemAttributeName, QueueAttributeName,
+    DeleteMessageBatchRequestEntry, Message, QueueAttributeName,
 };
 use futures_util::future::BoxFuture;
 
@@ -54,7 +54,7 @@ impl Transport for SdkQueue {
         self.url.trim_end_matches('/').ends_with(".fifo")
     }
 
-    fn receive(&self, req: Receive) -> BoxFuture<'_, Result<Vec<Message>, Error>> {
+    fn receive<'a>(&'a self, req: Receive<'a>) -> BoxFuture<'a, Result<Vec<Message>, Error>> {
         Box::pin(async move {
             let mut call = self
                 .client
@@ -62,8 +62,8 @@ impl Transport for SdkQueue {
                 .queue_url(self.url.as_ref())
                 .max_number_of_messages(to_i32(req.max_messages))
                 .wait_time_seconds(to_i32(req.wait.as_secs()))
-                .message_system_attribute_names(MessageSystemAttributeName::All)
-                .message_attribute_names("All");
+                .set_message_system_attribute_names(Some(req.system_attribute_names.to_vec()))
+                .set_message_attribute_names(Some(req.message_attribute_names.to_vec()));
             if let Some(v) = req.visibility {
                 call = call.visibility_timeout(to_i32(v));
             }
