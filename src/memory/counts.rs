@@ -74,6 +74,8 @@ pub struct RequestCounts {
     requests: [u64; ACTIONS.len()],
     deletes: u64,
     visibility_changes: u64,
+    empty_receives: u64,
+    non_empty_receives: u64,
 }
 
 impl RequestCounts {
@@ -97,6 +99,27 @@ impl RequestCounts {
     /// requests plus `ChangeMessageVisibilityBatch` entries.
     pub fn visibility_changes(&self) -> u64 {
         self.visibility_changes
+    }
+
+    /// `ReceiveMessage` requests that returned no message (SQS bills them too).
+    pub fn empty_receives(&self) -> u64 {
+        self.empty_receives
+    }
+
+    /// `ReceiveMessage` requests that returned at least one message. With
+    /// [`empty_receives`](RequestCounts::empty_receives) it accounts for every receive that
+    /// was answered; a receive abandoned by its caller before its answer is in neither.
+    pub fn non_empty_receives(&self) -> u64 {
+        self.non_empty_receives
+    }
+
+    /// Counts an answered receive that returned `messages` messages.
+    pub(crate) fn answered_receive(&mut self, messages: usize) {
+        if messages == 0 {
+            self.empty_receives += 1;
+        } else {
+            self.non_empty_receives += 1;
+        }
     }
 
     /// Counts one request of `action`, and the entry of a single delete or visibility change.

@@ -283,6 +283,7 @@ impl MemoryQueue {
                 self.receive_pass(max_messages as usize, visibility, select, requested_at);
             let now = Instant::now();
             if !messages.is_empty() || now >= until {
+                self.lock().answered_receive(messages.len());
                 if !half.is_zero() {
                     tokio::time::sleep(half).await;
                 }

@@ -151,6 +151,11 @@ impl State {
         self.requests
     }
 
+    /// Counts an answered receive that returned `messages` messages.
+    pub(crate) fn answered_receive(&mut self, messages: usize) {
+        self.requests.answered_receive(messages);
+    }
+
     /// A state whose random faults are drawn from `seed`.
     pub(crate) fn seeded(seed: u64) -> Self {
         Self {

@@ -4,6 +4,7 @@
 use std::collections::hash_map::RandomState;
 use std::future::Future;
 use std::hash::{BuildHasher, Hasher};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use aws_sdk_sqs::types::{Message, MessageSystemAttributeName, QueueAttributeName};
@@ -81,6 +82,36 @@ pub fn client_for(endpoint: &str) -> aws_sdk_sqs::Client {
         .endpoint_url(endpoint)
         .build();
     aws_sdk_sqs::Client::from_conf(config)
+}
+
+/// The sizes of the non-empty `ReceiveMessage` answers a client got, recorded by an
+/// interceptor.
+#[derive(Debug, Clone, Default)]
+pub struct ReceiveSizes(pub Arc<Mutex<Vec<usize>>>);
+
+impl aws_smithy_runtime_api::client::interceptors::Intercept for ReceiveSizes {
+    fn name(&self) -> &'static str {
+        "ReceiveSizes"
+    }
+
+    fn read_after_deserialization(
+        &self,
+        ctx: &aws_smithy_runtime_api::client::interceptors::context::AfterDeserializationInterceptorContextRef<'_>,
+        _: &aws_smithy_runtime_api::client::runtime_components::RuntimeComponents,
+        _: &mut aws_smithy_types::config_bag::ConfigBag,
+    ) -> Result<(), aws_smithy_runtime_api::box_error::BoxError> {
+        if let Ok(out) = ctx.output_or_error() {
+            if let Some(out) =
+                out.downcast_ref::<aws_sdk_sqs::operation::receive_message::ReceiveMessageOutput>()
+            {
+                let n = out.messages().len();
+                if n > 0 {
+                    self.0.lock().unwrap().push(n);
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Messages waiting or in flight on the server.
@@ -259,6 +290,30 @@ impl TestQueue {
         }
     }
 
+    /// A consumer builder for this queue whose non-empty receives are recorded in `sizes` (on
+    /// the server; `MemoryQueue` counts them itself: see `non_empty_receives`).
+    pub fn consumer_recording(&self, sizes: &ReceiveSizes) -> ConsumerBuilder {
+        match self {
+            TestQueue::Memory(q) => Consumer::in_memory(q),
+            TestQueue::Server { client, url } => {
+                let config = client
+                    .config()
+                    .to_builder()
+                    .interceptor(sizes.clone())
+                    .build();
+                Consumer::builder(aws_sdk_sqs::Client::from_conf(config), url.clone())
+            }
+        }
+    }
+
+    /// Receives that brought messages, as far as this side can tell.
+    pub fn non_empty_receives(&self, sizes: &ReceiveSizes) -> usize {
+        match self {
+            TestQueue::Memory(q) => q.requests().non_empty_receives() as usize,
+            TestQueue::Server { .. } => sizes.0.lock().unwrap().len(),
+        }
+    }
+
     /// A consumer builder for this queue.
     pub fn consumer(&self) -> ConsumerBuilder {
         match self {
@@ -280,6 +335,87 @@ impl TestQueue {
                     .send()
                     .await
                     .expect("SendMessage");
+            }
+        }
+    }
+
+    /// Sends `n` messages, bodies `{prefix}0`, `{prefix}1`, ...
+    pub async fn send_many(&self, prefix: &str, n: usize) {
+        match self {
+            TestQueue::Memory(q) => {
+                for i in 0..n {
+                    q.send(format!("{prefix}{i}")).unwrap();
+                }
+            }
+            TestQueue::Server { client, url } => {
+                for chunk in 0..n.div_ceil(10) {
+                    let mut call = client.send_message_batch().queue_url(url);
+                    for i in chunk * 10..(chunk * 10 + 10).min(n) {
+                        call = call.entries(
+                            aws_sdk_sqs::types::SendMessageBatchRequestEntry::builder()
+                                .id(i.to_string())
+                                .message_body(format!("{prefix}{i}"))
+                                .build()
+                                .unwrap(),
+                        );
+                    }
+                    call.send().await.expect("SendMessageBatch");
+                }
+            }
+        }
+    }
+
+    /// Sends a message with string message attributes.
+    pub async fn send_with_attributes(&self, body: &str, attributes: &[(&str, &str)]) {
+        match self {
+            TestQueue::Memory(q) => {
+                let mut options = sqs_consumer::SendOptions::new();
+                for (name, value) in attributes {
+                    options = options.message_attribute(*name, *value);
+                }
+                q.send_with(body, options).unwrap();
+            }
+            TestQueue::Server { client, url } => {
+                let mut call = client.send_message().queue_url(url).message_body(body);
+                for (name, value) in attributes {
+                    call = call.message_attributes(
+                        *name,
+                        aws_sdk_sqs::types::MessageAttributeValue::builder()
+                            .data_type("String")
+                            .string_value(*value)
+                            .build()
+                            .unwrap(),
+                    );
+                }
+                call.send().await.expect("SendMessage");
+            }
+        }
+    }
+
+    /// (visible, hidden) messages, as the queue reports them.
+    pub async fn counts(&self) -> (u64, u64) {
+        match self {
+            TestQueue::Memory(q) => (q.visible_len() as u64, q.in_flight_len() as u64),
+            TestQueue::Server { client, url } => {
+                let attrs = client
+                    .get_queue_attributes()
+                    .queue_url(url)
+                    .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
+                    .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
+                    .send()
+                    .await
+                    .expect("GetQueueAttributes");
+                let get = |name| {
+                    attrs
+                        .attributes()
+                        .and_then(|a| a.get(&name))
+                        .and_then(|v| v.parse::<u64>().ok())
+                        .unwrap_or(0)
+                };
+                (
+                    get(QueueAttributeName::ApproximateNumberOfMessages),
+                    get(QueueAttributeName::ApproximateNumberOfMessagesNotVisible),
+                )
             }
         }
     }
@@ -360,6 +496,11 @@ pub struct Taker {
 
 impl Taker {
     pub fn start(consumer: Consumer) -> Self {
+        Self::start_shared(Arc::new(consumer))
+    }
+
+    /// The same, for a consumer the test keeps using (to pause it, say).
+    pub fn start_shared(consumer: Arc<Consumer>) -> Self {
         let (tx, deliveries) = tokio::sync::mpsc::unbounded_channel::<Delivery>();
         let handler = move |d: Delivery| {
             let tx = tx.clone();

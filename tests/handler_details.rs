@@ -1,0 +1,276 @@
+//! The finer points of the handler model on a `MemoryQueue`, on tokio's paused clock: what
+//! the logs say, what `Stats` counts, deliveries moved out of their handler, FIFO groups
+//! after a timeout, batch settling in one request, and a handler cancelled by the shutdown.
+
+mod common;
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{eventually, memory_fifo, memory_queue as queue, run_while, secs};
+use sqs_consumer::{AckMode, Action, Batch, Consumer, Delivery, RetryPolicy, SendOptions};
+use tokio::sync::mpsc;
+use tokio::time::{sleep, Instant};
+
+/// How long (in virtual time) a test waits for a condition.
+const LIMIT: Duration = Duration::from_secs(1000);
+
+/// The log lines written while the returned guard lives (this thread only).
+fn capture_logs() -> (Arc<Mutex<Vec<u8>>>, tracing::subscriber::DefaultGuard) {
+    #[derive(Clone)]
+    struct Buffer(Arc<Mutex<Vec<u8>>>);
+    impl Write for Buffer {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().write(buf)
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let logs = Arc::new(Mutex::new(Vec::new()));
+    let buffer = Buffer(logs.clone());
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || buffer.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::DEBUG)
+        .finish();
+    (logs, tracing::subscriber::set_default(subscriber))
+}
+
+fn text(logs: &Arc<Mutex<Vec<u8>>>) -> String {
+    String::from_utf8_lossy(&logs.lock().unwrap()).into_owned()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_handler_error_is_logged_with_its_whole_chain() {
+    let (logs, _guard) = capture_logs();
+    let q = queue(30);
+    q.send("not json").unwrap();
+    let consumer = Consumer::in_memory(&q).build().unwrap();
+    let handler = |d: Delivery| async move {
+        let parsed: Result<u32, _> = d.body().parse::<u32>();
+        let _number = anyhow::Context::context(parsed, "bad body")?;
+        d.ack().await?;
+        Ok::<(), anyhow::Error>(())
+    };
+    run_while(
+        &consumer,
+        handler,
+        eventually("the handler failed", LIMIT, || {
+            consumer.stats().handler_errors == 1
+        }),
+    )
+    .await;
+    let text = text(&logs);
+    let line = text
+        .lines()
+        .find(|l| l.contains("handler failed"))
+        .expect("a log line");
+    assert!(
+        line.contains("bad body: invalid digit found in string"),
+        "{line}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_idle_consumer_holds_nothing_and_reserves_one_receive() {
+    let q = queue(30);
+    let consumer = Arc::new(Consumer::in_memory(&q).build().unwrap());
+    let c = consumer.clone();
+    let run = tokio::spawn(async move { c.run(|d: Delivery| d.ack()).await });
+    sleep(secs(1)).await; // in a 20 s long poll
+    let stats = consumer.stats();
+    assert_eq!((stats.in_flight, stats.reserved), (0, 10), "{stats:?}");
+    assert_eq!(consumer.in_flight(), 0);
+    run.abort();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_delivery_moved_out_of_its_handler_is_not_unsettled() {
+    let q = queue(30);
+    q.send("moved").unwrap();
+    let consumer = Consumer::in_memory(&q)
+        .retry_policy(RetryPolicy::ReleaseNow)
+        .build()
+        .unwrap();
+    let (tx, mut rx) = mpsc::unbounded_channel::<Delivery>();
+    let handler = move |d: Delivery| {
+        let tx = tx.clone();
+        async move { tx.send(d).map_err(|_| "test ended") } // Ok, still held elsewhere
+    };
+    let d = run_while(&consumer, handler, rx.recv()).await.unwrap();
+    assert_eq!(consumer.stats().unsettled, 0);
+    assert_eq!((q.visible_len(), q.in_flight_len()), (0, 1));
+    drop(d); // now the retry policy applies: released at once
+    eventually("released", LIMIT, || q.visible_len() == 1).await;
+    assert_eq!(consumer.stats().released, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn on_a_fifo_queue_a_timed_out_handler_releases_the_rest_of_its_group() {
+    let q = memory_fifo(30);
+    for body in ["g1", "g2", "g3"] {
+        q.send_with(body, SendOptions::new().group_id("g")).unwrap();
+    }
+    let consumer = Consumer::in_memory(&q)
+        .handler_timeout(secs(5))
+        .build()
+        .unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s = seen.clone();
+    let handler = move |d: Delivery| {
+        let s = s.clone();
+        async move {
+            s.lock()
+                .unwrap()
+                .push((d.body().to_owned(), d.receive_count()));
+            if d.body() == "g1" && d.receive_count() == 1 {
+                sleep(secs(3600)).await; // stopped at 5 s
+            }
+            d.ack().await
+        }
+    };
+    run_while(
+        &consumer,
+        handler,
+        eventually("drained", LIMIT, || q.is_empty()),
+    )
+    .await;
+    let seen = seen.lock().unwrap().clone();
+    // g1 timed out; g2 and g3 were released (not run out of order), then all three came back
+    // in order after g1's visibility lapsed.
+    let order: Vec<&str> = seen.iter().map(|(b, _)| b.as_str()).collect();
+    assert_eq!(order, ["g1", "g1", "g2", "g3"], "{seen:?}");
+    assert_eq!(consumer.stats().handler_timeouts, 1);
+    assert!(consumer.stats().released >= 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_batch_settles_in_one_request() {
+    let q = queue(30);
+    for i in 0..20 {
+        q.send(format!("m{i}")).unwrap();
+    }
+    let consumer = Consumer::in_memory(&q).max_in_flight(10).build().unwrap();
+    let batches = Arc::new(Mutex::new(0));
+    let b = batches.clone();
+    let handler = move |batch: Batch| {
+        let b = b.clone();
+        async move {
+            let first = {
+                let mut n = b.lock().unwrap();
+                *n += 1;
+                *n == 1
+            };
+            if first {
+                batch.release_all().await // the first ten come back at once
+            } else {
+                batch.ack_all().await
+            }
+        }
+    };
+    let run = async {
+        tokio::select! {
+            r = consumer.run_batch(handler) => panic!("{r:?}"),
+            () = eventually("drained", LIMIT, || q.is_empty()) => {}
+        }
+    };
+    run.await;
+    let r = q.requests();
+    let stats = consumer.stats();
+    assert_eq!(stats.released, 10);
+    assert_eq!(stats.acked, 20);
+    assert_eq!(
+        r.requests(Action::ChangeMessageVisibilityBatch),
+        1,
+        "ten releases in one request"
+    );
+    assert_eq!(
+        r.requests(Action::DeleteMessageBatch),
+        2,
+        "twenty deletes in two requests"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn on_success_acks_what_a_batch_handler_left_in_one_request() {
+    let q = queue(30);
+    for i in 0..10 {
+        q.send(format!("m{i}")).unwrap();
+    }
+    let consumer = Consumer::in_memory(&q)
+        .ack_mode(AckMode::OnSuccess)
+        .build()
+        .unwrap();
+    let handler = |batch: Batch| async move {
+        assert_eq!(batch.len(), 10);
+        Ok::<(), sqs_consumer::BoxError>(()) // nothing settled by hand
+    };
+    tokio::select! {
+        r = consumer.run_batch(handler) => panic!("{r:?}"),
+        () = eventually("drained", LIMIT, || q.is_empty()) => {}
+    }
+    assert_eq!(q.requests().requests(Action::DeleteMessageBatch), 1);
+    assert_eq!(consumer.stats().acked, 10);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_handler_cancelled_by_the_shutdown_after_dropping_its_delivery_releases_it() {
+    let (logs, _guard) = capture_logs();
+    let q = queue(600);
+    q.send("dropped early").unwrap();
+    let consumer = Consumer::in_memory(&q)
+        .shutdown_timeout(secs(1))
+        .build()
+        .unwrap();
+    let (started_tx, mut started) = mpsc::unbounded_channel::<()>();
+    let handler = move |d: Delivery| {
+        let started_tx = started_tx.clone();
+        async move {
+            drop(d); // unsettled; its outcome decides, but it never comes
+            let _ = started_tx.send(());
+            sleep(secs(3600)).await;
+            Ok::<(), sqs_consumer::Error>(())
+        }
+    };
+    let signal = async {
+        started.recv().await;
+    };
+    let start = Instant::now();
+    consumer.run_until(handler, signal).await.unwrap();
+    assert_eq!(start.elapsed(), secs(1), "the shutdown timeout");
+    assert_eq!(
+        q.visible_len(),
+        1,
+        "released when its handler was cancelled"
+    );
+    let text = text(&logs);
+    let waiting = text
+        .lines()
+        .find(|l| l.contains("waiting for running handlers"))
+        .expect("the shutdown log");
+    assert!(waiting.contains("running=1"), "{waiting}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_shutdown_log_counts_only_handlers_still_running() {
+    let (logs, _guard) = capture_logs();
+    let q = queue(30);
+    for i in 0..4 {
+        q.send(format!("m{i}")).unwrap();
+    }
+    let consumer = Consumer::in_memory(&q).build().unwrap();
+    consumer
+        .run_until(
+            |d: Delivery| d.ack(),
+            eventually("drained", LIMIT, || q.is_empty()),
+        )
+        .await
+        .unwrap();
+    let text = text(&logs);
+    assert!(
+        !text.contains("waiting for running handlers"),
+        "four finished handlers are not running: {text}"
+    );
+}
