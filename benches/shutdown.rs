@@ -1,4 +1,5 @@
-//! Shutdown latency: from the signal to `run_until` returning.
+//! Shutdown and pause latency: from the signal to `run_until` returning, and from `pause` to
+//! no receive under way.
 //!
 //! ```text
 //! cargo bench --bench shutdown
@@ -10,6 +11,9 @@
 //!   it. Signal to return is the time to stop receiving.
 //! - draining: N handlers are running at the signal and finish (ack) 50 ms after it. Signal
 //!   to return, minus those 50 ms, is what the shutdown itself costs.
+//! - pause: the consumer is in a 20 s long poll; `pause()` must abandon it. From the call to
+//!   no slot reserved by a receive (`Stats::reserved` 0), and from `resume()` to a receive
+//!   under way again.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -136,6 +140,38 @@ async fn draining(target: &Target, handlers: usize, run: usize) -> Duration {
     at.elapsed().saturating_sub(HANDLER_TAIL)
 }
 
+async fn pausing(target: &Target, run: usize) -> (Duration, Duration) {
+    let (builder, _) = target
+        .queue(&format!("bench-pause-{}-{run}", std::process::id()))
+        .await;
+    let consumer = Arc::new(builder.wait_time(Duration::from_secs(20)).build().unwrap());
+    let c = consumer.clone();
+    let running = tokio::spawn(async move { c.run(|d: Delivery| d.ack()).await });
+    sleep(Duration::from_millis(300)).await; // the long poll is under way
+    assert!(consumer.stats().reserved > 0);
+    // From `start` until a receive is (`true`) or is not under way; bounded to 5 s of looking.
+    let until = |reserved: bool, start: Instant| {
+        let consumer = consumer.clone();
+        async move {
+            while (consumer.stats().reserved > 0) != reserved
+                && start.elapsed() < Duration::from_secs(5)
+            {
+                tokio::task::yield_now().await;
+            }
+            start.elapsed()
+        }
+    };
+    let start = Instant::now();
+    consumer.pause();
+    let stopped = until(false, start).await;
+    sleep(Duration::from_millis(100)).await;
+    let start = Instant::now();
+    consumer.resume();
+    let restarted = until(true, start).await;
+    running.abort();
+    (stopped, restarted)
+}
+
 fn median(mut v: Vec<Duration>) -> (Duration, Duration) {
     v.sort();
     (v[v.len() / 2], v[v.len() - 1])
@@ -156,6 +192,14 @@ fn ms(d: Duration) -> f64 {
 }
 
 async fn bench(name: &str, target: Target) {
+    let (mut stops, mut restarts) = (Vec::new(), Vec::new());
+    for run in 0..IDLE_RUNS {
+        let (stop, restart) = pausing(&target, run).await;
+        stops.push(stop);
+        restarts.push(restart);
+    }
+    report(&format!("{name}: pause -> no receive under way"), stops);
+    report(&format!("{name}: resume -> a receive under way"), restarts);
     let mut v = Vec::new();
     for run in 0..IDLE_RUNS {
         v.push(idle(&target, run).await);
