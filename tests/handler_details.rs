@@ -9,7 +9,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{eventually, memory_fifo, memory_queue as queue, run_while, secs};
-use sqs_consumer::{AckMode, Action, Batch, Consumer, Delivery, RetryPolicy, SendOptions};
+use sqs_consumer::{
+    AckMode, Action, Batch, Consumer, Delivery, MemoryQueue, RetryPolicy, SendOptions,
+};
 use tokio::sync::mpsc;
 use tokio::time::{sleep, Instant};
 
@@ -273,4 +275,83 @@ async fn the_shutdown_log_counts_only_handlers_still_running() {
         !text.contains("waiting for running handlers"),
         "four finished handlers are not running: {text}"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_batch_handler_past_its_timeout_leaves_the_whole_batch_to_the_retry_policy() {
+    let q = queue(600);
+    for i in 0..3 {
+        q.send(format!("m{i}")).unwrap();
+    }
+    let consumer = Consumer::in_memory(&q)
+        .handler_timeout(secs(2))
+        .retry_policy(RetryPolicy::ReleaseNow)
+        .build()
+        .unwrap();
+    let batches = Arc::new(Mutex::new(Vec::new()));
+    let b = batches.clone();
+    let handler = move |batch: Batch| {
+        let b = b.clone();
+        async move {
+            let first = {
+                let mut seen = b.lock().unwrap();
+                seen.push((Instant::now(), batch.len()));
+                seen.len() == 1
+            };
+            if first {
+                sleep(secs(3600)).await; // hung: the whole batch is stopped at 2 s
+            }
+            batch.ack_all().await
+        }
+    };
+    let start = Instant::now();
+    tokio::select! {
+        r = consumer.run_batch(handler) => panic!("{r:?}"),
+        () = eventually("drained", LIMIT, || q.is_empty()) => {}
+    }
+    let batches = batches.lock().unwrap().clone();
+    assert_eq!(batches.len(), 2, "{batches:?}");
+    assert_eq!((batches[0].1, batches[1].1), (3, 3));
+    // Released at the timeout, received again at once (not after the 600 s visibility).
+    assert_eq!(batches[1].0 - start, secs(2));
+    let stats = consumer.stats();
+    assert_eq!(
+        (stats.handler_timeouts, stats.released, stats.acked),
+        (1, 3, 3)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn unsettled_deliveries_are_warned_about_at_powers_of_two() {
+    let (logs, _guard) = capture_logs();
+    let q = queue(600);
+    for i in 0..5 {
+        q.send(format!("m{i}")).unwrap();
+    }
+    let consumer = Consumer::in_memory(&q).build().unwrap();
+    let handler = |_d: Delivery| async move { Ok::<(), sqs_consumer::Error>(()) };
+    run_while(
+        &consumer,
+        handler,
+        eventually("five unsettled", LIMIT, || consumer.stats().unsettled == 5),
+    )
+    .await;
+    let warnings: Vec<String> = text(&logs)
+        .lines()
+        .filter(|l| l.contains("returned Ok without settling"))
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(warnings.len(), 3, "at 1, 2 and 4: {warnings:#?}");
+    assert!(warnings[0].contains("AckMode::OnSuccess"), "names the fix");
+}
+
+#[test]
+fn every_run_future_is_send() {
+    fn send<T: Send>(_: T) {}
+    let q = MemoryQueue::new();
+    let consumer = Consumer::in_memory(&q).build().unwrap();
+    send(consumer.run(|d: Delivery| d.ack()));
+    send(consumer.run_until(|d: Delivery| d.ack(), async {}));
+    send(consumer.run_batch(|b: Batch| b.ack_all()));
+    send(consumer.run_batch_until(|b: Batch| b.ack_all(), async {}));
 }
