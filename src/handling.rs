@@ -119,7 +119,7 @@ async fn outcome(
                 handed.ctx.count(Counter::HandlerTimeouts);
                 tracing::warn!(
                     timeout = ?limit,
-                    deliveries = handed.leases.len(),
+                    deliveries = handed.len(),
                     "handler timed out: stopped; what it left unsettled gets the retry policy"
                 );
                 return Outcome::TimedOut;
@@ -154,14 +154,33 @@ fn panic_message(panic: &(dyn Any + Send)) -> &str {
 /// (a shutdown past its timeout), dropping this settles them as a failure would.
 struct Handed {
     ctx: Arc<Context>,
-    leases: Vec<Arc<Lease>>,
-    /// Only in `AckMode::OnSuccess`: to remember a lost ack by its message.
-    message_ids: Vec<String>,
-    spans: Vec<Span>,
+    items: Items,
     shutdown: CancellationToken,
-    runtime: Handle,
     ack_mode: AckMode,
     settled: bool,
+}
+
+/// One delivery handed to a handler.
+struct Item {
+    lease: Arc<Lease>,
+    span: Span,
+    /// Only in `AckMode::OnSuccess`: to remember a lost ack by its message.
+    message_id: Option<String>,
+}
+
+/// The items of a single handler without an allocation, or of a batch handler.
+enum Items {
+    One([Item; 1]),
+    Many(Vec<Item>),
+}
+
+impl Items {
+    fn as_slice(&self) -> &[Item] {
+        match self {
+            Items::One(one) => one,
+            Items::Many(many) => many,
+        }
+    }
 }
 
 impl Handed {
@@ -171,33 +190,40 @@ impl Handed {
         deliveries: &[Delivery],
         ack_mode: AckMode,
     ) -> Self {
-        for d in deliveries {
+        let item = |d: &Delivery| {
             d.lease().enter_handler();
-        }
+            Item {
+                lease: d.lease().clone(),
+                span: d.span().clone(),
+                message_id: (ack_mode == AckMode::OnSuccess).then(|| d.message_id().to_owned()),
+            }
+        };
+        let items = match deliveries {
+            [one] => Items::One([item(one)]),
+            many => Items::Many(many.iter().map(item).collect()),
+        };
         Self {
             ctx,
-            leases: deliveries.iter().map(|d| d.lease().clone()).collect(),
-            message_ids: match ack_mode {
-                AckMode::OnSuccess => deliveries
-                    .iter()
-                    .map(|d| d.message_id().to_owned())
-                    .collect(),
-                AckMode::Manual => Vec::new(),
-            },
-            spans: deliveries.iter().map(|d| d.span().clone()).collect(),
+            items,
             shutdown,
-            runtime: Handle::current(),
             ack_mode,
             settled: false,
         }
+    }
+
+    fn len(&self) -> usize {
+        self.items.as_slice().len()
     }
 
     /// Settles what the handler dropped unsettled, as `outcome` and the ack mode say; a
     /// delivery it still holds elsewhere decides for itself from now on.
     async fn settle(mut self, outcome: Outcome) {
         self.settled = true;
-        let abandoned: Vec<usize> = (0..self.leases.len())
-            .filter(|&i| self.leases[i].leave_handler())
+        let abandoned: Vec<&Item> = self
+            .items
+            .as_slice()
+            .iter()
+            .filter(|item| item.lease.leave_handler())
             .collect();
         if abandoned.is_empty() {
             return;
@@ -205,11 +231,11 @@ impl Handed {
         match (outcome, self.ack_mode) {
             (Outcome::Ok, AckMode::OnSuccess) => self.ack(&abandoned).await,
             (Outcome::Ok, AckMode::Manual) => {
-                for &i in &abandoned {
+                for item in abandoned {
                     let n = self.ctx.count(Counter::Unsettled);
                     if n.is_power_of_two() {
                         tracing::warn!(
-                            parent: &self.spans[i],
+                            parent: &item.span,
                             unsettled = n,
                             "the handler returned Ok without settling its delivery: call \
                              delivery.ack() (or release) in the handler, or build the consumer \
@@ -217,50 +243,55 @@ impl Handed {
                              policy and comes back"
                         );
                     }
-                    self.release(i);
+                    self.release(item);
                 }
             }
             _ => {
-                for &i in &abandoned {
-                    self.release(i);
+                for item in abandoned {
+                    self.release(item);
                 }
             }
         }
     }
 
-    /// Acks the abandoned deliveries at `indices` together.
-    async fn ack(&self, indices: &[usize]) {
-        let items = indices
+    /// Acks the abandoned deliveries together.
+    async fn ack(&self, abandoned: &[&Item]) {
+        let receipts = abandoned
             .iter()
-            .map(|&i| (self.leases[i].receipt().to_owned(), || true))
+            .map(|item| (item.lease.receipt().to_owned(), || true))
             .collect();
-        let results = self.ctx.delete_all(items).await;
-        for (&i, result) in indices.iter().zip(results) {
-            let lease = &self.leases[i];
+        let results = self.ctx.delete_all(receipts).await;
+        for (item, result) in abandoned.iter().zip(results) {
             match result {
                 Ok(()) => {
-                    lease.acked();
+                    item.lease.acked();
                     self.ctx.count(Counter::Acked);
-                    tracing::debug!(parent: &self.spans[i], "acked (AckMode::OnSuccess)");
+                    tracing::debug!(parent: &item.span, "acked (AckMode::OnSuccess)");
                 }
                 Err(err) => {
                     if let Some(ErrorKind::Lost(reason)) = err.kind() {
-                        lease.mark_lost(reason);
-                        self.ctx.remember_lost_ack(&self.message_ids[i]);
+                        item.lease.mark_lost(reason);
+                        if let Some(id) = &item.message_id {
+                            self.ctx.remember_lost_ack(id);
+                        }
                     }
-                    lease.end();
-                    tracing::warn!(parent: &self.spans[i], error = %err.chain(), "acking a delivery its handler left unsettled failed; the message comes back when its visibility lapses");
+                    item.lease.end();
+                    tracing::warn!(parent: &item.span, error = %err.chain(), "acking a delivery its handler left unsettled failed; the message comes back when its visibility lapses");
                 }
             }
         }
     }
 
-    fn release(&self, i: usize) {
-        self.leases[i].release_unsettled(
-            self.shutdown.is_cancelled(),
-            &self.runtime,
-            &self.spans[i],
-        );
+    /// Applies the retry policy to an abandoned delivery (at once during a shutdown). Without
+    /// a runtime (it is shutting down) the message comes back when its visibility lapses.
+    fn release(&self, item: &Item) {
+        match Handle::try_current() {
+            Ok(runtime) => {
+                item.lease
+                    .release_unsettled(self.shutdown.is_cancelled(), &runtime, &item.span);
+            }
+            Err(_) => item.lease.end(),
+        }
     }
 }
 
@@ -270,9 +301,9 @@ impl Drop for Handed {
             return;
         }
         // The handler's task was cancelled before its outcome: as for a failure.
-        for i in 0..self.leases.len() {
-            if self.leases[i].leave_handler() {
-                self.release(i);
+        for item in self.items.as_slice() {
+            if item.lease.leave_handler() {
+                self.release(item);
             }
         }
     }

@@ -156,14 +156,19 @@ impl Lease {
     }
 
     /// Applies `change` to the state if `from` accepts the current one; returns whether it did.
+    ///
+    /// Watchers (`lost()`, `ended()`) are woken only for the states they wait for: the others
+    /// change often (every delivery goes through `InHandler` and `Settling`) and waking costs.
     fn transition(&self, from: impl Fn(State) -> bool, change: impl Fn(State) -> State) -> bool {
+        let mut applied = false;
         self.status.send_if_modified(|s| {
-            let applies = from(s.state);
-            if applies {
+            applied = from(s.state);
+            if applied {
                 s.state = change(s.state);
             }
-            applies
-        })
+            applied && watched(s.state)
+        });
+        applied
     }
 
     /// The delivery goes to a handler, whose outcome decides what an unsettled drop means.
@@ -216,7 +221,8 @@ impl Lease {
     /// The delivery was dropped: what is left to do.
     pub(crate) fn drop_delivery(&self) -> Dropped {
         let mut dropped = Dropped::Settled;
-        self.status.send_modify(|s| {
+        self.status.send_if_modified(|s| {
+            let before = s.state;
             s.state = match s.state {
                 State::Held => {
                     dropped = Dropped::Unsettled;
@@ -230,7 +236,8 @@ impl Lease {
                 other => State::Ended {
                     lost: lost_reason(other),
                 },
-            }
+            };
+            s.state != before && watched(s.state)
         });
         dropped
     }
@@ -313,6 +320,11 @@ impl Lease {
             }
         }
     }
+}
+
+/// A state that `lost()` or `ended()` waits for.
+fn watched(state: State) -> bool {
+    matches!(state, State::Lost(_) | State::Acked | State::Ended { .. })
 }
 
 /// Held, whoever decides about an unsettled drop.

@@ -113,6 +113,11 @@ impl Selection<'_> {
         })
     }
 
+    /// `true` when every system attribute is asked for.
+    fn all_system(&self) -> bool {
+        self.system.is_none_or(|names| names.contains(&Attr::All))
+    }
+
     fn system_attribute(&self, name: &Attr) -> bool {
         self.system
             .is_none_or(|names| names.iter().any(|s| s == name || *s == Attr::All))
@@ -516,27 +521,34 @@ fn to_message(m: &Stored, seq: u64, receipt: String, fifo: bool, select: Selecti
         .message_id(&m.id)
         .receipt_handle(receipt)
         .body(&m.body);
-    let mut system = vec![
-        (
-            Attr::ApproximateReceiveCount,
-            Some(m.receive_count.to_string()),
-        ),
-        (Attr::SentTimestamp, Some(m.sent_ms.to_string())),
-        (
-            Attr::ApproximateFirstReceiveTimestamp,
-            m.first_receive_ms.map(|t| t.to_string()),
-        ),
-        (Attr::MessageGroupId, m.group.clone()),
-        (Attr::MessageDeduplicationId, m.dedup_id.clone()),
-        (Attr::DeadLetterQueueSourceArn, m.dead_letter_source.clone()),
-    ];
-    if fifo {
-        system.push((Attr::SequenceNumber, Some(format!("{seq:020}"))));
-    }
-    for (name, value) in system {
-        if let Some(value) = value.filter(|_| select.system_attribute(&name)) {
-            b = b.attributes(name, value);
+    let all = select.all_system();
+    let add = |b: aws_sdk_sqs::types::builders::MessageBuilder, name: Attr, value: String| {
+        if all || select.system_attribute(&name) {
+            b.attributes(name, value)
+        } else {
+            b
         }
+    };
+    b = add(
+        b,
+        Attr::ApproximateReceiveCount,
+        m.receive_count.to_string(),
+    );
+    b = add(b, Attr::SentTimestamp, m.sent_ms.to_string());
+    if let Some(first) = m.first_receive_ms {
+        b = add(b, Attr::ApproximateFirstReceiveTimestamp, first.to_string());
+    }
+    if let Some(g) = &m.group {
+        b = add(b, Attr::MessageGroupId, g.clone());
+    }
+    if let Some(d) = &m.dedup_id {
+        b = add(b, Attr::MessageDeduplicationId, d.clone());
+    }
+    if let Some(src) = &m.dead_letter_source {
+        b = add(b, Attr::DeadLetterQueueSourceArn, src.clone());
+    }
+    if fifo {
+        b = add(b, Attr::SequenceNumber, format!("{seq:020}"));
     }
     for (name, value) in &m.attributes {
         if !select.message_attribute(name) {
