@@ -69,13 +69,20 @@ pub(crate) async fn run_group<F>(
             break;
         }
     }
-    if !group.is_empty() {
+    release_waiting(group).await;
+}
+
+/// Releases deliveries that were waiting their turn in a FIFO group whose order broke (or
+/// whose run is shutting down), so that SQS delivers them again in order.
+async fn release_waiting(waiting: impl IntoIterator<Item = Delivery>) {
+    let waiting: Vec<Delivery> = waiting.into_iter().collect();
+    if !waiting.is_empty() {
         tracing::debug!(
-            count = group.len(),
-            "releasing the rest of a FIFO message group, to keep its order"
+            count = waiting.len(),
+            "releasing the rest of FIFO message groups, to keep their order"
         );
     }
-    for d in group {
+    for d in waiting {
         if let Err(err) = d.release().await {
             tracing::warn!(error = %err.chain(), "releasing a waiting FIFO delivery failed; it returns when its visibility lapses");
         }
@@ -133,16 +140,5 @@ pub(crate) async fn run_batches<F>(
         }
         going = next;
     }
-    let rest: Vec<Delivery> = stopped.into_iter().flatten().collect();
-    if !rest.is_empty() {
-        tracing::debug!(
-            count = rest.len(),
-            "releasing the rest of FIFO message groups, to keep their order"
-        );
-    }
-    for d in rest {
-        if let Err(err) = d.release().await {
-            tracing::warn!(error = %err.chain(), "releasing a waiting FIFO delivery failed; it returns when its visibility lapses");
-        }
-    }
+    release_waiting(stopped.into_iter().flatten()).await;
 }

@@ -3,6 +3,7 @@
 //! resume, and a stream's graceful end. Figures are printed
 //! (`cargo test --test handler_model -- --nocapture`).
 
+#[macro_use]
 mod common;
 
 use std::collections::{BTreeMap, HashMap};
@@ -21,24 +22,6 @@ const T: u64 = 2;
 
 /// How long a scenario may wait for what it expects.
 const LIMIT: Duration = Duration::from_secs(30);
-
-macro_rules! on_both {
-    ($($name:ident),* $(,)?) => {$(
-        mod $name {
-            use super::*;
-
-            #[tokio::test(start_paused = true)]
-            async fn memory() {
-                super::$name(Kind::Memory).await;
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn server() {
-                super::$name(Kind::Server).await;
-            }
-        }
-    )*};
-}
 
 on_both!(
     a_handler_past_its_timeout_is_stopped_and_its_message_comes_back_after_its_timeout,
@@ -66,17 +49,9 @@ fn seen(calls: &Calls, body: &str) -> u32 {
     calls.lock().unwrap().get(body).copied().unwrap_or(0)
 }
 
-async fn a_handler_past_its_timeout_is_stopped_and_its_message_comes_back_after_its_timeout(
-    kind: Kind,
-) {
-    let q = TestQueue::new(kind, T).await;
-    q.send("hangs").await;
-    let consumer = q
-        .consumer()
-        .wait_time(secs(1))
-        .handler_timeout(secs(1))
-        .build()
-        .unwrap();
+/// Runs `consumer` with a handler that hangs on its first delivery of "hangs" (the timeout
+/// stops it) and acks the next one; returns when each came.
+async fn hung_once_then_acked(consumer: &sqs_consumer::Consumer) -> Vec<Instant> {
     let calls: Calls = Arc::default();
     let times = Arc::new(Mutex::new(Vec::new()));
     let handler = {
@@ -99,8 +74,23 @@ async fn a_handler_past_its_timeout_is_stopped_and_its_message_comes_back_after_
             sleep(Duration::from_millis(50)).await;
         }
     };
-    common::run_while(&consumer, handler, done).await;
+    common::run_while(consumer, handler, done).await;
     let times = times.lock().unwrap().clone();
+    times
+}
+
+async fn a_handler_past_its_timeout_is_stopped_and_its_message_comes_back_after_its_timeout(
+    kind: Kind,
+) {
+    let q = TestQueue::new(kind, T).await;
+    q.send("hangs").await;
+    let consumer = q
+        .consumer()
+        .wait_time(secs(1))
+        .handler_timeout(secs(1))
+        .build()
+        .unwrap();
+    let times = hung_once_then_acked(&consumer).await;
     let stats = consumer.stats();
     assert_eq!(stats.handler_timeouts, 1, "{stats:?}");
     // Stopped at 1 s; left to its timeout (extended at T/2 = 1 s, so it lapses at about
@@ -126,30 +116,7 @@ async fn a_handler_past_its_timeout_with_release_now_gives_its_message_back_at_o
         .retry_policy(RetryPolicy::ReleaseNow)
         .build()
         .unwrap();
-    let calls: Calls = Arc::default();
-    let times = Arc::new(Mutex::new(Vec::new()));
-    let handler = {
-        let (calls, times) = (calls.clone(), times.clone());
-        move |d: Delivery| {
-            let (calls, times) = (calls.clone(), times.clone());
-            async move {
-                times.lock().unwrap().push(Instant::now());
-                if count(&calls, d.body()) == 1 {
-                    sleep(secs(3600)).await;
-                }
-                d.ack().await
-            }
-        }
-    };
-    let start = Instant::now();
-    let done = async {
-        while seen(&calls, "hangs") < 2 {
-            assert!(start.elapsed() < LIMIT, "not received again");
-            sleep(Duration::from_millis(50)).await;
-        }
-    };
-    common::run_while(&consumer, handler, done).await;
-    let times = times.lock().unwrap().clone();
+    let times = hung_once_then_acked(&consumer).await;
     // Released at the timeout (1 s): back long before its 30 s visibility would lapse.
     let again = times[1] - times[0];
     assert!(

@@ -1,6 +1,7 @@
 //! One scenario suite, run against both `MemoryQueue` (paused clock) and the SQS-compatible
 //! test server (real time), so the in-memory model is checked against a real server.
 
+#[macro_use]
 mod common;
 
 use std::collections::HashMap;
@@ -23,24 +24,6 @@ fn slack(kind: Kind) -> Duration {
         Kind::Memory => Duration::ZERO,
         Kind::Server => secs(2),
     }
-}
-
-macro_rules! on_both {
-    ($($name:ident),* $(,)?) => {$(
-        mod $name {
-            use super::*;
-
-            #[tokio::test(start_paused = true)]
-            async fn memory() {
-                super::$name(Kind::Memory).await;
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn server() {
-                super::$name(Kind::Server).await;
-            }
-        }
-    )*};
 }
 
 on_both!(

@@ -14,6 +14,27 @@ use tokio::time::sleep;
 pub mod faults;
 pub mod sdk;
 
+/// Runs each scenario `name(kind)` twice: on `MemoryQueue` (paused clock) and on the test
+/// server (real time), as `name::memory` and `name::server`.
+#[macro_export]
+macro_rules! on_both {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            use super::*;
+
+            #[tokio::test(start_paused = true)]
+            async fn memory() {
+                super::$name(Kind::Memory).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn server() {
+                super::$name(Kind::Server).await;
+            }
+        }
+    )*};
+}
+
 /// Where a scenario runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -148,20 +169,26 @@ pub async fn server_queue_with(client: &aws_sdk_sqs::Client, messages: usize) ->
         .unwrap()
         .queue_url
         .unwrap();
-    for chunk in 0..messages.div_ceil(10) {
-        let mut call = client.send_message_batch().queue_url(&url);
-        for i in chunk * 10..(chunk * 10 + 10).min(messages) {
+    send_batches(client, &url, "m", messages).await;
+    url
+}
+
+/// Sends `n` messages to the server queue at `url`, bodies `{prefix}0`, `{prefix}1`, ..., ten
+/// at a time.
+pub async fn send_batches(client: &aws_sdk_sqs::Client, url: &str, prefix: &str, n: usize) {
+    for chunk in 0..n.div_ceil(10) {
+        let mut call = client.send_message_batch().queue_url(url);
+        for i in chunk * 10..(chunk * 10 + 10).min(n) {
             call = call.entries(
                 aws_sdk_sqs::types::SendMessageBatchRequestEntry::builder()
                     .id(i.to_string())
-                    .message_body(format!("m{i}"))
+                    .message_body(format!("{prefix}{i}"))
                     .build()
                     .unwrap(),
             );
         }
-        call.send().await.unwrap();
+        call.send().await.expect("SendMessageBatch");
     }
-    url
 }
 
 /// Prints a test's figures so they show in the test command's output even when the test
@@ -347,21 +374,7 @@ impl TestQueue {
                     q.send(format!("{prefix}{i}")).unwrap();
                 }
             }
-            TestQueue::Server { client, url } => {
-                for chunk in 0..n.div_ceil(10) {
-                    let mut call = client.send_message_batch().queue_url(url);
-                    for i in chunk * 10..(chunk * 10 + 10).min(n) {
-                        call = call.entries(
-                            aws_sdk_sqs::types::SendMessageBatchRequestEntry::builder()
-                                .id(i.to_string())
-                                .message_body(format!("{prefix}{i}"))
-                                .build()
-                                .unwrap(),
-                        );
-                    }
-                    call.send().await.expect("SendMessageBatch");
-                }
-            }
+            TestQueue::Server { client, url } => send_batches(client, url, prefix, n).await,
         }
     }
 
