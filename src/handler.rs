@@ -13,9 +13,14 @@ use crate::error::BoxError;
 /// converts into a [`BoxError`] (so `anyhow::Error`, `std::io::Error` and the crate's own
 /// [`Error`](crate::Error) all work). Implement it yourself when a closure is awkward.
 ///
-/// A handler error is logged with the message id. What happens to the message then is the
-/// delivery's fate: if the handler did not settle it, it is dropped, its heartbeat stops,
-/// and the message is received again once its visibility timeout lapses.
+/// A handler error is logged with the message id and its whole chain of causes. What happens
+/// to a delivery the handler did not settle follows from its outcome and the consumer's
+/// [`AckMode`](crate::AckMode): by default it gets the [`RetryPolicy`](crate::RetryPolicy)
+/// (the message is received again once its visibility timeout lapses), and an `Ok` without
+/// settling is counted and warned about; with `AckMode::OnSuccess`, `Ok` acks it. A handler
+/// that runs past the consumer's
+/// [`handler_timeout`](crate::ConsumerBuilder::handler_timeout) is stopped, as if it had
+/// failed.
 ///
 /// Handlers run on your runtime's threads, next to the heartbeats that keep their messages
 /// hidden. Do CPU-bound or blocking work in [`tokio::task::spawn_blocking`]: a handler that
