@@ -25,18 +25,18 @@ use std::future::Future;
 use std::io::Write;
 use std::time::Duration;
 
-use sqs_consumer::{BoxError, Consumer, Delivery, RetryPolicy, Stats};
+use sqs_consumer::{BoxError, Consumer, ConsumerBuilder, Delivery, RetryPolicy, Stats};
 
-/// The example itself: consumes `queue_url` through `client` until `stop`, holding each
-/// message for `hold`; writes its summary to `out` and returns the consumer's stats.
+/// The example itself: consumes with `consumer` (a builder for the queue) until `stop`,
+/// holding each message for `hold`; writes its summary to `out` and returns the consumer's
+/// stats.
 pub async fn run(
-    client: aws_sdk_sqs::Client,
-    queue_url: String,
+    consumer: ConsumerBuilder,
     hold: Duration,
     stop: impl Future<Output = ()>,
     out: &mut impl Write,
 ) -> Result<Stats, BoxError> {
-    let consumer = Consumer::builder(client, queue_url)
+    let consumer = consumer
         .max_in_flight(16)
         .shutdown_timeout(Duration::from_secs(30))
         .retry_policy(RetryPolicy::backoff(
@@ -83,12 +83,12 @@ async fn main() -> Result<(), BoxError> {
         .map(Duration::from_secs)
         .unwrap_or_default();
 
-    let config = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
-    let client = aws_sdk_sqs::Client::new(&config);
+    // Credentials, region and endpoint (AWS_ENDPOINT_URL_SQS) the standard AWS way.
+    let consumer = Consumer::from_env(queue_url).await;
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
         tracing::info!("Ctrl-C: shutting down");
     };
-    run(client, queue_url, hold, ctrl_c, &mut std::io::stdout()).await?;
+    run(consumer, hold, ctrl_c, &mut std::io::stdout()).await?;
     Ok(())
 }

@@ -9,6 +9,7 @@ use aws_sdk_sqs::types::MessageSystemAttributeName;
 use crate::consumer::{Consumer, Settings};
 use crate::error::Error;
 use crate::handling::{AckMode, HandlerSettings};
+use crate::in_flight_limit::InFlightLimit;
 use crate::limits::{self, HARD_LIMIT, MAX_BATCH, MAX_IN_FLIGHT};
 use crate::memory::MemoryQueue;
 use crate::queue::sdk::SdkQueue;
@@ -65,6 +66,37 @@ impl Consumer {
         ConsumerBuilder::new(Source::Sqs(SdkQueue::new(client, url)))
     }
 
+    /// A builder for a consumer of the queue at `queue_url`, through a client configured the
+    /// standard AWS way: credentials, region and endpoint from the environment, the shared
+    /// config and credentials files, and the instance or container role
+    /// (`aws_config::defaults`), `AWS_ENDPOINT_URL_SQS` included (so a local server needs no
+    /// code change). The client's behavior version is pinned by this crate
+    /// (`BehaviorVersion::v2026_01_12`); build your own client and use
+    /// [`builder`](Consumer::builder) to choose another.
+    ///
+    /// With the default feature `from-env`. Credential sources that need an optional
+    /// `aws-config` feature (SSO, `credential_process`) work once you enable that feature of
+    /// `aws-config` in your own `Cargo.toml`.
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), sqs_consumer::Error> {
+    /// use sqs_consumer::{Consumer, Delivery};
+    ///
+    /// let consumer = Consumer::from_env("https://sqs.eu-west-1.amazonaws.com/123456789012/jobs")
+    ///     .await
+    ///     .max_in_flight(64)
+    ///     .build()?;
+    /// consumer.run(|delivery: Delivery| delivery.ack()).await?;
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "from-env")]
+    pub async fn from_env(queue_url: impl Into<String>) -> ConsumerBuilder {
+        let config = aws_config::defaults(aws_config::BehaviorVersion::v2026_01_12())
+            .load()
+            .await;
+        Consumer::builder(aws_sdk_sqs::Client::new(&config), queue_url)
+    }
+
     /// A consumer of an in-memory queue, for tests and examples.
     pub fn in_memory(queue: &MemoryQueue) -> ConsumerBuilder {
         ConsumerBuilder::new(Source::Memory(queue.clone()))
@@ -91,6 +123,7 @@ pub struct ConsumerBuilder {
     ack_mode: AckMode,
     message_attribute_names: Vec<String>,
     system_attribute_names: Vec<MessageSystemAttributeName>,
+    in_flight_limit: Option<InFlightLimit>,
 }
 
 impl ConsumerBuilder {
@@ -109,6 +142,7 @@ impl ConsumerBuilder {
             ack_mode: AckMode::Manual,
             message_attribute_names: vec!["All".to_owned()],
             system_attribute_names: vec![MessageSystemAttributeName::All],
+            in_flight_limit: None,
         }
     }
 
@@ -217,14 +251,23 @@ impl ConsumerBuilder {
     }
 
     /// The system attributes each receive asks for (`MessageSystemAttributeNames`). The
-    /// consumer always adds the two it needs itself, `ApproximateReceiveCount` (for
-    /// [`Delivery::receive_count`](crate::Delivery::receive_count) and the retry policy) and
-    /// `MessageGroupId` (for FIFO order). Defaults to `All`.
+    /// consumer always adds the ones it needs itself: `ApproximateReceiveCount` (for
+    /// [`Delivery::receive_count`](crate::Delivery::receive_count) and the retry policy),
+    /// `MessageGroupId` (for FIFO order) and `AWSTraceHeader` (for the `delivery` span).
+    /// Defaults to `All`.
     pub fn message_system_attribute_names<I>(mut self, names: I) -> Self
     where
         I: IntoIterator<Item = MessageSystemAttributeName>,
     {
         self.system_attribute_names = names.into_iter().collect();
+        self
+    }
+
+    /// A budget of held deliveries shared with other consumers (see [`InFlightLimit`]): the
+    /// deliveries held by all of them together never exceed it. This consumer's own
+    /// [`max_in_flight`](ConsumerBuilder::max_in_flight) applies too. Defaults to none.
+    pub fn in_flight_limit(mut self, limit: &InFlightLimit) -> Self {
+        self.in_flight_limit = Some(limit.clone());
         self
     }
 
@@ -281,6 +324,14 @@ impl ConsumerBuilder {
             ));
         }
         let system_attribute_names = with_needed(self.system_attribute_names);
+        if let Some(limit) = &self.in_flight_limit {
+            limits::in_range(
+                "in_flight_limit",
+                limit.max(),
+                1..=MAX_IN_FLIGHT,
+                "1..=120000",
+            )?;
+        }
         let queue = match self.source {
             Source::Sqs(sqs) => {
                 let url = sqs.url();
@@ -308,6 +359,7 @@ impl ConsumerBuilder {
                     max_concurrent_receives,
                     message_attribute_names: self.message_attribute_names,
                     system_attribute_names,
+                    in_flight_limit: self.in_flight_limit,
                 },
                 shutdown_timeout: self.shutdown_timeout,
                 retry_policy: self.retry_policy,
@@ -320,7 +372,8 @@ impl ConsumerBuilder {
     }
 }
 
-/// `names`, with the system attributes the consumer needs added (unless `All` is there).
+/// `names`, with the system attributes the consumer needs added (unless `All` is there): the
+/// receive count and the FIFO group it works with, and the trace header its spans record.
 fn with_needed(mut names: Vec<MessageSystemAttributeName>) -> Vec<MessageSystemAttributeName> {
     if names.contains(&MessageSystemAttributeName::All) {
         return vec![MessageSystemAttributeName::All];
@@ -328,6 +381,7 @@ fn with_needed(mut names: Vec<MessageSystemAttributeName>) -> Vec<MessageSystemA
     for needed in [
         MessageSystemAttributeName::ApproximateReceiveCount,
         MessageSystemAttributeName::MessageGroupId,
+        MessageSystemAttributeName::AwsTraceHeader,
     ] {
         if !names.contains(&needed) {
             names.push(needed);
@@ -432,6 +486,13 @@ mod tests {
             "message_attribute_names",
             "`All`",
         );
+        for n in [0, 120_001] {
+            refused(
+                builder().in_flight_limit(&InFlightLimit::new(n)),
+                "in_flight_limit",
+                "1..=120000",
+            );
+        }
         refused(
             builder().message_attribute_names([""]),
             "message_attribute_names",

@@ -18,7 +18,7 @@ use crate::error::Error;
 use crate::lost_acks::LostAcks;
 use crate::queue::Queue;
 use crate::retry::RetryPolicy;
-use crate::stats::{Counter, Counters, Stats};
+use crate::stats::{Counter, Counters, Measure, Stats};
 
 /// How long `ack` keeps retrying a transient `DeleteMessage` failure (the heartbeat keeps the
 /// message hidden meanwhile) before it gives up and reports the error.
@@ -85,7 +85,7 @@ impl Context {
             deletes: Batcher::new(queue.clone(), Call::Delete, settles.clone()),
             visibility: Batcher::new(queue.clone(), Call::ChangeVisibility, settles.clone()),
             retry,
-            counters: Counters::default(),
+            counters: Counters::new(queue.name()),
             lost_acks: LostAcks::default(),
             settles,
         }
@@ -106,6 +106,11 @@ impl Context {
     /// Counts one `counter` event; returns the new count.
     pub(crate) fn count(&self, counter: Counter) -> u64 {
         self.counters.bump(counter)
+    }
+
+    /// Records one event's measure (exported with feature `metrics`).
+    pub(crate) fn observe(&self, measure: Measure, value: f64) {
+        self.counters.observe(measure, value);
     }
 
     /// Records how long after it was due an extension was done (or gave up).

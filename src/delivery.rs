@@ -46,9 +46,27 @@ pub struct Delivery {
     shutdown: CancellationToken,
     runtime: Handle,
     span: Span,
-    _permit: Option<OwnedSemaphorePermit>,
+    _slot: Option<Slot>,
     /// Keeps the run that received it waiting (a stream's graceful shutdown) until dropped.
     _run: TaskTrackerToken,
+}
+
+/// The `max_in_flight` slot a delivery takes, and its slot of a shared
+/// [`InFlightLimit`](crate::InFlightLimit) if its consumer has one: both come free when it
+/// is dropped.
+#[derive(Debug)]
+pub(crate) struct Slot {
+    _own: OwnedSemaphorePermit,
+    _shared: Option<OwnedSemaphorePermit>,
+}
+
+impl Slot {
+    pub(crate) fn new(own: OwnedSemaphorePermit, shared: Option<OwnedSemaphorePermit>) -> Self {
+        Self {
+            _own: own,
+            _shared: shared,
+        }
+    }
 }
 
 /// What `Delivery::start` needs besides the message.
@@ -62,7 +80,7 @@ pub(crate) struct Received {
     pub(crate) returned_at: Instant,
     /// The visibility timeout the receive applied, in seconds.
     pub(crate) timeout: u32,
-    pub(crate) permit: Option<OwnedSemaphorePermit>,
+    pub(crate) slot: Option<Slot>,
     pub(crate) shutdown: CancellationToken,
     pub(crate) run: TaskTrackerToken,
 }
@@ -79,8 +97,11 @@ impl Delivery {
             "delivery",
             message_id = message.message_id().unwrap_or_default(),
             receive_count,
-            queue = %ctx.queue_name()
+            queue = %ctx.queue_name(),
+            aws_trace_header = tracing::field::Empty,
+            traceparent = tracing::field::Empty,
         );
+        record_trace_context(&span, &message);
         ctx.count(Counter::Received);
         ctx.hold(true);
         let deadline = received.returned_at + Duration::from_secs(u64::from(received.timeout));
@@ -111,7 +132,7 @@ impl Delivery {
             shutdown: received.shutdown,
             runtime: Handle::current(),
             span,
-            _permit: received.permit,
+            _slot: received.slot,
             _run: received.run,
         }
     }
@@ -352,6 +373,28 @@ impl Delivery {
     }
 }
 
+/// Records the message's trace context in its span, when it carries one: the X-Ray header
+/// SQS keeps as the `AWSTraceHeader` system attribute, and a W3C `traceparent` message
+/// attribute (what OpenTelemetry propagators write).
+fn record_trace_context(span: &Span, message: &Message) {
+    if span.is_disabled() {
+        return;
+    }
+    if let Some(header) = message
+        .attributes()
+        .and_then(|a| a.get(&MessageSystemAttributeName::AwsTraceHeader))
+    {
+        span.record("aws_trace_header", tracing::field::display(header));
+    }
+    if let Some(parent) = message
+        .message_attributes()
+        .and_then(|a| a.get("traceparent"))
+        .and_then(|v| v.string_value())
+    {
+        span.record("traceparent", tracing::field::display(parent));
+    }
+}
+
 impl Drop for Delivery {
     fn drop(&mut self) {
         // Only signals: abort the heartbeat, hand a release to its own task.
@@ -432,7 +475,7 @@ mod tests {
             received_at,
             returned_at: Instant::now(),
             timeout,
-            permit: None,
+            slot: None,
             shutdown: Default::default(),
             run: tokio_util::task::TaskTracker::new().token(),
         };
@@ -786,7 +829,7 @@ mod size {
             received_at: Instant::now(),
             returned_at: Instant::now(),
             timeout: 30,
-            permit: None,
+            slot: None,
             shutdown: Default::default(),
             run: tokio_util::task::TaskTracker::new().token(),
         };

@@ -21,7 +21,7 @@ use crate::handling::{self, HandlerSettings};
 use crate::queue::Queue;
 use crate::receiver::{ReceiveSettings, ReceivedBatch, Receiver};
 use crate::retry::RetryPolicy;
-use crate::stats::{Counter, Stats};
+use crate::stats::{Counter, Measure, Stats};
 
 /// What happens to the deliveries handed out.
 #[derive(Clone)]
@@ -178,12 +178,13 @@ impl Engine {
     fn deliver(&self, batch: ReceivedBatch, run: &mut Run, dispatch: &Dispatch) {
         let ctx = &self.ctx;
         let (shutdown, groups) = (&run.shutdown, &mut run.groups);
-        let mut permits = batch.permits.into_iter();
+        ctx.observe(Measure::ReceiveBatchSize, batch.messages.len() as f64);
+        let mut slots = batch.slots.into_iter();
         let mut deliveries = Vec::with_capacity(batch.messages.len());
         for mut message in batch.messages {
             // A server that returns more than asked still gets every message handled (and
             // heartbeated); only the slot accounting is exceeded.
-            let permit = permits.next();
+            let slot = slots.next();
             // The delivery keeps the receipt handle (once: real ones run to hundreds of bytes,
             // and 120,000 deliveries may be held at once).
             let receipt = message.receipt_handle.take();
@@ -204,7 +205,7 @@ impl Engine {
                     if let Err(err) = settle.delete(&receipt, || true).await {
                         tracing::warn!(error = %err, "deleting a redelivered message failed");
                     }
-                    drop(permit);
+                    drop(slot);
                 };
                 ctx.spawn_settle(delete, &tokio::runtime::Handle::current());
                 continue;
@@ -214,7 +215,7 @@ impl Engine {
                 received_at: batch.received_at,
                 returned_at: batch.returned_at,
                 timeout: batch.timeout,
-                permit,
+                slot,
                 shutdown: shutdown.clone(),
                 run: run.held.token(),
             };

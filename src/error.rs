@@ -50,6 +50,20 @@ pub enum Error {
         allowed: Duration,
     },
 
+    /// A message body did not decode as what was asked for (with feature `json`:
+    /// [`Delivery::json`](crate::Delivery), `Delivery::sns`). The message is not touched:
+    /// settle it, or let it fail, as for any other error of your handler.
+    #[error("message {message_id}: the body is not {expected}: {source}")]
+    Decode {
+        /// The SQS message id (or, for an SNS notification's message, SNS's).
+        message_id: String,
+        /// What was expected: `JSON for my_app::Order`, `an SNS notification envelope`, ...
+        expected: String,
+        /// Why it did not decode: the decoder's error, or the envelope field that is missing.
+        #[source]
+        source: BoxError,
+    },
+
     /// An SQS call (or the equivalent [`MemoryQueue`](crate::MemoryQueue) call) failed.
     #[error("SQS {operation} failed{}: {message}", code.as_deref().map(|c| format!(" with {c}")).unwrap_or_default())]
     Sqs {

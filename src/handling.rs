@@ -18,7 +18,7 @@ use crate::delivery::Delivery;
 use crate::error::{self, BoxError, ErrorKind};
 use crate::handler::Handler;
 use crate::lease::Lease;
-use crate::stats::Counter;
+use crate::stats::{Counter, Measure};
 
 /// What a handler's `Ok` means for the deliveries it leaves unsettled (dropped without
 /// `ack`, `release` or `release_after`), set with
@@ -109,6 +109,7 @@ async fn outcome(
     settings: HandlerSettings,
     handed: &Handed,
 ) -> Outcome {
+    let started = tokio::time::Instant::now();
     let guarded = AssertUnwindSafe(work).catch_unwind();
     let result = match settings.timeout {
         None => guarded.await,
@@ -116,6 +117,9 @@ async fn outcome(
             Ok(result) => result,
             Err(_) => {
                 // The handler's future, and with it every delivery it still held, is dropped.
+                handed
+                    .ctx
+                    .observe(Measure::HandlerDuration, limit.as_secs_f64());
                 handed.ctx.count(Counter::HandlerTimeouts);
                 tracing::warn!(
                     timeout = ?limit,
@@ -126,6 +130,9 @@ async fn outcome(
             }
         },
     };
+    handed
+        .ctx
+        .observe(Measure::HandlerDuration, started.elapsed().as_secs_f64());
     match result {
         Ok(Ok(())) => Outcome::Ok,
         Ok(Err(err)) => {

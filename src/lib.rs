@@ -46,8 +46,8 @@
 
 // Modules sit on layers and import only from layers below them (`scripts/check-layers.sh`
 // holds the crate to it):
-//   API      config, consumer, stream
-//   engine   dispatch, handling, receiver, fifo, handler, batch_handler
+//   API      config, consumer, stream, json (feature `json`)
+//   engine   dispatch, handling, receiver, fifo, handler, batch_handler, in_flight_limit
 //   lease    delivery, heartbeat, lease, context, retry
 //   wire     batch, queue (the seam; queue::sdk maps it to the SDK)
 //   fake     memory (serves the seam)
@@ -65,6 +65,9 @@ mod fifo;
 mod handler;
 mod handling;
 mod heartbeat;
+mod in_flight_limit;
+#[cfg(feature = "json")]
+mod json;
 mod lease;
 mod limits;
 mod lost_acks;
@@ -82,6 +85,9 @@ pub use delivery::Delivery;
 pub use error::{BoxError, Error, ErrorKind, LostReason};
 pub use handler::Handler;
 pub use handling::AckMode;
+pub use in_flight_limit::InFlightLimit;
+#[cfg(feature = "json")]
+pub use json::{SnsMessageAttribute, SnsNotification};
 pub use memory::builder::MemoryQueueBuilder;
 pub use memory::counts::{Action, RequestCounts};
 pub use memory::faults::{Faults, InjectedFaults};
@@ -90,7 +96,7 @@ pub use retry::RetryPolicy;
 pub use stats::Stats;
 pub use stream::DeliveryStream;
 
-/// The README's Rust examples, compiled and run as doc tests.
-#[cfg(doctest)]
+/// The README's Rust examples, compiled and run as doc tests (they use every feature).
+#[cfg(all(doctest, feature = "from-env", feature = "json", feature = "metrics"))]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;

@@ -12,7 +12,9 @@ use tokio::sync::{watch, OnceCell, OwnedSemaphorePermit, Semaphore};
 use tokio::time::{sleep, Instant};
 
 use crate::backoff::Backoff;
+use crate::delivery::Slot;
 use crate::error::Error;
+use crate::in_flight_limit::InFlightLimit;
 use crate::queue::{Queue, Receive};
 
 /// While the queue is busy, how long a receive waits for a whole batch of free slots before
@@ -32,12 +34,14 @@ pub(crate) struct ReceiveSettings {
     pub(crate) message_attribute_names: Vec<String>,
     /// `MessageSystemAttributeNames`, the ones the consumer needs included.
     pub(crate) system_attribute_names: Vec<MessageSystemAttributeName>,
+    /// A budget shared with other consumers, if any.
+    pub(crate) in_flight_limit: Option<InFlightLimit>,
 }
 
 /// One receive's worth of messages, with the slots they take.
 pub(crate) struct ReceivedBatch {
     pub(crate) messages: Vec<Message>,
-    pub(crate) permits: Vec<OwnedSemaphorePermit>,
+    pub(crate) slots: Vec<Slot>,
     /// Just before the request was sent: SQS's 12-hour limit counts from the request.
     pub(crate) received_at: Instant,
     /// When the answer arrived: SQS starts each message's visibility timeout when it hands
@@ -158,29 +162,31 @@ impl Receiver {
                 let first = receives.is_empty();
                 let acquire = async {
                     match (first, busy) {
-                        (true, false) => self.acquire_permits().await,
+                        // A long poll on a quiet queue: with a budget shared with other
+                        // consumers, it holds back one slot of it, not a whole batch.
+                        (true, false) => self.acquire_slots(self.idle_slots()).await,
                         (true, true) => {
                             // Not for long: handlers that hold their slots a while must not
                             // leave the queue unread.
                             match tokio::time::timeout(GATHER_SLOTS, self.acquire_batch()).await {
-                                Ok(permits) => permits,
-                                Err(_) => self.acquire_permits().await,
+                                Ok(slots) => slots,
+                                Err(_) => self.acquire_slots(self.batch_slots()).await,
                             }
                         }
                         (false, _) => self.try_acquire_batch(),
                     }
                 };
-                let permits = tokio::select! {
-                    permits = acquire => permits,
+                let slots = tokio::select! {
+                    slots = acquire => slots,
                     _ = paused.wait_for(|p| *p) => break,
                 };
-                let Some(permits) = permits else {
+                let Some(slots) = slots else {
                     if receives.is_empty() {
                         return Ok(()); // the slots are gone: the consumer is being dropped
                     }
                     break;
                 };
-                receives.push(self.receive_once(permits, timeout, &backoffs));
+                receives.push(self.receive_once(slots, timeout, &backoffs));
             }
             if receives.is_empty() {
                 continue; // paused while waiting for a slot
@@ -194,8 +200,12 @@ impl Receiver {
             };
             match outcome? {
                 Answer::Batch(batch) => {
-                    busy = batch.messages.len() == settings.batch_size as usize;
-                    if busy && target < most && self.permits.available_permits() > 0 {
+                    // Full: as many as asked for (a whole batch, without a shared budget).
+                    busy = match settings.in_flight_limit {
+                        Some(_) => batch.messages.len() >= batch.slots.len(),
+                        None => batch.messages.len() == settings.batch_size as usize,
+                    };
+                    if busy && target < most && self.slot_free() {
                         target += 1;
                     }
                     on_batch(batch);
@@ -213,14 +223,14 @@ impl Receiver {
     /// also waits out the back-off before it completes. An error only when it is fatal.
     async fn receive_once(
         &self,
-        permits: Vec<OwnedSemaphorePermit>,
+        slots: Vec<Slot>,
         timeout: u32,
         backoffs: &Mutex<Backoffs>,
     ) -> Result<Answer, Error> {
         let settings = &self.settings;
         let received_at = Instant::now();
         let request = Receive {
-            max_messages: u32::try_from(permits.len()).unwrap_or(settings.batch_size),
+            max_messages: u32::try_from(slots.len()).unwrap_or(settings.batch_size),
             wait: settings.wait_time,
             visibility: settings.visibility_timeout,
             message_attribute_names: &settings.message_attribute_names,
@@ -252,7 +262,7 @@ impl Receiver {
                 tracing::debug!(count = messages.len(), "received");
                 Ok(Answer::Batch(ReceivedBatch {
                     messages,
-                    permits,
+                    slots,
                     received_at,
                     returned_at: Instant::now(),
                     timeout,
@@ -263,7 +273,7 @@ impl Receiver {
                 Err(err)
             }
             Err(err) => {
-                drop(permits);
+                drop(slots);
                 let wait = backoffs().failures.next_delay();
                 tracing::warn!(error = %err.chain(), retry_in = ?wait, "receive failed; retrying");
                 sleep(wait).await;
@@ -272,41 +282,103 @@ impl Receiver {
         }
     }
 
-    /// Waits for one free slot, then takes as many more as one receive may use.
-    async fn acquire_permits(&self) -> Option<Vec<OwnedSemaphorePermit>> {
-        let first = self.permits.clone().acquire_owned().await.ok()?;
-        Some(self.more_permits(first))
+    /// How many slots a receive on a quiet queue asks for: one if the budget is shared (the
+    /// next receive asks for a batch once this one comes back full), a batch otherwise.
+    fn idle_slots(&self) -> usize {
+        match self.settings.in_flight_limit {
+            Some(_) => 1,
+            None => self.batch_slots(),
+        }
     }
 
-    /// Waits for a whole batch of free slots (fewer if `max_in_flight` is smaller).
-    async fn acquire_batch(&self) -> Option<Vec<OwnedSemaphorePermit>> {
-        let n = self.batch_permits();
-        let all = self.permits.clone().acquire_many_owned(n).await.ok()?;
-        Some(split_permits(all))
+    /// A whole batch of slots (fewer if `max_in_flight` is smaller).
+    fn batch_slots(&self) -> usize {
+        (self.settings.batch_size as usize).min(self.settings.max_in_flight)
     }
 
-    /// A whole batch of slots if they are free now.
-    fn try_acquire_batch(&self) -> Option<Vec<OwnedSemaphorePermit>> {
-        let n = self.batch_permits();
-        let all = self.permits.clone().try_acquire_many_owned(n).ok()?;
-        Some(split_permits(all))
+    /// `true` if a slot is free now, in this consumer's own budget and the shared one.
+    fn slot_free(&self) -> bool {
+        self.permits.available_permits() > 0
+            && self
+                .shared()
+                .is_none_or(|shared| shared.available_permits() > 0)
     }
 
-    fn batch_permits(&self) -> u32 {
-        let n = (self.settings.batch_size as usize).min(self.settings.max_in_flight);
-        u32::try_from(n).unwrap_or(1)
+    fn shared(&self) -> Option<&Arc<Semaphore>> {
+        self.settings
+            .in_flight_limit
+            .as_ref()
+            .map(InFlightLimit::semaphore)
     }
 
-    fn more_permits(&self, first: OwnedSemaphorePermit) -> Vec<OwnedSemaphorePermit> {
-        let sem = &self.permits;
-        let mut permits = vec![first];
-        while permits.len() < self.settings.batch_size as usize {
-            match sem.clone().try_acquire_owned() {
-                Ok(p) => permits.push(p),
+    /// Waits for one free slot (this consumer's, then the shared budget's, first come first
+    /// served), then takes as many more as are free now, up to `want`.
+    async fn acquire_slots(&self, want: usize) -> Option<Vec<Slot>> {
+        let own = self.permits.clone().acquire_owned().await.ok()?;
+        let shared = match self.shared() {
+            Some(shared) => Some(shared.clone().acquire_owned().await.ok()?),
+            None => None,
+        };
+        let mut slots = Vec::with_capacity(want);
+        slots.push(Slot::new(own, shared));
+        while slots.len() < want {
+            match self.try_slot() {
+                Some(slot) => slots.push(slot),
+                None => break,
+            }
+        }
+        Some(slots)
+    }
+
+    /// One slot, if one is free now in both budgets.
+    fn try_slot(&self) -> Option<Slot> {
+        let own = self.permits.clone().try_acquire_owned().ok()?;
+        let shared = match self.shared() {
+            Some(shared) => Some(shared.clone().try_acquire_owned().ok()?),
+            None => None,
+        };
+        Some(Slot::new(own, shared))
+    }
+
+    /// Waits for a whole batch of this consumer's slots, then for one of the shared budget
+    /// (taking more of it if free now, up to the batch).
+    async fn acquire_batch(&self) -> Option<Vec<Slot>> {
+        let n = u32::try_from(self.batch_slots()).unwrap_or(1);
+        let own = split_permits(self.permits.clone().acquire_many_owned(n).await.ok()?);
+        let Some(shared) = self.shared() else {
+            return Some(own.into_iter().map(|own| Slot::new(own, None)).collect());
+        };
+        let mut owns = own.into_iter();
+        let first = shared.clone().acquire_owned().await.ok()?;
+        let mut slots = Vec::with_capacity(owns.len());
+        slots.extend(owns.next().map(|own| Slot::new(own, Some(first))));
+        for own in owns {
+            // The rest of this consumer's slots go back if the shared budget is short.
+            match shared.clone().try_acquire_owned() {
+                Ok(one) => slots.push(Slot::new(own, Some(one))),
                 Err(_) => break,
             }
         }
-        permits
+        Some(slots)
+    }
+
+    /// A whole batch of slots if they are free now, in both budgets.
+    fn try_acquire_batch(&self) -> Option<Vec<Slot>> {
+        let n = u32::try_from(self.batch_slots()).unwrap_or(1);
+        let own = split_permits(self.permits.clone().try_acquire_many_owned(n).ok()?);
+        let shared = match self.shared() {
+            Some(shared) => split_permits(shared.clone().try_acquire_many_owned(n).ok()?)
+                .into_iter()
+                .map(Some)
+                .collect(),
+            None => Vec::new(),
+        };
+        let mut shared = shared.into_iter();
+        Some(
+            own.into_iter()
+                .map(|own| Slot::new(own, shared.next().flatten()))
+                .collect(),
+        )
     }
 
     /// The builder's visibility timeout, or the queue's own, read once (retrying transient

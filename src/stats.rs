@@ -77,6 +77,35 @@ pub(crate) enum Counter {
 /// How many counters there are: one per [`Counter`].
 const COUNTERS: usize = Counter::SkippedRedeliveries as usize + 1;
 
+/// The names the counters are exported under with feature `metrics`, in [`Counter`] order.
+#[cfg(feature = "metrics")]
+const COUNTER_NAMES: [&str; COUNTERS] = [
+    "sqs_consumer_received_total",
+    "sqs_consumer_acked_total",
+    "sqs_consumer_released_total",
+    "sqs_consumer_extended_total",
+    "sqs_consumer_extension_failures_total",
+    "sqs_consumer_late_heartbeats_total",
+    "sqs_consumer_lost_total",
+    "sqs_consumer_capped_total",
+    "sqs_consumer_handler_errors_total",
+    "sqs_consumer_handler_panics_total",
+    "sqs_consumer_handler_timeouts_total",
+    "sqs_consumer_unsettled_total",
+    "sqs_consumer_skipped_redeliveries_total",
+];
+
+/// What is measured per event, for the histograms of feature `metrics`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Measure {
+    /// How long a handler (or a batch handler) ran, seconds.
+    HandlerDuration,
+    /// How long after it was due an extension was done, seconds.
+    ExtensionLateness,
+    /// How many messages a non-empty receive brought.
+    ReceiveBatchSize,
+}
+
 /// The live counters behind [`Stats`].
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
@@ -85,13 +114,82 @@ pub(crate) struct Counters {
     worst_extension_delay: AtomicU64,
     /// Deliveries alive right now.
     held: AtomicU64,
+    #[cfg(feature = "metrics")]
+    exported: Option<Exported>,
+}
+
+/// The `metrics` handles the counters are mirrored to, labelled with the queue.
+#[cfg(feature = "metrics")]
+struct Exported {
+    counters: [metrics::Counter; COUNTERS],
+    handler_duration: metrics::Histogram,
+    extension_lateness: metrics::Histogram,
+    receive_batch_size: metrics::Histogram,
+}
+
+#[cfg(feature = "metrics")]
+impl std::fmt::Debug for Exported {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Exported")
+    }
 }
 
 impl Counters {
+    /// Counters for the consumer of `queue`; with feature `metrics`, also exported through
+    /// the `metrics` recorder installed now, labelled `queue = <queue>`.
+    pub(crate) fn new(queue: &str) -> Self {
+        #[cfg(feature = "metrics")]
+        {
+            let label = [("queue", queue.to_owned())];
+            Self {
+                exported: Some(Exported {
+                    counters: COUNTER_NAMES.map(|name| metrics::counter!(name, &label)),
+                    handler_duration: metrics::histogram!(
+                        "sqs_consumer_handler_duration_seconds",
+                        &label
+                    ),
+                    extension_lateness: metrics::histogram!(
+                        "sqs_consumer_extension_lateness_seconds",
+                        &label
+                    ),
+                    receive_batch_size: metrics::histogram!(
+                        "sqs_consumer_receive_batch_size",
+                        &label
+                    ),
+                }),
+                ..Self::default()
+            }
+        }
+        #[cfg(not(feature = "metrics"))]
+        {
+            let _ = queue;
+            Self::default()
+        }
+    }
+
     /// Adds one to `counter`; returns its new value. Relaxed: the counters are statistics,
     /// not synchronisation.
     pub(crate) fn bump(&self, counter: Counter) -> u64 {
+        #[cfg(feature = "metrics")]
+        if let Some(exported) = &self.exported {
+            exported.counters[counter as usize].increment(1);
+        }
         self.counts[counter as usize].fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// Records one event's measure (feature `metrics`; nothing otherwise).
+    pub(crate) fn observe(&self, measure: Measure, value: f64) {
+        #[cfg(feature = "metrics")]
+        if let Some(exported) = &self.exported {
+            let histogram = match measure {
+                Measure::HandlerDuration => &exported.handler_duration,
+                Measure::ExtensionLateness => &exported.extension_lateness,
+                Measure::ReceiveBatchSize => &exported.receive_batch_size,
+            };
+            histogram.record(value);
+        }
+        #[cfg(not(feature = "metrics"))]
+        let _ = (measure, value);
     }
 
     /// A delivery starts (`true`) or is dropped (`false`).
@@ -110,6 +208,7 @@ impl Counters {
 
     /// Records how long after it was due an extension was done (or gave up).
     pub(crate) fn extension_delay(&self, delay: Duration) {
+        self.observe(Measure::ExtensionLateness, delay.as_secs_f64());
         let nanos = u64::try_from(delay.as_nanos()).unwrap_or(u64::MAX);
         self.worst_extension_delay
             .fetch_max(nanos, Ordering::Relaxed);

@@ -8,6 +8,7 @@ mod common;
 #[path = "../examples/quickstart.rs"]
 mod quickstart;
 
+#[cfg(feature = "from-env")]
 #[allow(dead_code)]
 #[path = "../examples/consume.rs"]
 mod consume;
@@ -18,8 +19,10 @@ mod fifo;
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};
+#[cfg(feature = "from-env")]
 use std::time::Duration;
 
+#[cfg(feature = "from-env")]
 use common::{left_on_server, server_client, server_queue_with};
 
 /// The lines an example printed.
@@ -92,6 +95,7 @@ async fn fifo_prints_each_ledger_in_send_order() {
     assert!(failed < retried && retried < next, "{printed:#?}");
 }
 
+#[cfg(feature = "from-env")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn consume_against_the_test_server_prints_its_stats() {
     const MESSAGES: usize = 30;
@@ -111,15 +115,10 @@ async fn consume_against_the_test_server_prints_its_stats() {
         }
     };
     let mut out = Vec::new();
-    let stats = consume::run(
-        client.clone(),
-        url.clone(),
-        Duration::ZERO,
-        drained,
-        &mut out,
-    )
-    .await
-    .expect("the example runs");
+    let consumer = sqs_consumer::Consumer::builder(client.clone(), url.clone());
+    let stats = consume::run(consumer, Duration::ZERO, drained, &mut out)
+        .await
+        .expect("the example runs");
     assert_eq!(left_on_server(&client, &url).await, 0);
     // The test server may hand a message out twice (it is not atomic under concurrent
     // receives), so received and acked may exceed the messages sent; they must agree with

@@ -50,12 +50,16 @@ const LAYERS: &[(&str, &[&str])] = &[
             "handler.rs",
             "batch_handler.rs",
             "handling.rs",
+            "in_flight_limit.rs",
             "fifo.rs",
             "receiver.rs",
             "dispatch.rs",
         ],
     ),
-    ("API", &["config.rs", "consumer.rs", "stream.rs", "lib.rs"]),
+    (
+        "API",
+        &["config.rs", "consumer.rs", "stream.rs", "json.rs", "lib.rs"],
+    ),
 ];
 
 /// One file's reaches into other files: (target, from a test module).

@@ -84,6 +84,7 @@ pub(crate) struct Settings {
 pub struct SendOptions {
     delay: Option<Duration>,
     attributes: Vec<(String, String)>,
+    trace_header: Option<String>,
     group_id: Option<String>,
     deduplication_id: Option<String>,
 }
@@ -106,6 +107,14 @@ impl SendOptions {
     #[must_use]
     pub fn message_attribute(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
         self.attributes.push((name.into(), value.into()));
+        self
+    }
+
+    /// The X-Ray trace header SQS keeps as the `AWSTraceHeader` system attribute (what
+    /// `SendMessage`'s `MessageSystemAttributes` carry). Defaults to none.
+    #[must_use]
+    pub fn aws_trace_header(mut self, header: impl Into<String>) -> Self {
+        self.trace_header = Some(header.into());
         self
     }
 
@@ -205,6 +214,7 @@ impl MemoryQueue {
             body: body.into(),
             delay: options.delay,
             attributes: options.attributes,
+            trace_header: options.trace_header,
             group_id: options.group_id,
             deduplication_id: options.deduplication_id,
         };

@@ -61,6 +61,8 @@ pub(crate) struct Stored {
     dead_letter_source: Option<String>,
     /// String message attributes, by name.
     attributes: Vec<(String, String)>,
+    /// The `AWSTraceHeader` system attribute.
+    trace_header: Option<String>,
 }
 
 impl Stored {
@@ -78,6 +80,7 @@ pub(crate) struct Outgoing {
     pub(crate) body: String,
     pub(crate) delay: Option<Duration>,
     pub(crate) attributes: Vec<(String, String)>,
+    pub(crate) trace_header: Option<String>,
     pub(crate) group_id: Option<String>,
     pub(crate) deduplication_id: Option<String>,
 }
@@ -261,6 +264,7 @@ impl State {
             dedup_id: m.deduplication_id,
             dead_letter_source: None,
             attributes: m.attributes,
+            trace_header: m.trace_header,
         });
         Ok(id)
     }
@@ -546,6 +550,9 @@ fn to_message(m: &Stored, seq: u64, receipt: String, fifo: bool, select: Selecti
     }
     if let Some(src) = &m.dead_letter_source {
         b = add(b, Attr::DeadLetterQueueSourceArn, src.clone());
+    }
+    if let Some(header) = &m.trace_header {
+        b = add(b, Attr::AwsTraceHeader, header.clone());
     }
     if fifo {
         b = add(b, Attr::SequenceNumber, format!("{seq:020}"));

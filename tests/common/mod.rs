@@ -378,6 +378,48 @@ impl TestQueue {
         }
     }
 
+    /// Sends a message carrying trace context: an X-Ray header (the `AWSTraceHeader` system
+    /// attribute) and a W3C `traceparent` message attribute.
+    pub async fn send_traced(&self, body: &str, x_ray: &str, traceparent: &str) {
+        match self {
+            TestQueue::Memory(q) => {
+                let options = sqs_consumer::SendOptions::new()
+                    .aws_trace_header(x_ray)
+                    .message_attribute("traceparent", traceparent);
+                q.send_with(body, options).unwrap();
+            }
+            TestQueue::Server { client, url } => {
+                use aws_sdk_sqs::types::{
+                    MessageAttributeValue, MessageSystemAttributeNameForSends,
+                    MessageSystemAttributeValue,
+                };
+                client
+                    .send_message()
+                    .queue_url(url)
+                    .message_body(body)
+                    .message_system_attributes(
+                        MessageSystemAttributeNameForSends::AwsTraceHeader,
+                        MessageSystemAttributeValue::builder()
+                            .data_type("String")
+                            .string_value(x_ray)
+                            .build()
+                            .unwrap(),
+                    )
+                    .message_attributes(
+                        "traceparent",
+                        MessageAttributeValue::builder()
+                            .data_type("String")
+                            .string_value(traceparent)
+                            .build()
+                            .unwrap(),
+                    )
+                    .send()
+                    .await
+                    .expect("SendMessage");
+            }
+        }
+    }
+
     /// Sends a message with string message attributes.
     pub async fn send_with_attributes(&self, body: &str, attributes: &[(&str, &str)]) {
         match self {

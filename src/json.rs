@@ -1,0 +1,225 @@
+//! Typed bodies and SNS envelopes (feature `json`): `Delivery::json` and `Delivery::sns`.
+
+use std::collections::BTreeMap;
+
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+
+use crate::delivery::Delivery;
+use crate::error::Error;
+
+/// An SNS notification, as SNS wraps a message it delivers to an SQS queue (without raw
+/// message delivery), from [`Delivery::sns`].
+///
+/// ```
+/// # use sqs_consumer::SnsNotification;
+/// # fn example(n: SnsNotification) -> Result<(), sqs_consumer::Error> {
+/// #[derive(serde::Deserialize)]
+/// struct Order { id: u64 }
+///
+/// let order: Order = n.json()?; // the published message, decoded
+/// println!("{} from {} at {}", order.id, n.topic_arn, n.timestamp);
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SnsNotification {
+    /// The published message (`Message`).
+    pub message: String,
+    /// The subject it was published with, if any (`Subject`).
+    pub subject: Option<String>,
+    /// The topic it was published to (`TopicArn`).
+    pub topic_arn: String,
+    /// SNS's id of the notification (`MessageId`), not the SQS message id.
+    pub message_id: String,
+    /// When SNS published it, as SNS sent it (`Timestamp`, ISO 8601).
+    pub timestamp: String,
+    /// The message attributes it was published with, by name (`MessageAttributes`).
+    pub message_attributes: BTreeMap<String, SnsMessageAttribute>,
+}
+
+/// One message attribute of an [`SnsNotification`].
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[non_exhaustive]
+pub struct SnsMessageAttribute {
+    /// `String`, `String.Array`, `Number` or `Binary` (`Type`).
+    #[serde(rename = "Type")]
+    pub data_type: String,
+    /// The value as SNS sent it (`Value`; base64 for `Binary`).
+    #[serde(rename = "Value")]
+    pub value: String,
+}
+
+/// The envelope as it arrives: every field optional, so that a missing one can be named.
+#[derive(Deserialize)]
+struct Envelope {
+    #[serde(rename = "Type")]
+    kind: Option<String>,
+    #[serde(rename = "MessageId")]
+    message_id: Option<String>,
+    #[serde(rename = "TopicArn")]
+    topic_arn: Option<String>,
+    #[serde(rename = "Subject")]
+    subject: Option<String>,
+    #[serde(rename = "Message")]
+    message: Option<String>,
+    #[serde(rename = "Timestamp")]
+    timestamp: Option<String>,
+    #[serde(rename = "MessageAttributes", default)]
+    message_attributes: BTreeMap<String, SnsMessageAttribute>,
+}
+
+/// What `sns()` expects, for its errors.
+const ENVELOPE: &str = "an SNS notification envelope";
+
+impl Delivery {
+    /// The body, decoded from JSON as a `T`.
+    ///
+    /// A body that does not decode is [`Error::Decode`], naming `T` and what was wrong.
+    ///
+    /// ```no_run
+    /// # async fn example(delivery: sqs_consumer::Delivery) -> Result<(), sqs_consumer::BoxError> {
+    /// #[derive(serde::Deserialize)]
+    /// struct Order { id: u64, items: Vec<String> }
+    ///
+    /// let order: Order = delivery.json()?;
+    /// println!("order {} with {} items", order.id, order.items.len());
+    /// delivery.ack().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn json<T: DeserializeOwned>(&self) -> Result<T, Error> {
+        decode(self.message_id(), self.body())
+    }
+
+    /// The body as the SNS notification envelope SNS wraps a message in when it delivers it
+    /// to an SQS queue.
+    ///
+    /// A body that is not such an envelope is [`Error::Decode`] naming the missing field
+    /// (`TopicArn`, ...), or, for a body without the envelope at all (a subscription with raw
+    /// message delivery on, or a message sent to the queue directly), saying so: read the
+    /// body itself then, for example with [`json`](Delivery::json).
+    pub fn sns(&self) -> Result<SnsNotification, Error> {
+        sns(self.message_id(), self.body())
+    }
+}
+
+impl SnsNotification {
+    /// The published message, decoded from JSON as a `T`.
+    pub fn json<T: DeserializeOwned>(&self) -> Result<T, Error> {
+        decode(&self.message_id, &self.message)
+    }
+}
+
+fn decode<T: DeserializeOwned>(message_id: &str, text: &str) -> Result<T, Error> {
+    serde_json::from_str(text).map_err(|err| Error::Decode {
+        message_id: message_id.to_owned(),
+        expected: format!("JSON for {}", std::any::type_name::<T>()),
+        source: Box::new(err),
+    })
+}
+
+fn sns(message_id: &str, body: &str) -> Result<SnsNotification, Error> {
+    let refuse = |why: String| Error::Decode {
+        message_id: message_id.to_owned(),
+        expected: ENVELOPE.to_owned(),
+        source: why.into(),
+    };
+    let envelope: Envelope = serde_json::from_str(body).map_err(|err| Error::Decode {
+        message_id: message_id.to_owned(),
+        expected: ENVELOPE.to_owned(),
+        source: Box::new(err),
+    })?;
+    match envelope.kind.as_deref() {
+        Some("Notification") => {}
+        None => {
+            return Err(refuse(
+                "the body has no `Type` field: it is not wrapped in an SNS envelope (raw \
+                 message delivery, or sent to the queue directly); read the body itself, e.g. \
+                 with json()"
+                    .into(),
+            ))
+        }
+        Some(other) => {
+            return Err(refuse(format!(
+                "`Type` is {other:?}, not \"Notification\" (a subscription confirmation?)"
+            )))
+        }
+    }
+    let field = |value: Option<String>, name: &str| {
+        value.ok_or_else(|| refuse(format!("the envelope has no `{name}` field")))
+    };
+    Ok(SnsNotification {
+        message: field(envelope.message, "Message")?,
+        subject: envelope.subject,
+        topic_arn: field(envelope.topic_arn, "TopicArn")?,
+        message_id: field(envelope.message_id, "MessageId")?,
+        timestamp: field(envelope.timestamp, "Timestamp")?,
+        message_attributes: envelope.message_attributes,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ENVELOPE_BODY: &str = r#"{
+        "Type": "Notification",
+        "MessageId": "22b80b92-fdea-4c2c-8f9d-bdfb0c7bf324",
+        "TopicArn": "arn:aws:sns:us-west-2:123456789012:orders",
+        "Subject": "new order",
+        "Message": "{\"id\": 7}",
+        "Timestamp": "2026-11-30T12:00:00.000Z",
+        "SignatureVersion": "1",
+        "Signature": "EXAMPLE",
+        "SigningCertURL": "https://sns.us-west-2.amazonaws.com/cert.pem",
+        "UnsubscribeURL": "https://sns.us-west-2.amazonaws.com/?Action=Unsubscribe",
+        "MessageAttributes": {"tenant": {"Type": "String", "Value": "acme"}}
+    }"#;
+
+    #[derive(Debug, Deserialize, PartialEq)]
+    struct Order {
+        id: u64,
+    }
+
+    #[test]
+    fn an_envelope_decodes_with_its_fields_and_message() {
+        let n = sns("m-1", ENVELOPE_BODY).unwrap();
+        assert_eq!(n.topic_arn, "arn:aws:sns:us-west-2:123456789012:orders");
+        assert_eq!(n.subject.as_deref(), Some("new order"));
+        assert_eq!(n.timestamp, "2026-11-30T12:00:00.000Z");
+        assert_eq!(n.message_attributes["tenant"].value, "acme");
+        assert_eq!(n.json::<Order>().unwrap(), Order { id: 7 });
+    }
+
+    fn decode_error(result: Result<impl std::fmt::Debug, Error>) -> (String, String) {
+        match result {
+            Err(Error::Decode {
+                expected, source, ..
+            }) => (expected, source.to_string()),
+            other => panic!("expected Error::Decode, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_bad_envelope_names_what_is_wrong() {
+        let missing = ENVELOPE_BODY.replace("\"TopicArn\"", "\"Topic\"");
+        let (expected, why) = decode_error(sns("m-1", &missing));
+        assert_eq!(expected, ENVELOPE);
+        assert!(why.contains("`TopicArn`"), "{why}");
+        let (_, why) = decode_error(sns("m-1", r#"{"id": 7}"#));
+        assert!(why.contains("raw message delivery"), "{why}");
+        let (_, why) = decode_error(sns("m-1", r#"{"Type": "SubscriptionConfirmation"}"#));
+        assert!(why.contains("SubscriptionConfirmation"), "{why}");
+        let (_, why) = decode_error(sns("m-1", "not json"));
+        assert!(why.contains("expected"), "{why}");
+    }
+
+    #[test]
+    fn a_body_that_does_not_decode_names_the_type() {
+        let (expected, why) = decode_error(decode::<Order>("m-1", r#"{"id": "seven"}"#));
+        assert!(expected.contains("Order"), "{expected}");
+        assert!(why.contains("invalid type"), "{why}");
+        let err = decode::<Order>("m-9", "[]").unwrap_err().to_string();
+        assert!(err.contains("m-9") && err.contains("Order"), "{err}");
+    }
+}

@@ -1,0 +1,394 @@
+//! The integrations, on `MemoryQueue` and on the test server where a server is involved:
+//! typed bodies and SNS envelopes (feature `json`), `Consumer::from_env` (feature
+//! `from-env`), one in-flight budget for several consumers, trace context in the `delivery`
+//! span, and metrics (feature `metrics`). Figures are printed
+//! (`cargo test --test integrations -- --nocapture`).
+
+#[macro_use]
+mod common;
+
+use std::io::Write;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use common::{secs, Kind, TestQueue};
+use sqs_consumer::{Consumer, Delivery, InFlightLimit};
+use tokio::time::{sleep, Instant};
+
+on_both!(
+    three_consumers_sharing_a_limit_never_hold_more_and_a_quiet_queue_is_not_starved,
+    the_delivery_span_records_the_trace_context,
+);
+
+#[cfg(feature = "json")]
+on_both!(sns_envelopes_and_json_bodies_decode_and_bad_ones_are_refused);
+
+async fn three_consumers_sharing_a_limit_never_hold_more_and_a_quiet_queue_is_not_starved(
+    kind: Kind,
+) {
+    const LIMIT: usize = 8;
+    const EACH: usize = 120;
+    const HOLD: Duration = Duration::from_millis(300);
+    let limit = InFlightLimit::new(LIMIT);
+    let (busy_a, busy_b, quiet) = (
+        TestQueue::new(kind, 30).await,
+        TestQueue::new(kind, 30).await,
+        TestQueue::new(kind, 30).await,
+    );
+    busy_a.send_many("a", EACH).await;
+    busy_b.send_many("b", EACH).await;
+    let consumers: Vec<Consumer> = [&busy_a, &busy_b, &quiet]
+        .iter()
+        .map(|q| {
+            q.consumer()
+                .wait_time(secs(1))
+                .in_flight_limit(&limit)
+                .build()
+                .unwrap()
+        })
+        .collect();
+    let quiet_handled = Arc::new(Mutex::new(None::<Instant>));
+    let handler = |quiet_handled: Arc<Mutex<Option<Instant>>>| {
+        move |d: Delivery| {
+            let quiet_handled = quiet_handled.clone();
+            async move {
+                if d.body() == "quiet" {
+                    *quiet_handled.lock().unwrap() = Some(Instant::now());
+                } else {
+                    sleep(HOLD).await;
+                }
+                d.ack().await
+            }
+        }
+    };
+    let most = Arc::new(Mutex::new(0usize));
+    let samples = Arc::new(Mutex::new(0usize));
+    // Sampled all along, every 5 ms: the deliveries held by the three together.
+    let sample = {
+        let (most, samples) = (most.clone(), samples.clone());
+        let consumers = &consumers;
+        let limit = &limit;
+        async move {
+            loop {
+                let held: u64 = consumers.iter().map(|c| c.stats().in_flight).sum();
+                assert!(held as usize <= LIMIT, "{held} held at once");
+                assert!(limit.in_use() <= LIMIT);
+                {
+                    let mut most = most.lock().unwrap();
+                    *most = (*most).max(held as usize);
+                }
+                *samples.lock().unwrap() += 1;
+                sleep(Duration::from_millis(5)).await;
+            }
+        }
+    };
+    let check = async {
+        // Let the busy queues take the whole budget.
+        let start = Instant::now();
+        while limit.in_use() < LIMIT {
+            assert!(start.elapsed() < secs(30), "the budget never filled");
+            sleep(Duration::from_millis(10)).await;
+        }
+        sleep(secs(1)).await;
+        quiet.send("quiet").await;
+        let sent = Instant::now();
+        loop {
+            if let Some(at) = *quiet_handled.lock().unwrap() {
+                break at - sent;
+            }
+            assert!(
+                sent.elapsed() < secs(30),
+                "the quiet queue's message was starved"
+            );
+            sleep(Duration::from_millis(5)).await;
+        }
+    };
+    let runs = futures::future::join_all(
+        consumers
+            .iter()
+            .map(|c| c.run(handler(quiet_handled.clone()))),
+    );
+    let took = tokio::select! {
+        results = runs => panic!("a run ended: {results:?}"),
+        () = sample => unreachable!("the sampler never ends"),
+        took = check => took,
+    };
+    let samples = *samples.lock().unwrap();
+    // Within one receive of a slot coming free: the busy handlers free one every few tens of
+    // milliseconds, and the quiet consumer's next receive is then under way (its long poll
+    // answers as soon as the message is there).
+    assert!(took < secs(2), "the quiet queue's message waited {took:?}");
+    common::report(&format!(
+        "in_flight_limit ({kind:?}): at most {} of {LIMIT} held across three consumers in \
+         {samples} samples; the quiet queue's message handled {took:.1?} after it was sent, \
+         the other two saturated",
+        most.lock().unwrap()
+    ));
+}
+
+/// A subscriber for the whole test binary (spans are entered on any runtime thread), writing
+/// to a buffer the trace-context scenario reads.
+fn captured() -> &'static Arc<Mutex<Vec<u8>>> {
+    static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
+    LOGS.get_or_init(|| {
+        #[derive(Clone)]
+        struct Buffer(Arc<Mutex<Vec<u8>>>);
+        impl Write for Buffer {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().write(buf)
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let logs = Arc::new(Mutex::new(Vec::new()));
+        let buffer = Buffer(logs.clone());
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || buffer.clone())
+            .with_ansi(false)
+            .with_max_level(tracing::Level::DEBUG)
+            .finish();
+        tracing::subscriber::set_global_default(subscriber).expect("the only subscriber");
+        logs
+    })
+}
+
+async fn the_delivery_span_records_the_trace_context(kind: Kind) {
+    let logs = captured();
+    const X_RAY: &str = "Root=1-5759e988-bd862e3fe1be46a994272793;Sampled=1";
+    const TRACEPARENT: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    let q = TestQueue::new(kind, 30).await;
+    q.send_traced("traced", X_RAY, TRACEPARENT).await;
+    let consumer = q.consumer().wait_time(secs(1)).build().unwrap();
+    let d = common::take_one(&consumer).await;
+    let id = d.message_id().to_owned();
+    d.ack().await.unwrap(); // logs "acked" at debug, inside the delivery span
+    let text = String::from_utf8_lossy(&logs.lock().unwrap()).into_owned();
+    let line = text
+        .lines()
+        .find(|l| l.contains(&id) && l.contains("acked"))
+        .unwrap_or_else(|| panic!("no log line for {id}"));
+    assert!(
+        line.contains(&format!("aws_trace_header={X_RAY}")),
+        "{line}"
+    );
+    assert!(
+        line.contains(&format!("traceparent={TRACEPARENT}")),
+        "{line}"
+    );
+}
+
+#[cfg(feature = "json")]
+async fn sns_envelopes_and_json_bodies_decode_and_bad_ones_are_refused(kind: Kind) {
+    #[derive(Debug, serde::Deserialize, PartialEq)]
+    struct Order {
+        id: u64,
+        items: Vec<String>,
+    }
+    /// An envelope with the fields SNS sends, around `message`.
+    fn envelope(message: &str, drop_field: Option<&str>) -> String {
+        let mut fields = serde_json::json!({
+            "Type": "Notification",
+            "MessageId": "da41e39f-ea4d-435a-b922-c6aae3915ebe",
+            "TopicArn": "arn:aws:sns:us-east-1:123456789012:orders",
+            "Subject": "new order",
+            "Message": message,
+            "Timestamp": "2026-11-30T12:00:00.000Z",
+            "SignatureVersion": "1",
+            "Signature": "EXAMPLEpH+..",
+            "SigningCertURL": "https://sns.us-east-1.amazonaws.com/SimpleNotificationService-0000.pem",
+            "UnsubscribeURL": "https://sns.us-east-1.amazonaws.com/?Action=Unsubscribe",
+            "MessageAttributes": {
+                "tenant": {"Type": "String", "Value": "acme"},
+                "priority": {"Type": "Number", "Value": "2"}
+            }
+        });
+        if let (Some(name), Some(map)) = (drop_field, fields.as_object_mut()) {
+            map.remove(name);
+        }
+        fields.to_string()
+    }
+    let q = TestQueue::new(kind, 30).await;
+    let order = r#"{"id": 7, "items": ["book", "pen"]}"#;
+    q.send(&envelope(order, None)).await;
+    q.send(&envelope(order, Some("TopicArn"))).await;
+    q.send(order).await; // raw message delivery
+    q.send("not json").await;
+    let consumer = q.consumer().wait_time(secs(1)).build().unwrap();
+    let mut taker = common::Taker::start(consumer);
+    let mut outcomes = Vec::new();
+    for _ in 0..4 {
+        let d = taker.next(secs(30)).await;
+        let outcome = match d.sns() {
+            Ok(n) => {
+                assert_eq!(n.topic_arn, "arn:aws:sns:us-east-1:123456789012:orders");
+                assert_eq!(n.subject.as_deref(), Some("new order"));
+                assert_eq!(n.message_attributes["tenant"].value, "acme");
+                assert_eq!(n.message_attributes["priority"].data_type, "Number");
+                let decoded: Order = n.json().unwrap();
+                assert_eq!(decoded.items, ["book", "pen"]);
+                "envelope".to_owned()
+            }
+            Err(sqs_consumer::Error::Decode {
+                expected, source, ..
+            }) => {
+                assert_eq!(expected, "an SNS notification envelope");
+                let why = source.to_string();
+                if why.contains("`TopicArn`") {
+                    "missing TopicArn".to_owned()
+                } else if why.contains("raw message delivery") {
+                    // The body is the order itself: json() reads it.
+                    let raw: Order = d.json().unwrap();
+                    assert_eq!(raw.id, 7);
+                    "raw".to_owned()
+                } else {
+                    match d.json::<Order>() {
+                        Err(sqs_consumer::Error::Decode { expected, .. }) => {
+                            assert!(expected.contains("Order"), "{expected}");
+                            "not json".to_owned()
+                        }
+                        other => panic!("{other:?}"),
+                    }
+                }
+            }
+            Err(other) => panic!("not a decode error: {other}"),
+        };
+        outcomes.push(outcome);
+        d.ack().await.unwrap();
+    }
+    outcomes.sort();
+    assert_eq!(
+        outcomes,
+        ["envelope", "missing TopicArn", "not json", "raw"]
+    );
+}
+
+#[cfg(feature = "metrics")]
+#[tokio::test(start_paused = true)]
+async fn metrics_go_through_the_facade() {
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let q = common::memory_queue(30);
+    for i in 0..5 {
+        q.send(format!("m{i}")).unwrap();
+    }
+    // The consumer takes its metric handles from the recorder installed when it is built.
+    let consumer = metrics::with_local_recorder(&recorder, || {
+        Consumer::in_memory(&q)
+            .visibility_timeout(secs(10))
+            .build()
+            .unwrap()
+    });
+    let handler = |d: Delivery| async move {
+        sleep(secs(6)).await; // one extension each, at 5 s
+        if d.body() == "m4" {
+            return Err("failed on purpose".into());
+        }
+        d.ack().await?;
+        Ok::<(), sqs_consumer::BoxError>(())
+    };
+    common::run_while(
+        &consumer,
+        handler,
+        common::eventually("handled", Duration::from_secs(100), || {
+            consumer.stats().acked == 4 && consumer.stats().handler_errors == 1
+        }),
+    )
+    .await;
+    let snapshot = snapshotter.snapshot().into_hashmap();
+    let value = |name: &str| {
+        snapshot
+            .iter()
+            .find(|(key, _)| key.key().name() == name)
+            .map(|(key, (_, _, value))| {
+                let labels: Vec<String> = key
+                    .key()
+                    .labels()
+                    .map(|l| format!("{} = {}", l.key(), l.value()))
+                    .collect();
+                (labels, value)
+            })
+            .unwrap_or_else(|| panic!("no metric {name}"))
+    };
+    let counter = |name: &str| match value(name).1 {
+        DebugValue::Counter(n) => *n,
+        other => panic!("{name}: {other:?}"),
+    };
+    let histogram = |name: &str| match value(name).1 {
+        DebugValue::Histogram(v) => v.len(),
+        other => panic!("{name}: {other:?}"),
+    };
+    assert_eq!(counter("sqs_consumer_received_total"), 5);
+    assert_eq!(counter("sqs_consumer_acked_total"), 4);
+    assert_eq!(counter("sqs_consumer_extended_total"), 5);
+    assert_eq!(counter("sqs_consumer_handler_errors_total"), 1);
+    assert_eq!(histogram("sqs_consumer_handler_duration_seconds"), 5);
+    assert_eq!(histogram("sqs_consumer_extension_lateness_seconds"), 5);
+    assert!(histogram("sqs_consumer_receive_batch_size") >= 1);
+    let (labels, _) = value("sqs_consumer_acked_total");
+    assert_eq!(labels, [format!("queue = memory:{}", q.name())]);
+}
+
+#[cfg(feature = "from-env")]
+const FROM_ENV_QUEUE: &str = "SQS_CONSUMER_FROM_ENV_QUEUE";
+
+/// The child process of `from_env_reaches_the_server_through_the_environment_alone`: a
+/// consumer built with `Consumer::from_env`, in a process whose environment names the
+/// server. Not a test on its own.
+#[cfg(feature = "from-env")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "the child process of from_env_reaches_the_server_through_the_environment_alone"]
+async fn from_env_child() {
+    let url = std::env::var(FROM_ENV_QUEUE).expect("run only as the child");
+    let consumer = Consumer::from_env(url)
+        .await
+        .wait_time(secs(1))
+        .build()
+        .unwrap();
+    let d = common::take_one(&consumer).await;
+    println!("got {}", d.body());
+    d.ack().await.unwrap();
+    println!("acked");
+}
+
+#[cfg(feature = "from-env")]
+#[test]
+fn from_env_reaches_the_server_through_the_environment_alone() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let url = rt.block_on(async {
+        let q = TestQueue::new(Kind::Server, 30).await;
+        q.send("hello from the environment").await;
+        match q {
+            TestQueue::Server { url, .. } => url,
+            TestQueue::Memory(_) => unreachable!(),
+        }
+    });
+    let empty = std::env::temp_dir().join("sqs-consumer-no-aws-config");
+    let output = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "from_env_child", "--ignored", "--nocapture"])
+        .env(FROM_ENV_QUEUE, &url)
+        // The environment alone says where the server is and who we are.
+        .env("AWS_ENDPOINT_URL_SQS", common::server_endpoint())
+        .env("AWS_REGION", "us-east-1")
+        .env("AWS_ACCESS_KEY_ID", "test")
+        .env("AWS_SECRET_ACCESS_KEY", "test")
+        .env("AWS_CONFIG_FILE", &empty)
+        .env("AWS_SHARED_CREDENTIALS_FILE", &empty)
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .env_remove("AWS_PROFILE")
+        .env_remove("AWS_ENDPOINT_URL")
+        .output()
+        .expect("the test binary runs again");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success() && stdout.contains("got hello from the environment"),
+        "{}\n{stdout}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.contains("acked"), "{stdout}");
+    let left = rt.block_on(common::left_on_server(&common::server_client(), &url));
+    assert_eq!(left, 0);
+}
