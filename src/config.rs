@@ -535,7 +535,8 @@ mod tests {
             [
                 A::SentTimestamp,
                 A::ApproximateReceiveCount,
-                A::MessageGroupId
+                A::MessageGroupId,
+                A::AwsTraceHeader
             ]
         );
         let c = builder()
