@@ -65,15 +65,7 @@ impl Batch {
         };
         let ctx = first.context().clone();
         let lost_before: Vec<_> = self.deliveries.iter().map(Delivery::begin_ack).collect();
-        let items = self
-            .deliveries
-            .iter()
-            .map(|d| {
-                let lease = d.lease().clone();
-                let receipt = lease.receipt().to_owned();
-                (receipt, move || lease.lost_reason().is_none())
-            })
-            .collect();
+        let items = self.deliveries.iter().map(Delivery::settle_entry).collect();
         let results = ctx.delete_all(items).await;
         let mut first_error = None;
         for ((d, result), lost) in self.deliveries.into_iter().zip(results).zip(lost_before) {
@@ -95,12 +87,8 @@ impl Batch {
         for d in &self.deliveries {
             d.begin_release();
         }
-        let receipts = self
-            .deliveries
-            .iter()
-            .map(|d| d.lease().receipt().to_owned())
-            .collect();
-        let results = ctx.release_all(receipts, 0).await;
+        let items = self.deliveries.iter().map(Delivery::settle_entry).collect();
+        let results = ctx.release_all(items, 0).await;
         let mut first_error = None;
         for (d, result) in self.deliveries.into_iter().zip(results) {
             if let Err(err) = d.finish_release(result) {

@@ -58,6 +58,25 @@ impl Settle {
     }
 }
 
+/// What a settle call needs to know of its delivery while it retries.
+pub(crate) trait SettleHooks: Send + Sync + 'static {
+    /// `false` once the delivery is lost: trying again cannot help it.
+    fn still_ours(&self) -> bool;
+    /// A try failed and the next one waits (`true`), or it is about to go (`false`).
+    fn between_tries(&self, waiting: bool);
+}
+
+/// A delivery that needs no telling: always ours.
+struct Nobody;
+
+impl SettleHooks for Nobody {
+    fn still_ours(&self) -> bool {
+        true
+    }
+
+    fn between_tries(&self, _waiting: bool) {}
+}
+
 #[derive(Debug)]
 pub(crate) struct Context {
     /// The queue's URL or name, for logs.
@@ -143,26 +162,33 @@ impl Context {
         self.lost_acks.take(message_id)
     }
 
-    /// One extension attempt (a visibility change of `secs`): the heartbeat retries it, until
-    /// the delivery's deadline.
-    pub(crate) async fn extend(&self, receipt: &str, secs: u32) -> Result<(), Error> {
-        self.visibility.submit(receipt, secs).await
+    /// One try of each extension of a keeper's round (visibility changes, sent together):
+    /// each one's result. The keeper retries them, each until its delivery's deadline.
+    pub(crate) async fn extend_all(&self, entries: &[(&str, u32)]) -> Vec<Result<(), Error>> {
+        self.visibility.submit_many(entries).await
     }
 
     /// Deletes a message, retrying transient failures for up to [`ACK_RETRY_WINDOW`] while
-    /// `still_ours()` holds.
+    /// its delivery is still ours (`hooks`; none: always).
     pub(crate) async fn delete(
         self: &Arc<Self>,
         receipt: &str,
-        still_ours: impl Fn() -> bool + Send + 'static,
+        hooks: Option<Arc<dyn SettleHooks>>,
     ) -> Result<(), Error> {
-        self.settle(Settle::Delete, receipt, still_ours).await
+        let hooks = hooks.unwrap_or_else(|| Arc::new(Nobody));
+        self.settle(Settle::Delete, receipt, hooks).await
     }
 
     /// Gives a message back: a visibility change to `secs` (0: visible at once), retrying
     /// transient failures up to [`RELEASE_ATTEMPTS`] tries in all. Counts it when it succeeds.
-    pub(crate) async fn release(self: &Arc<Self>, receipt: &str, secs: u32) -> Result<(), Error> {
-        self.settle(Settle::Release(secs), receipt, || true).await?;
+    pub(crate) async fn release(
+        self: &Arc<Self>,
+        receipt: &str,
+        secs: u32,
+        hooks: Option<Arc<dyn SettleHooks>>,
+    ) -> Result<(), Error> {
+        let hooks = hooks.unwrap_or_else(|| Arc::new(Nobody));
+        self.settle(Settle::Release(secs), receipt, hooks).await?;
         self.count(Counter::Released);
         tracing::debug!(visibility = secs, "released");
         Ok(())
@@ -170,13 +196,10 @@ impl Context {
 
     /// Deletes several messages, their first tries together (one request for up to 10),
     /// each retried as [`delete`](Context::delete) retries. Each one's result, in order.
-    pub(crate) async fn delete_all<F>(
+    pub(crate) async fn delete_all(
         self: &Arc<Self>,
-        items: Vec<(String, F)>,
-    ) -> Vec<Result<(), Error>>
-    where
-        F: Fn() -> bool + Send + 'static,
-    {
+        items: Vec<(String, Option<Arc<dyn SettleHooks>>)>,
+    ) -> Vec<Result<(), Error>> {
         self.settle_all(Settle::Delete, items).await
     }
 
@@ -184,10 +207,9 @@ impl Context {
     /// each retried as [`release`](Context::release) retries. Each one's result, in order.
     pub(crate) async fn release_all(
         self: &Arc<Self>,
-        receipts: Vec<String>,
+        items: Vec<(String, Option<Arc<dyn SettleHooks>>)>,
         secs: u32,
     ) -> Vec<Result<(), Error>> {
-        let items = receipts.into_iter().map(|r| (r, || true)).collect();
         let results = self.settle_all(Settle::Release(secs), items).await;
         for _ in results.iter().filter(|r| r.is_ok()) {
             self.count(Counter::Released);
@@ -202,13 +224,12 @@ impl Context {
         self: &Arc<Self>,
         call: Settle,
         receipt: &str,
-        still_ours: impl Fn() -> bool + Send + 'static,
+        hooks: Arc<dyn SettleHooks>,
     ) -> Result<(), Error> {
         let started = Instant::now();
         match self.send(call, receipt).await {
-            Err(err) if err.is_retryable() && still_ours() => {
-                let retries =
-                    self.retry_in_task(call, receipt.to_owned(), err, started, still_ours);
+            Err(err) if err.is_retryable() && hooks.still_ours() => {
+                let retries = self.retry_in_task(call, receipt.to_owned(), err, started, hooks);
                 retries
                     .await
                     .unwrap_or_else(|_| Err(Error::runtime_gone(call.operation())))
@@ -218,14 +239,11 @@ impl Context {
     }
 
     /// [`settle`](Context::settle) for several messages, their first tries together.
-    async fn settle_all<F>(
+    async fn settle_all(
         self: &Arc<Self>,
         call: Settle,
-        items: Vec<(String, F)>,
-    ) -> Vec<Result<(), Error>>
-    where
-        F: Fn() -> bool + Send + 'static,
-    {
+        items: Vec<(String, Option<Arc<dyn SettleHooks>>)>,
+    ) -> Vec<Result<(), Error>> {
         let started = Instant::now();
         let entries: Vec<(&str, u32)> = items
             .iter()
@@ -236,10 +254,11 @@ impl Context {
             Settle::Release(_) => self.visibility.submit_many(&entries).await,
         };
         let mut outcomes = Vec::with_capacity(items.len());
-        for ((receipt, still_ours), result) in items.into_iter().zip(first) {
+        for ((receipt, hooks), result) in items.into_iter().zip(first) {
+            let hooks: Arc<dyn SettleHooks> = hooks.unwrap_or_else(|| Arc::new(Nobody));
             outcomes.push(match result {
-                Err(err) if err.is_retryable() && still_ours() => {
-                    Err(self.retry_in_task(call, receipt, err, started, still_ours))
+                Err(err) if err.is_retryable() && hooks.still_ours() => {
+                    Err(self.retry_in_task(call, receipt, err, started, hooks))
                 }
                 done => Ok(done),
             });
@@ -264,12 +283,12 @@ impl Context {
         receipt: String,
         err: Error,
         started: Instant,
-        still_ours: impl Fn() -> bool + Send + 'static,
+        hooks: Arc<dyn SettleHooks>,
     ) -> oneshot::Receiver<Result<(), Error>> {
         let (tx, rx) = oneshot::channel();
         let ctx = self.clone();
         let retries = async move {
-            let result = ctx.retry(call, &receipt, err, started, still_ours).await;
+            let result = ctx.retry(call, &receipt, err, started, &*hooks).await;
             let _ = tx.send(result);
         };
         self.settles.spawn(retries.instrument(Span::current()));
@@ -282,7 +301,7 @@ impl Context {
         receipt: &str,
         mut err: Error,
         started: Instant,
-        still_ours: impl Fn() -> bool,
+        hooks: &dyn SettleHooks,
     ) -> Result<(), Error> {
         let mut backoff = settle_backoff();
         let mut attempts = 1;
@@ -291,12 +310,15 @@ impl Context {
                 Settle::Delete => Instant::now() < started + ACK_RETRY_WINDOW,
                 Settle::Release(_) => attempts < RELEASE_ATTEMPTS,
             };
-            if !(err.is_retryable() && more && still_ours()) {
+            if !(err.is_retryable() && more && hooks.still_ours()) {
                 return Err(err);
             }
             let wait = backoff.next_delay();
             tracing::warn!(operation = call.operation(), error = %err.chain(), retry_in = ?wait, "settle call failed; retrying");
+            // The keeper extends the delivery while the next try waits.
+            hooks.between_tries(true);
             sleep(wait).await;
+            hooks.between_tries(false);
             attempts += 1;
             match self.send(call, receipt).await {
                 Ok(()) => return Ok(()),

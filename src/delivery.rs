@@ -2,21 +2,21 @@
 
 use std::fmt;
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use aws_sdk_sqs::types::{Message, MessageSystemAttributeName};
 use tokio::runtime::Handle;
 use tokio::sync::OwnedSemaphorePermit;
-use tokio::task::AbortHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::task_tracker::TaskTrackerToken;
 use tracing::{Instrument, Span};
 
-use crate::context::Context;
+use crate::context::{Context, SettleHooks};
 use crate::error::{Error, ErrorKind, LostReason};
-use crate::heartbeat;
+use crate::heartbeat::Keeper;
 use crate::lease::{Dropped, End, Lease};
 use crate::limits::{secs_rounded_up, HARD_LIMIT, MAX_VISIBILITY_SECS};
 use crate::stats::Counter;
@@ -41,11 +41,14 @@ use crate::stats::Counter;
 pub struct Delivery {
     message: Message,
     lease: Arc<Lease>,
-    heartbeat: Option<AbortHandle>,
+    /// The keeper that keeps it hidden, and its id there (none for a timeout of 0).
+    keeper: Keeper,
+    kept: Option<u64>,
+    /// Set once the keeper was told to let go.
+    forgotten: AtomicBool,
     /// Cancelled when the run (or stream) that received this delivery shuts down.
     shutdown: CancellationToken,
     runtime: Handle,
-    span: Span,
     _slot: Option<Slot>,
     /// Keeps the run that received it waiting (a stream's graceful shutdown) until dropped.
     _run: TaskTrackerToken,
@@ -83,6 +86,8 @@ pub(crate) struct Received {
     pub(crate) slot: Option<Slot>,
     pub(crate) shutdown: CancellationToken,
     pub(crate) run: TaskTrackerToken,
+    /// The consumer's keeper.
+    pub(crate) keeper: Keeper,
 }
 
 impl Delivery {
@@ -112,26 +117,17 @@ impl Delivery {
             deadline,
             received.timeout,
             receive_count,
+            span,
         ));
-        let heartbeat = (received.timeout > 0).then(|| {
-            // Boxed: the task then moves a pointer around, not the whole state machine.
-            tokio::spawn(
-                Box::pin(heartbeat::run(
-                    lease.clone(),
-                    received.timeout,
-                    received.received_at,
-                ))
-                .instrument(span.clone()),
-            )
-            .abort_handle()
-        });
+        let kept = received.keeper.keep(lease.clone());
         Self {
             message,
             lease,
-            heartbeat,
+            keeper: received.keeper,
+            kept,
+            forgotten: AtomicBool::new(false),
             shutdown: received.shutdown,
             runtime: Handle::current(),
-            span,
             _slot: received.slot,
             _run: received.run,
         }
@@ -217,7 +213,7 @@ impl Delivery {
     }
 
     pub(crate) fn span(&self) -> &Span {
-        &self.span
+        self.lease.span()
     }
 
     pub(crate) fn context(&self) -> &Arc<Context> {
@@ -226,6 +222,12 @@ impl Delivery {
 
     pub(crate) fn lease(&self) -> &Arc<Lease> {
         &self.lease
+    }
+
+    /// Its receipt handle and itself, as a settle call of several deliveries takes them.
+    pub(crate) fn settle_entry(&self) -> (String, Option<Arc<dyn SettleHooks>>) {
+        let hooks: Arc<dyn SettleHooks> = self.lease.clone();
+        (self.lease.receipt().to_owned(), Some(hooks))
     }
 
     /// Cancelled when the run (or stream) that received this delivery shuts down.
@@ -247,11 +249,11 @@ impl Delivery {
     pub async fn ack(self) -> Result<(), Error> {
         let lost_before = self.begin_ack();
         let lease = &self.lease;
-        let watched = lease.clone();
+        let hooks: Arc<dyn SettleHooks> = lease.clone();
         let result = lease
             .context()
-            .delete(lease.receipt(), move || watched.lost_reason().is_none())
-            .instrument(self.span.clone())
+            .delete(lease.receipt(), Some(hooks))
+            .instrument(self.span().clone())
             .await;
         self.finish_ack(result, lost_before)
     }
@@ -281,13 +283,13 @@ impl Delivery {
             (Ok(()), None) => {
                 self.lease.acked();
                 ctx.count(Counter::Acked);
-                tracing::debug!(parent: &self.span, "acked");
+                tracing::debug!(parent: self.span(), "acked");
                 Ok(())
             }
         };
         if outcome.as_ref().is_err_and(Error::is_lost) {
             ctx.remember_lost_ack(self.message_id());
-            tracing::warn!(parent: &self.span, "ack failed: the delivery was lost; the message may be handled again");
+            tracing::warn!(parent: self.span(), "ack failed: the delivery was lost; the message may be handled again");
         }
         outcome
     }
@@ -333,8 +335,8 @@ impl Delivery {
         let lease = &self.lease;
         let result = lease
             .context()
-            .release(lease.receipt(), visibility)
-            .instrument(self.span.clone())
+            .release(lease.receipt(), visibility, Some(lease.clone()))
+            .instrument(self.span().clone())
             .await;
         self.finish_release(result)
     }
@@ -366,9 +368,12 @@ impl Delivery {
         }
     }
 
+    /// Tells the keeper to let go (once).
     fn stop_heartbeat(&self) {
-        if let Some(heartbeat) = &self.heartbeat {
-            heartbeat.abort();
+        if let Some(id) = self.kept {
+            if !self.forgotten.swap(true, Ordering::Relaxed) {
+                self.keeper.forget(id);
+            }
         }
     }
 }
@@ -400,8 +405,9 @@ impl Drop for Delivery {
         // Only signals: abort the heartbeat, hand a release to its own task.
         self.stop_heartbeat();
         if self.lease.drop_delivery() == Dropped::Unsettled {
+            let span = self.lease.span().clone();
             self.lease
-                .release_unsettled(self.shutdown.is_cancelled(), &self.runtime, &self.span);
+                .release_unsettled(self.shutdown.is_cancelled(), &self.runtime, &span);
         }
         self.lease.context().hold(false);
     }
@@ -478,6 +484,7 @@ mod tests {
             slot: None,
             shutdown: Default::default(),
             run: tokio_util::task::TaskTracker::new().token(),
+            keeper: Keeper::new(None),
         };
         Delivery::start(std::sync::Arc::new(ctx), message, received)
     }
@@ -811,13 +818,12 @@ mod size {
 
     use super::{Delivery, Received};
     use crate::context::Context;
-    use crate::heartbeat;
+    use crate::heartbeat::Keeper;
     use crate::memory::MemoryQueue;
     use crate::queue::Queue;
     use crate::retry::RetryPolicy;
 
-    /// Every held delivery keeps a heartbeat future alive: it must stay small (an SDK request
-    /// future inside it once made it 5.5 KiB).
+    /// 120,000 deliveries may be held at once: the guard and its lease must stay small.
     #[tokio::test]
     async fn a_held_delivery_stays_small() {
         let q = MemoryQueue::new();
@@ -832,11 +838,11 @@ mod size {
             slot: None,
             shutdown: Default::default(),
             run: tokio_util::task::TaskTracker::new().token(),
+            keeper: Keeper::new(None),
         };
         let d = Delivery::start(ctx, m, received);
-        let heartbeat = heartbeat::run(d.lease.clone(), 30, Instant::now());
-        let (future, delivery) = (std::mem::size_of_val(&heartbeat), std::mem::size_of_val(&d));
-        assert!(future <= 1024, "heartbeat future: {future} bytes");
+        let (lease, delivery) = (std::mem::size_of_val(&*d.lease), std::mem::size_of_val(&d));
+        assert!(lease <= 256, "Lease: {lease} bytes");
         assert!(delivery <= 512, "Delivery: {delivery} bytes");
     }
 }

@@ -18,6 +18,7 @@ use crate::error::Error;
 use crate::fifo;
 use crate::handler::Handler;
 use crate::handling::{self, HandlerSettings};
+use crate::heartbeat::Keeper;
 use crate::queue::Queue;
 use crate::receiver::{ReceiveSettings, ReceivedBatch, Receiver};
 use crate::retry::RetryPolicy;
@@ -36,6 +37,8 @@ pub(crate) enum Dispatch {
 #[derive(Debug)]
 pub(crate) struct Engine {
     ctx: Arc<Context>,
+    /// Keeps every delivery of this consumer hidden.
+    keeper: Keeper,
     receiver: Receiver,
     shutdown_timeout: Duration,
     handling: HandlerSettings,
@@ -51,6 +54,7 @@ impl Engine {
     ) -> Self {
         Self {
             ctx: Arc::new(Context::new(&queue, retry)),
+            keeper: Keeper::new(None),
             receiver: Receiver::new(queue, receive),
             shutdown_timeout,
             handling,
@@ -202,7 +206,7 @@ impl Engine {
                 );
                 let settle = ctx.clone();
                 let delete = async move {
-                    if let Err(err) = settle.delete(&receipt, || true).await {
+                    if let Err(err) = settle.delete(&receipt, None).await {
                         tracing::warn!(error = %err, "deleting a redelivered message failed");
                     }
                     drop(slot);
@@ -218,6 +222,7 @@ impl Engine {
                 slot,
                 shutdown: shutdown.clone(),
                 run: run.held.token(),
+                keeper: self.keeper.clone(),
             };
             deliveries.push(Delivery::start(ctx.clone(), message, received));
         }

@@ -265,7 +265,7 @@ impl Handed {
     async fn ack(&self, abandoned: &[&Item]) {
         let receipts = abandoned
             .iter()
-            .map(|item| (item.lease.receipt().to_owned(), || true))
+            .map(|item| (item.lease.receipt().to_owned(), None))
             .collect();
         let results = self.ctx.delete_all(receipts).await;
         for (item, result) in abandoned.iter().zip(results) {

@@ -1,4 +1,5 @@
-//! The extension schedule (a pure function) and the per-delivery heartbeat task.
+//! The extension schedule (a pure function) and the keeper: one task per consumer that keeps
+//! every held delivery hidden.
 //!
 //! SQS has no lease: a received message is hidden for its visibility timeout `T` and then
 //! handed to the next receiver. While a delivery is held, the heartbeat calls
@@ -6,12 +7,17 @@
 //! call (and its retries) to reach the queue. SQS refuses any visibility that would end more
 //! than 12 hours after the receive, so the last extension is cut to end just before that.
 
-use std::sync::Arc;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use tokio::time::{sleep, sleep_until, timeout_at, Instant};
+use futures_util::future::BoxFuture;
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use tokio::runtime::Handle;
+use tokio::sync::mpsc;
+use tokio::time::{sleep_until, Instant};
 
-use crate::backoff::Backoff;
 use crate::error::{ErrorKind, LostReason};
 use crate::lease::Lease;
 use crate::limits::extension_limit;
@@ -87,129 +93,401 @@ fn warn_late(lease: &Lease, late: Duration, timeout: Duration) {
     }
 }
 
-/// Keeps one delivery hidden until it is settled, dropped, or lost.
-///
-/// Runs as its own task; the `Delivery` aborts it when it settles or is dropped. When it ends by itself, the delivery is lost (or `T = 0`, which has no deadline).
-pub(crate) async fn run(lease: Arc<Lease>, timeout: u32, received_at: Instant) {
-    if timeout == 0 {
-        // Nothing to keep: the message is visible to other receivers at once.
-        return;
-    }
-    let limit = extension_limit(received_at);
-    let mut warned = false;
-    let t = Duration::from_secs(u64::from(timeout));
-    let late_after = (t / 4).min(LATE_EXTENSION);
-    while let Some(ext) = next_extension(lease.deadline(), timeout, limit) {
-        sleep_until(ext.at).await;
-        let outcome = extend(&lease, timeout, limit).await;
-        // Done late, whether it succeeded or gave up: a starved runtime shows as both.
-        let delay = Instant::now().saturating_duration_since(ext.at);
-        lease.context().extension_delay(delay);
-        if delay > late_after {
-            warn_late(&lease, delay, t);
+/// Extensions due within this much after a round's start go out with it, a little early, so
+/// that deliveries received apart share requests; never more than an eighth of the timeout,
+/// so a round sent early gains (nearly) a whole timeout still.
+pub(crate) const COALESCE_WINDOW: Duration = Duration::from_millis(250);
+
+/// No attempt is sent later than this before the current deadline (a quarter of the timeout,
+/// if less): SQS answers a visibility change that reaches it after the deadline with success
+/// and does nothing, so a late try could pass for an extension.
+pub(crate) const SEND_MARGIN: Duration = Duration::from_secs(1);
+
+/// Keeps the deliveries of one consumer hidden: a timer queue of held deliveries keyed by
+/// their next extension, which sends each round's due extensions together (one request for
+/// up to 10). A delivery registers when it is received ([`keep`](Keeper::keep)) and leaves
+/// when it is settled, being settled, or dropped ([`forget`](Keeper::forget)); a delivery
+/// whose ack or release has started is never extended. The keeper's task starts on first use
+/// (on `runtime` if given, else on the caller's) and ends once every handle is gone.
+#[derive(Clone)]
+pub(crate) struct Keeper {
+    inner: Arc<KeeperInner>,
+}
+
+struct KeeperInner {
+    tx: Mutex<Option<mpsc::UnboundedSender<Command>>>,
+    next_id: AtomicU64,
+    /// Where the keeper runs; `None`: on the runtime of whoever first needs it.
+    runtime: Option<Handle>,
+}
+
+enum Command {
+    Keep(u64, Arc<Lease>),
+    Forget(u64),
+}
+
+impl Keeper {
+    pub(crate) fn new(runtime: Option<Handle>) -> Self {
+        Self {
+            inner: Arc::new(KeeperInner {
+                tx: Mutex::new(None),
+                next_id: AtomicU64::new(0),
+                runtime,
+            }),
         }
-        match outcome {
-            Ok(Extended::By(visibility)) if visibility < timeout && !warned => {
-                warned = true;
-                lease.context().count(Counter::Capped);
-                tracing::warn!(
-                    held_for = ?Instant::now().saturating_duration_since(received_at),
-                    visibility,
-                    "last visibility extension: SQS keeps a message hidden for at most 12 hours \
-                     after the receive; it goes to another consumer when this one lapses"
-                );
-            }
-            Ok(Extended::By(_)) => {}
-            Ok(Extended::NothingToGain) => break,
-            Err(reason) => {
-                if lease.heartbeat_lost(reason) {
-                    tracing::warn!(%reason, "delivery lost");
-                }
-                return;
+    }
+
+    /// Starts keeping `lease` hidden; its id, for [`forget`](Keeper::forget). `None` for a
+    /// visibility timeout of 0: there is nothing to keep.
+    pub(crate) fn keep(&self, lease: Arc<Lease>) -> Option<u64> {
+        if lease.timeout() == 0 {
+            return None;
+        }
+        let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+        self.send(Command::Keep(id, lease));
+        Some(id)
+    }
+
+    /// Stops keeping the lease registered as `id`.
+    pub(crate) fn forget(&self, id: u64) {
+        self.send(Command::Forget(id));
+    }
+
+    /// Hands `command` to the keeper's task, starting it (again, if its runtime is gone).
+    fn send(&self, mut command: Command) {
+        for _ in 0..2 {
+            match self.inbox().map(|tx| tx.send(command)) {
+                Some(Ok(())) => return,
+                Some(Err(mpsc::error::SendError(back))) => command = back,
+                None => break,
             }
         }
+        // No runtime to run the keeper on: the deliveries are not extended, and lapse (the
+        // consumer's receive loop cannot run without one either).
+        tracing::warn!("no runtime to keep the deliveries hidden on");
     }
-    // No extension is possible any more: the 12-hour limit is reached. The delivery is ours
-    // until the current deadline, and lost after it.
-    sleep_until(lease.deadline()).await;
-    if lease.heartbeat_lost(LostReason::HardDeadline) {
-        tracing::warn!(reason = %LostReason::HardDeadline, "delivery lost");
+
+    fn inbox(&self) -> Option<mpsc::UnboundedSender<Command>> {
+        let mut tx = self.inner.tx.lock().unwrap_or_else(PoisonError::into_inner);
+        match &*tx {
+            Some(sender) if !sender.is_closed() => Some(sender.clone()),
+            _ => {
+                let runtime = match &self.inner.runtime {
+                    Some(runtime) => runtime.clone(),
+                    None => Handle::try_current().ok()?,
+                };
+                let (sender, rx) = mpsc::unbounded_channel();
+                runtime.spawn(run(rx));
+                *tx = Some(sender.clone());
+                Some(sender)
+            }
+        }
     }
 }
 
-/// What one extension achieved.
+impl std::fmt::Debug for Keeper {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Keeper").finish_non_exhaustive()
+    }
+}
+
+/// What happens next to a kept lease.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Extended {
-    /// The visibility now ends this many seconds after the call.
-    By(u32),
-    /// The 12-hour limit leaves no room past the current deadline: extending is over.
-    NothingToGain,
+enum Next {
+    /// Its extension is due.
+    Extend,
+    /// Its last extension failed transiently: try again.
+    Retry,
+    /// No extension is possible (or none went through): it is lost at its deadline.
+    Expire(LostReason),
+    /// An extension is under way; the timer is its deadline, in case no answer comes.
+    Answer,
 }
 
-/// Sends one extension, retrying transient failures until the current deadline.
-///
-/// The visibility asked for is worked out again for every attempt, so a late retry never asks
-/// past the 12-hour limit.
-async fn extend(lease: &Lease, timeout: u32, limit: Instant) -> Result<Extended, LostReason> {
-    let ctx = lease.context();
-    let deadline = lease.deadline();
-    let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
+/// A lease the keeper holds: a few words each.
+struct Kept {
+    lease: Arc<Lease>,
+    /// When its timer fires (its key in `timers`).
+    at: Instant,
+    next: Next,
+    /// Failed tries of the current extension.
+    attempt: u8,
+    /// The 12-hour cap has been warned about.
+    capped: bool,
+}
+
+/// One extension's answer.
+struct Answer {
+    id: u64,
+    /// When it was sent: the new deadline counts from it.
+    sent_at: Instant,
+    visibility: u32,
+    result: Result<(), crate::error::Error>,
+}
+
+/// The keeper's task.
+async fn run(mut rx: mpsc::UnboundedReceiver<Command>) {
+    let mut keeper = KeeperTask::default();
     loop {
-        let now = Instant::now();
-        if now >= deadline {
-            return Err(LostReason::ExtensionFailed);
-        }
-        let room = u32::try_from(limit.saturating_duration_since(now).as_secs()).unwrap_or(0);
-        let visibility = timeout.min(room);
-        let ends = now + Duration::from_secs(u64::from(visibility));
-        if ends <= deadline {
-            // A late retry near the limit: nothing can be gained any more.
-            return Ok(Extended::NothingToGain);
-        }
-        match timeout_at(deadline, ctx.extend(lease.receipt(), visibility)).await {
-            Ok(Ok(())) => {
-                lease.set_deadline(ends);
-                ctx.count(Counter::Extended);
-                tracing::debug!(visibility, "visibility extended");
-                return Ok(Extended::By(visibility));
+        let next = keeper.timers.first().map(|(at, _)| *at);
+        tokio::select! {
+            biased;
+            command = rx.recv() => match command {
+                Some(Command::Keep(id, lease)) => keeper.keep(id, lease),
+                Some(Command::Forget(id)) => keeper.forget(id),
+                None => return, // every delivery (and the consumer) is gone
+            },
+            Some(answers) = keeper.rounds.next(), if !keeper.rounds.is_empty() => {
+                keeper.answered(answers);
             }
-            Ok(Err(err)) => {
-                ctx.count(Counter::ExtensionFailures);
-                if let Some(ErrorKind::Lost(reason)) = err.kind() {
-                    return Err(reason);
-                }
-                if err.refuses_visibility() {
-                    // SQS refuses the visibility itself, the one value we vary: past its
-                    // 12-hour limit by its own clock. Asking again cannot help; the delivery
-                    // is ours until the current deadline.
-                    tracing::warn!(
-                        error = %err.chain(),
-                        "SQS refused the visibility extension (past its 12-hour limit?); no \
-                         more extensions: the message goes to another consumer when this \
-                         timeout lapses"
-                    );
-                    return Ok(Extended::NothingToGain);
-                }
-                let remaining = deadline.saturating_duration_since(Instant::now());
-                // A quarter of what is left, so several tries fit before the deadline, but
-                // never less than MIN_RETRY_WAIT: close to the deadline a quarter shrinks
-                // towards nothing, and the tries would bunch up into a burst.
-                let wait = backoff.next_delay().min(remaining / 4).max(MIN_RETRY_WAIT);
-                tracing::warn!(
-                    error = %err.chain(),
-                    retry_in = ?wait,
-                    remaining = ?remaining,
-                    "visibility extension failed; retrying"
-                );
-                // Not past the deadline: the delivery is lost right then, not a bit later.
-                sleep(wait.min(remaining)).await;
-            }
-            Err(_elapsed) => {
-                ctx.count(Counter::ExtensionFailures);
-                return Err(LostReason::ExtensionFailed);
+            () = sleep_until(next.unwrap_or_else(Instant::now)), if next.is_some() => {
+                // Let the tasks woken at the same instant (a handler about to ack) go first:
+                // an extension of a delivery being settled is never sent.
+                tokio::task::yield_now().await;
+                keeper.round(Instant::now());
             }
         }
     }
+}
+
+#[derive(Default)]
+struct KeeperTask {
+    kept: HashMap<u64, Kept>,
+    timers: BTreeSet<(Instant, u64)>,
+    rounds: FuturesUnordered<BoxFuture<'static, Vec<Answer>>>,
+}
+
+impl KeeperTask {
+    fn keep(&mut self, id: u64, lease: Arc<Lease>) {
+        let limit = extension_limit(lease.received_at());
+        let (next, at) = match next_extension(lease.deadline(), lease.timeout(), limit) {
+            Some(ext) => (Next::Extend, ext.at),
+            None => (Next::Expire(LostReason::HardDeadline), lease.deadline()),
+        };
+        self.timers.insert((at, id));
+        let kept = Kept {
+            lease,
+            at,
+            next,
+            attempt: 0,
+            capped: false,
+        };
+        self.kept.insert(id, kept);
+    }
+
+    fn forget(&mut self, id: u64) {
+        if let Some(kept) = self.kept.remove(&id) {
+            self.timers.remove(&(kept.at, id));
+        }
+    }
+
+    fn schedule(&mut self, id: u64, next: Next, at: Instant) {
+        if let Some(kept) = self.kept.get_mut(&id) {
+            self.timers.remove(&(kept.at, id));
+            kept.at = at;
+            kept.next = next;
+            self.timers.insert((at, id));
+        }
+    }
+
+    /// Everything due at `now`, and the extensions due a little later that can go with it.
+    fn round(&mut self, now: Instant) {
+        let horizon = now + COALESCE_WINDOW;
+        let due: Vec<(Instant, u64)> = self.timers.range(..=(horizon, u64::MAX)).copied().collect();
+        let mut batch: Vec<(u64, String, u32)> = Vec::new();
+        let mut ctx = None;
+        for (at, id) in due {
+            let Some(kept) = self.kept.get(&id) else {
+                self.timers.remove(&(at, id));
+                continue;
+            };
+            let lease = kept.lease.clone();
+            let t = Duration::from_secs(u64::from(lease.timeout()));
+            let early = at > now;
+            match kept.next {
+                // Only extensions come early, and only within an eighth of their timeout.
+                Next::Extend if early && at > now + (t / 8).min(COALESCE_WINDOW) => continue,
+                Next::Retry | Next::Expire(_) | Next::Answer if early => continue,
+                _ => {}
+            }
+            if lease.is_settling() {
+                // An ack or release is queued or under way: no extension now; look again
+                // shortly, in case it fails and waits to try again.
+                self.schedule(id, Next::Retry, now + MIN_RETRY_WAIT);
+                continue;
+            }
+            if !lease.is_extendable() {
+                // Settled or lost: its `forget` is on its way.
+                self.forget(id);
+                continue;
+            }
+            match kept.next {
+                Next::Expire(_) | Next::Answer if lease.deadline() <= now => {
+                    let reason = match kept.next {
+                        Next::Expire(reason) => reason,
+                        _ => LostReason::ExtensionFailed,
+                    };
+                    if lease.heartbeat_lost(reason) {
+                        tracing::warn!(parent: lease.span(), %reason, "delivery lost");
+                    }
+                    self.forget(id);
+                }
+                Next::Expire(_) | Next::Answer => {
+                    // The deadline moved on (an answer came first): look again then.
+                    let next = kept.next;
+                    self.schedule(id, next, lease.deadline());
+                }
+                Next::Extend | Next::Retry => {
+                    let limit = extension_limit(lease.received_at());
+                    let room =
+                        u32::try_from(limit.saturating_duration_since(now).as_secs()).unwrap_or(0);
+                    let visibility = lease.timeout().min(room);
+                    if now + Duration::from_secs(u64::from(visibility)) <= lease.deadline() {
+                        // Near the 12-hour limit nothing can be gained any more.
+                        self.schedule(id, Next::Expire(LostReason::HardDeadline), lease.deadline());
+                        continue;
+                    }
+                    if kept.next == Next::Extend {
+                        let late = now.saturating_duration_since(at);
+                        lease.context().extension_delay(late);
+                        if late > (t / 4).min(LATE_EXTENSION) {
+                            warn_late(&lease, late, t);
+                        }
+                    }
+                    ctx.get_or_insert_with(|| lease.context().clone());
+                    batch.push((id, lease.receipt().to_owned(), visibility));
+                    self.schedule(id, Next::Answer, lease.deadline());
+                }
+            }
+        }
+        if let Some(ctx) = ctx {
+            self.rounds.push(Box::pin(extend_all(ctx, batch, now)));
+        }
+    }
+
+    fn answered(&mut self, answers: Vec<Answer>) {
+        let now = Instant::now();
+        for answer in answers {
+            let Some(kept) = self.kept.get_mut(&answer.id) else {
+                continue; // forgotten meanwhile
+            };
+            let lease = kept.lease.clone();
+            let ctx = lease.context().clone();
+            if !lease.is_extendable() && !lease.is_settling() {
+                self.forget(answer.id);
+                continue;
+            }
+            let id = answer.id;
+            match answer.result {
+                Ok(()) => {
+                    let deadline =
+                        answer.sent_at + Duration::from_secs(u64::from(answer.visibility));
+                    lease.set_deadline(deadline);
+                    ctx.count(Counter::Extended);
+                    tracing::debug!(parent: lease.span(), visibility = answer.visibility, "visibility extended");
+                    kept.attempt = 0;
+                    if answer.visibility < lease.timeout() && !kept.capped {
+                        kept.capped = true;
+                        ctx.count(Counter::Capped);
+                        tracing::warn!(
+                            parent: lease.span(),
+                            held_for = ?now.saturating_duration_since(lease.received_at()),
+                            visibility = answer.visibility,
+                            "last visibility extension: SQS keeps a message hidden for at most \
+                             12 hours after the receive; it goes to another consumer when this \
+                             one lapses"
+                        );
+                    }
+                    let limit = extension_limit(lease.received_at());
+                    match next_extension(deadline, lease.timeout(), limit) {
+                        Some(ext) => self.schedule(id, Next::Extend, ext.at),
+                        None => self.schedule(id, Next::Expire(LostReason::HardDeadline), deadline),
+                    }
+                }
+                Err(err) => {
+                    ctx.count(Counter::ExtensionFailures);
+                    if let Some(ErrorKind::Lost(reason)) = err.kind() {
+                        if lease.heartbeat_lost(reason) {
+                            tracing::warn!(parent: lease.span(), %reason, error = %err.chain(), "delivery lost");
+                        }
+                        self.forget(id);
+                        continue;
+                    }
+                    if err.refuses_visibility() {
+                        // SQS refuses the visibility itself, the one value we vary: past its
+                        // 12-hour limit by its own clock. Asking again cannot help; the
+                        // delivery is ours until the current deadline.
+                        tracing::warn!(
+                            parent: lease.span(),
+                            error = %err.chain(),
+                            "SQS refused the visibility extension (past its 12-hour limit?); no \
+                             more extensions: the message goes to another consumer when this \
+                             timeout lapses"
+                        );
+                        self.schedule(id, Next::Expire(LostReason::HardDeadline), lease.deadline());
+                        continue;
+                    }
+                    let deadline = lease.deadline();
+                    let t = Duration::from_secs(u64::from(lease.timeout()));
+                    let last_send = deadline.checked_sub((t / 4).min(SEND_MARGIN));
+                    let remaining = deadline.saturating_duration_since(now);
+                    // A quarter of what is left, so several tries fit before the deadline, but
+                    // never less than MIN_RETRY_WAIT: close to the deadline a quarter shrinks
+                    // towards nothing, and the tries would bunch up into a burst.
+                    let wait = retry_wait(kept.attempt)
+                        .min(remaining / 4)
+                        .max(MIN_RETRY_WAIT);
+                    kept.attempt = kept.attempt.saturating_add(1);
+                    if last_send.is_some_and(|last| now + wait <= last) {
+                        tracing::warn!(
+                            parent: lease.span(),
+                            error = %err.chain(),
+                            retry_in = ?wait,
+                            remaining = ?remaining,
+                            "visibility extension failed; retrying"
+                        );
+                        self.schedule(id, Next::Retry, now + wait);
+                    } else {
+                        tracing::warn!(
+                            parent: lease.span(),
+                            error = %err.chain(),
+                            remaining = ?remaining,
+                            "visibility extension failed, and another try could reach SQS after \
+                             the deadline; the delivery is lost then"
+                        );
+                        self.schedule(id, Next::Expire(LostReason::ExtensionFailed), deadline);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The wait before the next try of an extension that failed `attempt` times before: 200 ms,
+/// doubling up to 5 s, jittered.
+fn retry_wait(attempt: u8) -> Duration {
+    let base = Duration::from_millis(200).saturating_mul(1u32 << attempt.min(5));
+    crate::backoff::jitter(base.min(Duration::from_secs(5)))
+}
+
+/// Sends one round's extensions together; each one's answer.
+async fn extend_all(
+    ctx: Arc<crate::context::Context>,
+    batch: Vec<(u64, String, u32)>,
+    sent_at: Instant,
+) -> Vec<Answer> {
+    let entries: Vec<(&str, u32)> = batch.iter().map(|(_, r, v)| (r.as_str(), *v)).collect();
+    let results = ctx.extend_all(&entries).await;
+    batch
+        .into_iter()
+        .zip(results)
+        .map(|((id, _, visibility), result)| Answer {
+            id,
+            sent_at,
+            visibility,
+            result,
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@
 //!    |            |                                        acked (Acked), or released (Ended)
 //!    |            | ack/release starts
 //!    +------------+---------> Settling --delete succeeded--> Acked
+//!    |                        |   ^ a try failed: SettleWaiting until the next try
 //!    |                           |
 //!    | heartbeat: gone/lapsed    | the settle call: gone
 //!    v                           v
@@ -31,7 +32,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{Instrument, Span};
 
-use crate::context::Context;
+use crate::context::{Context, SettleHooks};
 use crate::error::LostReason;
 use crate::limits::extension_limit;
 use crate::stats::Counter;
@@ -47,8 +48,12 @@ pub(crate) enum State {
     /// Dropped unsettled while its handler ran; the heartbeat has stopped; the handler's
     /// outcome will settle it.
     Abandoned,
-    /// `ack`, `release` or `release_after` is under way.
+    /// `ack`, `release` or `release_after` is under way: queued or sent, not answered. The
+    /// keeper does not extend it.
     Settling,
+    /// A try of the ack or release failed and the next one waits: the keeper extends it
+    /// meanwhile, so the message stays hidden through the retries.
+    SettleWaiting,
     /// The message may be with another consumer.
     Lost(LostReason),
     /// Deleted.
@@ -93,6 +98,8 @@ pub(crate) struct Lease {
     /// The visibility timeout the receive applied, seconds.
     timeout: u32,
     receive_count: u32,
+    /// The delivery's span: the keeper logs in it.
+    span: Span,
 }
 
 impl Lease {
@@ -103,6 +110,7 @@ impl Lease {
         deadline: Instant,
         timeout: u32,
         receive_count: u32,
+        span: Span,
     ) -> Self {
         let (status, _) = watch::channel(Status {
             deadline,
@@ -115,7 +123,31 @@ impl Lease {
             received_at,
             timeout,
             receive_count,
+            span,
         }
+    }
+
+    /// The visibility timeout the receive applied, seconds.
+    pub(crate) fn timeout(&self) -> u32 {
+        self.timeout
+    }
+
+    pub(crate) fn span(&self) -> &Span {
+        &self.span
+    }
+
+    /// `true` while the keeper may extend it: held, or between the tries of a settle call.
+    pub(crate) fn is_extendable(&self) -> bool {
+        matches!(
+            self.state(),
+            State::Held | State::InHandler | State::SettleWaiting
+        )
+    }
+
+    /// `true` while a settle call's request is queued or under way: not extended, not
+    /// forgotten either (it may fail and wait to try again).
+    pub(crate) fn is_settling(&self) -> bool {
+        self.state() == State::Settling
     }
 
     pub(crate) fn context(&self) -> &Arc<Context> {
@@ -198,7 +230,7 @@ impl Lease {
     /// A settle call found the delivery lost (or knew it already); the first reason wins.
     pub(crate) fn mark_lost(&self, reason: LostReason) {
         self.lose(reason, |s| {
-            held(s) || matches!(s, State::Settling | State::Abandoned)
+            held(s) || matches!(s, State::Settling | State::SettleWaiting | State::Abandoned)
         });
     }
 
@@ -213,7 +245,7 @@ impl Lease {
     /// The delete succeeded (and the delivery was not lost).
     pub(crate) fn acked(&self) {
         self.transition(
-            |s| matches!(s, State::Settling | State::Abandoned),
+            |s| matches!(s, State::Settling | State::SettleWaiting | State::Abandoned),
             |_| State::Acked,
         );
     }
@@ -279,7 +311,7 @@ impl Lease {
         };
         let lease = self.clone();
         let release = async move {
-            if let Err(err) = lease.ctx.release(&lease.receipt, visibility).await {
+            if let Err(err) = lease.ctx.release(&lease.receipt, visibility, None).await {
                 tracing::warn!(error = %err.chain(), visibility, "releasing a dropped delivery failed; it returns when its visibility lapses");
             }
         };
@@ -322,6 +354,20 @@ impl Lease {
     }
 }
 
+impl SettleHooks for Lease {
+    fn still_ours(&self) -> bool {
+        self.lost_reason().is_none()
+    }
+
+    fn between_tries(&self, waiting: bool) {
+        if waiting {
+            self.transition(|s| s == State::Settling, |_| State::SettleWaiting);
+        } else {
+            self.transition(|s| s == State::SettleWaiting, |_| State::Settling);
+        }
+    }
+}
+
 /// A state that `lost()` or `ended()` waits for.
 fn watched(state: State) -> bool {
     matches!(state, State::Lost(_) | State::Acked | State::Ended { .. })
@@ -349,7 +395,15 @@ mod tests {
     fn lease() -> Arc<Lease> {
         let ctx = Context::new(&Queue::new(MemoryQueue::new()), RetryPolicy::Leave);
         let now = Instant::now();
-        Arc::new(Lease::new(Arc::new(ctx), "r".into(), now, now, 30, 1))
+        Arc::new(Lease::new(
+            Arc::new(ctx),
+            "r".into(),
+            now,
+            now,
+            30,
+            1,
+            Span::none(),
+        ))
     }
 
     #[tokio::test]
