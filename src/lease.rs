@@ -24,11 +24,11 @@
 //! handler's outcome (`AckMode::OnSuccess` acks it on `Ok`); the handler's guard settles it.
 
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use tokio::runtime::Handle;
-use tokio::sync::watch;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 use tracing::{Instrument, Span};
 
@@ -92,7 +92,9 @@ struct Status {
 pub(crate) struct Lease {
     ctx: Arc<Context>,
     receipt: String,
-    status: watch::Sender<Status>,
+    status: Mutex<Status>,
+    /// Wakes `lost()` and `ended()` when the state reaches one they wait for.
+    changed: Notify,
     /// Just before the receive's request: the 12-hour limit counts from it.
     received_at: Instant,
     /// The visibility timeout the receive applied, seconds.
@@ -112,7 +114,7 @@ impl Lease {
         receive_count: u32,
         span: Span,
     ) -> Self {
-        let (status, _) = watch::channel(Status {
+        let status = Mutex::new(Status {
             deadline,
             state: State::Held,
         });
@@ -120,6 +122,7 @@ impl Lease {
             ctx,
             receipt,
             status,
+            changed: Notify::new(),
             received_at,
             timeout,
             receive_count,
@@ -167,15 +170,15 @@ impl Lease {
     }
 
     pub(crate) fn deadline(&self) -> Instant {
-        self.status.borrow().deadline
+        self.lock().deadline
     }
 
     pub(crate) fn set_deadline(&self, deadline: Instant) {
-        self.status.send_modify(|s| s.deadline = deadline);
+        self.lock().deadline = deadline;
     }
 
     pub(crate) fn state(&self) -> State {
-        self.status.borrow().state
+        self.lock().state
     }
 
     pub(crate) fn lost_reason(&self) -> Option<LostReason> {
@@ -192,15 +195,23 @@ impl Lease {
     /// Watchers (`lost()`, `ended()`) are woken only for the states they wait for: the others
     /// change often (every delivery goes through `InHandler` and `Settling`) and waking costs.
     fn transition(&self, from: impl Fn(State) -> bool, change: impl Fn(State) -> State) -> bool {
-        let mut applied = false;
-        self.status.send_if_modified(|s| {
-            applied = from(s.state);
+        let (applied, wake) = {
+            let mut s = self.lock();
+            let applied = from(s.state);
             if applied {
                 s.state = change(s.state);
             }
-            applied && watched(s.state)
-        });
+            (applied, applied && watched(s.state))
+        };
+        if wake {
+            self.changed.notify_waiters();
+        }
         applied
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Status> {
+        // Every update is a single assignment: a poisoned lock still holds consistent data.
+        self.status.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The delivery goes to a handler, whose outcome decides what an unsettled drop means.
@@ -253,7 +264,8 @@ impl Lease {
     /// The delivery was dropped: what is left to do.
     pub(crate) fn drop_delivery(&self) -> Dropped {
         let mut dropped = Dropped::Settled;
-        self.status.send_if_modified(|s| {
+        let wake = {
+            let mut s = self.lock();
             let before = s.state;
             s.state = match s.state {
                 State::Held => {
@@ -270,7 +282,10 @@ impl Lease {
                 },
             };
             s.state != before && watched(s.state)
-        });
+        };
+        if wake {
+            self.changed.notify_waiters();
+        }
         dropped
     }
 
@@ -323,32 +338,33 @@ impl Lease {
     pub(crate) fn lost(self: &Arc<Self>) -> impl Future<Output = LostReason> + Send + 'static {
         let lease = self.clone();
         async move {
-            let mut rx = lease.status.subscribe();
             loop {
-                if let Some(reason) = lost_reason(rx.borrow_and_update().state) {
+                // Registered before the look, so a change right after it wakes us.
+                let changed = lease.changed.notified();
+                tokio::pin!(changed);
+                changed.as_mut().enable();
+                if let Some(reason) = lost_reason(lease.state()) {
                     return reason;
                 }
-                if rx.changed().await.is_err() {
-                    // Unreachable while `lease` (and so the sender) is alive; stay pending.
-                    std::future::pending::<()>().await;
-                }
+                changed.await;
             }
         }
     }
 
     /// Completes when the delivery has ended (acked, or dropped and settled), with how.
-    pub(crate) fn ended(&self) -> impl Future<Output = End> + Send + 'static {
-        let mut rx = self.status.subscribe();
+    pub(crate) fn ended(self: &Arc<Self>) -> impl Future<Output = End> + Send + 'static {
+        let lease = self.clone();
         async move {
             loop {
-                match rx.borrow_and_update().state {
+                let changed = lease.changed.notified();
+                tokio::pin!(changed);
+                changed.as_mut().enable();
+                match lease.state() {
                     State::Acked => return End::Acked,
                     State::Ended { .. } => return End::NotAcked,
                     _ => {}
                 }
-                if rx.changed().await.is_err() {
-                    return End::NotAcked;
-                }
+                changed.await;
             }
         }
     }

@@ -1,7 +1,7 @@
 //! The in-memory queue's state and its rules: what each SQS call does to it, at a given
 //! instant. Nothing here waits or locks; `MemoryQueue` does both around it.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -34,6 +34,11 @@ pub(crate) struct Rules {
 pub(crate) struct State {
     /// Messages in send order; the key is the queue's own sequence number.
     messages: BTreeMap<u64, Stored>,
+    /// Every message that was not receivable when last looked at, by when it becomes so
+    /// (delayed, or in flight), and every other one by sequence number: a receive looks at
+    /// what it can take, not at every message held (120,000 may be in flight).
+    hidden: BTreeSet<(Instant, u64)>,
+    visible: BTreeSet<u64>,
     next_seq: u64,
     dedup: HashMap<String, (Instant, String)>,
     requests: RequestCounts,
@@ -251,28 +256,59 @@ impl State {
         if let Some(key) = dedup_key {
             self.dedup.insert(key, (now + DEDUP_WINDOW, id.clone()));
         }
-        self.insert(Stored {
-            id: id.clone(),
-            body: m.body,
-            sent_ms: epoch_ms(),
-            available_at: now + delay,
-            receipt: None,
-            received_at: None,
-            first_receive_ms: None,
-            receive_count: 0,
-            group: m.group_id,
-            dedup_id: m.deduplication_id,
-            dead_letter_source: None,
-            attributes: m.attributes,
-            trace_header: m.trace_header,
-        });
+        self.insert(
+            now,
+            Stored {
+                id: id.clone(),
+                body: m.body,
+                sent_ms: epoch_ms(),
+                available_at: now + delay,
+                receipt: None,
+                received_at: None,
+                first_receive_ms: None,
+                receive_count: 0,
+                group: m.group_id,
+                dedup_id: m.deduplication_id,
+                dead_letter_source: None,
+                attributes: m.attributes,
+                trace_header: m.trace_header,
+            },
+        );
         Ok(id)
     }
 
-    fn insert(&mut self, m: Stored) {
+    fn insert(&mut self, now: Instant, m: Stored) {
         let seq = self.next_seq;
         self.next_seq += 1;
+        self.place(seq, m.available_at, now);
         self.messages.insert(seq, m);
+    }
+
+    /// Files message `seq`, receivable from `at`, in the index.
+    fn place(&mut self, seq: u64, at: Instant, now: Instant) {
+        if at > now {
+            self.hidden.insert((at, seq));
+        } else {
+            self.visible.insert(seq);
+        }
+    }
+
+    /// Takes message `seq`, filed as receivable from `at`, out of the index.
+    fn unplace(&mut self, seq: u64, at: Instant) {
+        if !self.hidden.remove(&(at, seq)) {
+            self.visible.remove(&seq);
+        }
+    }
+
+    /// Moves what has become receivable by `now` among the visible.
+    fn promote(&mut self, now: Instant) {
+        while let Some(&(at, seq)) = self.hidden.first() {
+            if at > now {
+                break;
+            }
+            self.hidden.pop_first();
+            self.visible.insert(seq);
+        }
     }
 
     /// One pass over the queue for a receive of up to `max` messages, hiding each for
@@ -289,40 +325,34 @@ impl State {
         requested_at: Instant,
         now: Instant,
     ) -> Pass {
+        self.promote(now);
+        let taken = if rules.fifo {
+            self.fifo_candidates(max, now)
+        } else {
+            // The receivable ones, oldest first.
+            self.visible
+                .iter()
+                .take(max + self.dead_letter_room(rules, max))
+                .copied()
+                .collect()
+        };
         let mut messages = Vec::new();
-        let mut wake: Option<Instant> = None;
-        let mut blocked: HashSet<String> = HashSet::new();
-        if rules.fifo {
-            blocked.extend(
-                self.messages
-                    .values()
-                    .filter(|m| m.in_flight(now))
-                    .filter_map(|m| m.group.clone()),
-            );
-        }
         let mut dead = Vec::new();
-        for (seq, m) in self.messages.iter_mut() {
-            if m.available_at > now {
-                wake = Some(wake.map_or(m.available_at, |w| w.min(m.available_at)));
-                if let (true, Some(g)) = (rules.fifo, &m.group) {
-                    // Later messages of the group must wait for this one.
-                    blocked.insert(g.clone());
-                }
-                continue;
-            }
+        for seq in taken {
             if messages.len() >= max {
                 break;
             }
-            if m.group.as_ref().is_some_and(|g| blocked.contains(g)) {
+            let Some(m) = self.messages.get_mut(&seq) else {
                 continue;
-            }
+            };
             if rules
                 .max_receive_count
                 .is_some_and(|max| m.receive_count >= max)
             {
-                dead.push(*seq);
+                dead.push(seq);
                 continue;
             }
+            let before = m.available_at;
             m.receive_count += 1;
             let receipt = format!(
                 "{queue_id:016x}.{seq}.{}.{:016x}",
@@ -333,17 +363,60 @@ impl State {
             m.received_at = Some(requested_at);
             m.first_receive_ms.get_or_insert_with(epoch_ms);
             m.available_at = now + visibility;
-            messages.push(to_message(m, *seq, receipt, rules.fifo, select));
+            messages.push(to_message(m, seq, receipt, rules.fifo, select));
+            let after = m.available_at;
+            self.unplace(seq, before);
+            self.place(seq, after, now);
         }
-        let dead = dead
-            .into_iter()
-            .filter_map(|seq| self.messages.remove(&seq))
-            .collect();
+        let mut moved = Vec::with_capacity(dead.len());
+        for seq in dead {
+            if let Some(m) = self.messages.remove(&seq) {
+                self.unplace(seq, m.available_at);
+                moved.push(m);
+            }
+        }
         Pass {
             messages,
-            wake,
-            dead,
+            wake: self.hidden.first().map(|(at, _)| *at),
+            dead: moved,
         }
+    }
+
+    /// How many more than `max` to look at on a queue with a redrive policy: messages past
+    /// their receive count move away instead of being taken.
+    fn dead_letter_room(&self, rules: &Rules, max: usize) -> usize {
+        match rules.max_receive_count {
+            Some(_) => self.visible.len().saturating_sub(max),
+            None => 0,
+        }
+    }
+
+    /// A FIFO queue's receivable messages, in order: none of a group with a message in
+    /// flight, nor any after an earlier message of its group that is not receivable yet.
+    fn fifo_candidates(&self, max: usize, now: Instant) -> Vec<u64> {
+        let mut blocked: HashSet<&str> = self
+            .messages
+            .values()
+            .filter(|m| m.in_flight(now))
+            .filter_map(|m| m.group.as_deref())
+            .collect();
+        let mut out = Vec::new();
+        for (seq, m) in &self.messages {
+            let group = m.group.as_deref();
+            if m.available_at > now {
+                // Later messages of its group must wait for this one.
+                blocked.extend(group);
+                continue;
+            }
+            if out.len() >= max {
+                break;
+            }
+            if group.is_some_and(|g| blocked.contains(g)) {
+                continue;
+            }
+            out.push(*seq);
+        }
+        out
     }
 
     /// Takes a message moved here from a source queue's redrive.
@@ -354,7 +427,7 @@ impl State {
         m.first_receive_ms = None;
         m.receive_count = 0;
         m.dead_letter_source = Some(source.to_owned());
-        self.insert(m);
+        self.insert(now, m);
     }
 
     /// Deletes a message by the receipt handle of its latest receive.
@@ -384,6 +457,8 @@ impl State {
                 "the message's visibility timeout has expired",
             ));
         }
+        let at = m.available_at;
+        self.unplace(seq, at);
         self.messages.remove(&seq);
         Ok(())
     }
@@ -433,7 +508,10 @@ impl State {
                 ),
             ));
         }
+        let before = m.available_at;
         m.available_at = ends;
+        self.unplace(seq, before);
+        self.place(seq, ends, now);
         Ok(())
     }
 
