@@ -37,17 +37,20 @@ use tokio::time::{sleep, Instant};
 struct CountingAlloc;
 
 static LIVE_BYTES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+static LIVE_ALLOCS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 // SAFETY: every call is forwarded to the system allocator unchanged; the counter only adds
 // and subtracts the sizes it was given.
 unsafe impl std::alloc::GlobalAlloc for CountingAlloc {
     unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
         LIVE_BYTES.fetch_add(layout.size(), std::sync::atomic::Ordering::Relaxed);
+        LIVE_ALLOCS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         std::alloc::System.alloc(layout)
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
         LIVE_BYTES.fetch_sub(layout.size(), std::sync::atomic::Ordering::Relaxed);
+        LIVE_ALLOCS.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
         std::alloc::System.dealloc(ptr, layout)
     }
 }
@@ -244,6 +247,7 @@ fn b3() {
         let held: Arc<Mutex<Vec<Delivery>>> =
             Arc::new(Mutex::new(Vec::with_capacity(DELIVERIES)));
         let (rss_before, live_before) = (rss_bytes().unwrap_or(0), live_bytes());
+        let allocs_before = LIVE_ALLOCS.load(std::sync::atomic::Ordering::Relaxed);
         let h = held.clone();
         let handler = move |d: Delivery| {
             let h = h.clone();
@@ -252,7 +256,7 @@ fn b3() {
                 Ok::<(), Error>(())
             }
         };
-        let (mut rss_held, mut live_held) = (0, 0);
+        let (mut rss_held, mut live_held, mut allocs_held) = (0, 0, 0);
         let mut fill = Duration::ZERO;
         let signal = async {
             let start = Instant::now();
@@ -262,6 +266,7 @@ fn b3() {
             fill = start.elapsed();
             rss_held = rss_bytes().unwrap_or(0);
             live_held = live_bytes();
+            allocs_held = LIVE_ALLOCS.load(std::sync::atomic::Ordering::Relaxed);
             sleep(HOLD).await;
         };
         consumer.run_until(handler, signal).await.unwrap();
@@ -269,9 +274,10 @@ fn b3() {
         let lost_or_visible = q.visible_len();
         let per = (rss_held.saturating_sub(rss_before)) as f64 / DELIVERIES as f64;
         let live = live_held.saturating_sub(live_before) as f64 / DELIVERIES as f64;
+        let allocs = allocs_held.saturating_sub(allocs_before) as f64 / DELIVERIES as f64;
         println!("B3  {DELIVERIES} deliveries held at once (T = {T} s, {:?} held, 2 worker threads):", HOLD);
         println!(
-            "    received in {fill:.2?}; per held delivery: {live:.0} bytes allocated (the queue's side included), {per:.0} bytes of resident memory"
+            "    received in {fill:.2?}; per held delivery: {live:.0} bytes in {allocs:.1} allocations (the queue's side included), {per:.0} bytes of resident memory"
         );
         println!(
             "    worst extension delay past T/2: {:?} (T/2 = {} s); extensions {}, lost {}, visible while held {}",

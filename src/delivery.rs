@@ -2,16 +2,15 @@
 
 use std::fmt;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use aws_sdk_sqs::types::{Message, MessageSystemAttributeName};
 use tokio::runtime::Handle;
-use tokio::sync::OwnedSemaphorePermit;
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::task_tracker::TaskTrackerToken;
 use tracing::{Instrument, Span};
 
 use crate::context::{Context, SettleHooks};
@@ -39,42 +38,101 @@ use crate::stats::Counter;
 /// While held, a delivery counts against the consumer's
 /// [`max_in_flight`](crate::ConsumerBuilder::max_in_flight), wherever you move it.
 pub struct Delivery {
-    message: Message,
+    /// The message and its receipt handle, deadline and state, shared with the keeper.
     lease: Arc<Lease>,
-    /// The keeper that keeps it hidden, and its id there (none for a timeout of 0).
-    keeper: Keeper,
-    kept: Option<u64>,
-    /// Set once the keeper was told to let go.
-    forgotten: AtomicBool,
-    /// Cancelled when the run (or stream) that received this delivery shuts down.
+    /// What it shares with the run (or stream) that received it.
+    run: Arc<RunTies>,
+    _slot: Slot,
+}
+
+/// What the deliveries of one run (a `run_until`, or a stream) share: the run's shutdown
+/// signal, the runtime it receives on (a dropped delivery's release runs there), and how many
+/// of them are still held (a stream's graceful shutdown waits for none).
+#[derive(Debug)]
+pub(crate) struct RunTies {
     shutdown: CancellationToken,
-    runtime: Handle,
-    _slot: Option<Slot>,
-    /// Keeps the run that received it waiting (a stream's graceful shutdown) until dropped.
-    _run: TaskTrackerToken,
+    /// The consumer's keeper, which keeps the deliveries hidden.
+    keeper: Keeper,
+    runtime: Option<Handle>,
+    held: AtomicUsize,
+    /// Signalled when the last one is dropped.
+    none_held: Notify,
+}
+
+impl RunTies {
+    pub(crate) fn new(shutdown: CancellationToken, keeper: Keeper) -> Arc<Self> {
+        Arc::new(Self {
+            shutdown,
+            keeper,
+            runtime: Handle::try_current().ok(),
+            held: AtomicUsize::new(0),
+            none_held: Notify::new(),
+        })
+    }
+
+    pub(crate) fn shutdown(&self) -> &CancellationToken {
+        &self.shutdown
+    }
+
+    /// Deliveries of the run still held.
+    pub(crate) fn held(&self) -> usize {
+        self.held.load(Ordering::Acquire)
+    }
+
+    /// Completes once no delivery of the run is held.
+    pub(crate) async fn none_held(&self) {
+        loop {
+            let dropped = self.none_held.notified();
+            tokio::pin!(dropped);
+            dropped.as_mut().enable();
+            if self.held() == 0 {
+                return;
+            }
+            dropped.await;
+        }
+    }
 }
 
 /// The `max_in_flight` slot a delivery takes, and its slot of a shared
 /// [`InFlightLimit`](crate::InFlightLimit) if its consumer has one: both come free when it
-/// is dropped.
-#[derive(Debug)]
+/// is dropped. Two words: the semaphores the slots are given back to.
+#[derive(Debug, Default)]
 pub(crate) struct Slot {
-    _own: OwnedSemaphorePermit,
-    _shared: Option<OwnedSemaphorePermit>,
+    own: Option<Arc<Semaphore>>,
+    shared: Option<Arc<Semaphore>>,
 }
 
 impl Slot {
     pub(crate) fn new(own: OwnedSemaphorePermit, shared: Option<OwnedSemaphorePermit>) -> Self {
         Self {
-            _own: own,
-            _shared: shared,
+            own: hold_one(own),
+            shared: shared.and_then(hold_one),
+        }
+    }
+}
+
+/// Keeps one permit of `permit` (giving back any more) as the semaphore to return it to.
+fn hold_one(permit: OwnedSemaphorePermit) -> Option<Arc<Semaphore>> {
+    let n = permit.num_permits();
+    if n == 0 {
+        return None;
+    }
+    let semaphore = permit.semaphore().clone();
+    permit.forget();
+    semaphore.add_permits(n - 1);
+    Some(semaphore)
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        for semaphore in [self.own.take(), self.shared.take()].into_iter().flatten() {
+            semaphore.add_permits(1);
         }
     }
 }
 
 /// What `Delivery::start` needs besides the message.
 pub(crate) struct Received {
-    pub(crate) receipt: String,
     /// The instant taken just before the `ReceiveMessage` request was sent; the 12-hour limit
     /// counts from it.
     pub(crate) received_at: Instant,
@@ -84,14 +142,12 @@ pub(crate) struct Received {
     /// The visibility timeout the receive applied, in seconds.
     pub(crate) timeout: u32,
     pub(crate) slot: Option<Slot>,
-    pub(crate) shutdown: CancellationToken,
-    pub(crate) run: TaskTrackerToken,
-    /// The consumer's keeper.
-    pub(crate) keeper: Keeper,
+    pub(crate) run: Arc<RunTies>,
 }
 
 impl Delivery {
-    /// Wraps a received message and starts its heartbeat at once.
+    /// Wraps a received message and starts its heartbeat at once. The message has a receipt
+    /// handle (the caller checked).
     pub(crate) fn start(ctx: Arc<Context>, message: Message, received: Received) -> Self {
         let receive_count = message
             .attributes()
@@ -112,46 +168,42 @@ impl Delivery {
         let deadline = received.returned_at + Duration::from_secs(u64::from(received.timeout));
         let lease = Arc::new(Lease::new(
             ctx,
-            received.receipt,
+            message,
             received.received_at,
             deadline,
             received.timeout,
             receive_count,
             span,
         ));
-        let kept = received.keeper.keep(lease.clone());
+        received.run.keeper.keep(lease.clone());
+        received.run.held.fetch_add(1, Ordering::AcqRel);
         Self {
-            message,
             lease,
-            keeper: received.keeper,
-            kept,
-            forgotten: AtomicBool::new(false),
-            shutdown: received.shutdown,
-            runtime: Handle::current(),
-            _slot: received.slot,
-            _run: received.run,
+            run: received.run,
+            _slot: received.slot.unwrap_or_default(),
         }
     }
 
     /// The SQS message id.
     pub fn message_id(&self) -> &str {
-        self.message.message_id().unwrap_or_default()
+        self.lease.message().message_id().unwrap_or_default()
     }
 
     /// The message body (empty if SQS sent none).
     pub fn body(&self) -> &str {
-        self.message.body().unwrap_or_default()
+        self.lease.message().body().unwrap_or_default()
     }
 
     /// The message as the SDK returned it, with its system and message attributes, but
     /// without its receipt handle: the delivery holds that, and settles the message with it.
     pub fn message(&self) -> &Message {
-        &self.message
+        self.lease.message()
     }
 
     /// The FIFO message group, if the message has one (`MessageGroupId`).
     pub fn message_group_id(&self) -> Option<&str> {
-        self.message
+        self.lease
+            .message()
             .attributes()
             .and_then(|a| a.get(&MessageSystemAttributeName::MessageGroupId))
             .map(String::as_str)
@@ -232,7 +284,7 @@ impl Delivery {
 
     /// Cancelled when the run (or stream) that received this delivery shuts down.
     pub(crate) fn shutdown_token(&self) -> &CancellationToken {
-        &self.shutdown
+        self.run.shutdown()
     }
 
     /// Deletes the message (`DeleteMessage`): it will not be delivered again.
@@ -370,10 +422,8 @@ impl Delivery {
 
     /// Tells the keeper to let go (once).
     fn stop_heartbeat(&self) {
-        if let Some(id) = self.kept {
-            if !self.forgotten.swap(true, Ordering::Relaxed) {
-                self.keeper.forget(id);
-            }
+        if self.lease.timeout() != 0 && self.lease.let_go() {
+            self.run.keeper.forget(&self.lease);
         }
     }
 }
@@ -406,10 +456,24 @@ impl Drop for Delivery {
         self.stop_heartbeat();
         if self.lease.drop_delivery() == Dropped::Unsettled {
             let span = self.lease.span().clone();
-            self.lease
-                .release_unsettled(self.shutdown.is_cancelled(), &self.runtime, &span);
+            let runtime = self
+                .run
+                .runtime
+                .clone()
+                .or_else(|| Handle::try_current().ok());
+            match runtime {
+                Some(runtime) => {
+                    let shutting_down = self.run.shutdown.is_cancelled();
+                    self.lease.release_unsettled(shutting_down, &runtime, &span);
+                }
+                // No runtime to release it on: it returns when its visibility lapses.
+                None => self.lease.end(),
+            }
         }
         self.lease.context().hold(false);
+        if self.run.held.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.run.none_held.notify_waiters();
+        }
     }
 }
 
@@ -470,21 +534,15 @@ mod tests {
             .await
             .expect("receive");
         let message = messages.pop().expect("a message to receive");
-        let receipt = message
-            .receipt_handle()
-            .expect("a receipt handle")
-            .to_owned();
+        assert!(message.receipt_handle().is_some(), "a receipt handle");
         let timeout = visibility.unwrap_or(queue.visibility_timeout().as_secs() as u32);
         let ctx = Context::new(&Queue::new(queue.clone()), RetryPolicy::Leave);
         let received = Received {
-            receipt,
             received_at,
             returned_at: Instant::now(),
             timeout,
             slot: None,
-            shutdown: Default::default(),
-            run: tokio_util::task::TaskTracker::new().token(),
-            keeper: Keeper::new(None),
+            run: RunTies::new(Default::default(), Keeper::new(None)),
         };
         Delivery::start(std::sync::Arc::new(ctx), message, received)
     }
@@ -816,7 +874,7 @@ mod size {
 
     use tokio::time::Instant;
 
-    use super::{Delivery, Received};
+    use super::{Delivery, Received, RunTies};
     use crate::context::Context;
     use crate::heartbeat::Keeper;
     use crate::memory::MemoryQueue;
@@ -831,18 +889,15 @@ mod size {
         q.send("x").unwrap();
         let m = q.receive(1, Duration::ZERO).await.unwrap().pop().unwrap();
         let received = Received {
-            receipt: m.receipt_handle().unwrap().to_owned(),
             received_at: Instant::now(),
             returned_at: Instant::now(),
             timeout: 30,
             slot: None,
-            shutdown: Default::default(),
-            run: tokio_util::task::TaskTracker::new().token(),
-            keeper: Keeper::new(None),
+            run: RunTies::new(Default::default(), Keeper::new(None)),
         };
         let d = Delivery::start(ctx, m, received);
         let (lease, delivery) = (std::mem::size_of_val(&*d.lease), std::mem::size_of_val(&d));
-        assert!(lease <= 256, "Lease: {lease} bytes");
-        assert!(delivery <= 512, "Delivery: {delivery} bytes");
+        assert!(lease <= 384, "Lease: {lease} bytes");
+        assert!(delivery <= 48, "Delivery: {delivery} bytes");
     }
 }

@@ -9,11 +9,10 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 use crate::batch_handler::BatchHandler;
 use crate::context::Context;
-use crate::delivery::{Delivery, Received};
+use crate::delivery::{Delivery, Received, RunTies};
 use crate::error::Error;
 use crate::fifo;
 use crate::handler::Handler;
@@ -118,10 +117,10 @@ impl Engine {
     where
         S: Future<Output = ()>,
     {
-        let mut run = Run::new();
+        let mut run = self.new_run(CancellationToken::new());
         // Locals drop in reverse order: if this future is dropped, the guard cancels first,
         // so the deliveries the aborted handlers drop release their messages at once.
-        let _release_on_drop = run.shutdown.clone().drop_guard();
+        let _release_on_drop = run.ties.shutdown().clone().drop_guard();
         let result = tokio::select! {
             biased;
             () = signal => {
@@ -156,19 +155,21 @@ impl Engine {
     /// drops), waits up to the shutdown timeout for the deliveries handed out to be settled
     /// or dropped, then for the settle calls under way.
     pub(crate) async fn drain_stream(&self, mut run: Run, release_buffered: impl Fn()) {
-        run.shutdown.cancel();
+        run.ties.shutdown().cancel();
         release_buffered();
         self.finish_groups(&mut run).await;
         release_buffered();
-        run.held.close();
         let limit = self.shutdown_timeout;
-        let held = run.held.len();
+        let held = run.ties.held();
         if held > 0 {
             tracing::info!(held, timeout = ?limit, "waiting for the deliveries handed out to be settled");
         }
-        if tokio::time::timeout(limit, run.held.wait()).await.is_err() {
+        if tokio::time::timeout(limit, run.ties.none_held())
+            .await
+            .is_err()
+        {
             tracing::warn!(
-                held = run.held.len(),
+                held = run.ties.held(),
                 "deliveries still held at the shutdown timeout: they stay with their holders, \
                  and dropping one releases it at once"
             );
@@ -181,19 +182,17 @@ impl Engine {
     /// Never awaits, so a shutdown cannot cut it in half.
     fn deliver(&self, batch: ReceivedBatch, run: &mut Run, dispatch: &Dispatch) {
         let ctx = &self.ctx;
-        let (shutdown, groups) = (&run.shutdown, &mut run.groups);
+        let (ties, groups) = (&run.ties, &mut run.groups);
+        let shutdown = ties.shutdown();
         ctx.observe(Measure::ReceiveBatchSize, batch.messages.len() as f64);
         let mut slots = batch.slots.into_iter();
         let mut deliveries = Vec::with_capacity(batch.messages.len());
-        for mut message in batch.messages {
+        for message in batch.messages {
             // A server that returns more than asked still gets every message handled (and
             // heartbeated); only the slot accounting is exceeded.
             let slot = slots.next();
-            // The delivery keeps the receipt handle (once: real ones run to hundreds of bytes,
-            // and 120,000 deliveries may be held at once).
-            let receipt = message.receipt_handle.take();
             let message_id = message.message_id().unwrap_or_default();
-            let Some(receipt) = receipt else {
+            let Some(receipt) = message.receipt_handle() else {
                 tracing::warn!(%message_id, "skipped a message without a receipt handle");
                 continue;
             };
@@ -205,6 +204,7 @@ impl Engine {
                      lost); the handler is not called again"
                 );
                 let settle = ctx.clone();
+                let receipt = receipt.to_owned();
                 let delete = async move {
                     if let Err(err) = settle.delete(&receipt, None).await {
                         tracing::warn!(error = %err, "deleting a redelivered message failed");
@@ -215,14 +215,11 @@ impl Engine {
                 continue;
             }
             let received = Received {
-                receipt,
                 received_at: batch.received_at,
                 returned_at: batch.returned_at,
                 timeout: batch.timeout,
                 slot,
-                shutdown: shutdown.clone(),
-                run: run.held.token(),
-                keeper: self.keeper.clone(),
+                run: ties.clone(),
             };
             deliveries.push(Delivery::start(ctx.clone(), message, received));
         }
@@ -253,11 +250,8 @@ impl Engine {
 
     /// Steps 2 to 5 of the shutdown described on `Consumer::run_until`.
     async fn shut_down(&self, run: Run) {
-        let Run {
-            shutdown,
-            mut groups,
-            ..
-        } = run;
+        let Run { ties, mut groups } = run;
+        let shutdown = ties.shutdown();
         shutdown.cancel();
         // Count the handler tasks still running, not those finished and not yet reaped.
         while groups.try_join_next().is_some() {}
@@ -286,25 +280,18 @@ impl Engine {
 /// One run of the engine: a `run_until`, or a stream.
 #[derive(Debug)]
 pub(crate) struct Run {
-    /// Cancelled when the run shuts down.
-    shutdown: CancellationToken,
+    /// Its shutdown signal and runtime, and its deliveries' count.
+    ties: Arc<RunTies>,
     /// The tasks handing out the run's deliveries (one per FIFO group, or per delivery).
     groups: JoinSet<()>,
-    /// Every delivery of the run holds a token of it until it is dropped.
-    held: TaskTracker,
 }
 
-impl Run {
-    pub(crate) fn new() -> Self {
-        Self::stopped_by(CancellationToken::new())
-    }
-
+impl Engine {
     /// A run that `shutdown` stops.
-    pub(crate) fn stopped_by(shutdown: CancellationToken) -> Self {
-        Self {
-            shutdown,
+    pub(crate) fn new_run(&self, shutdown: CancellationToken) -> Run {
+        Run {
+            ties: RunTies::new(shutdown, self.keeper.clone()),
             groups: JoinSet::new(),
-            held: TaskTracker::new(),
         }
     }
 }

@@ -7,8 +7,7 @@
 //! call (and its retries) to reach the queue. SQS refuses any visibility that would end more
 //! than 12 hours after the receive, so the last extension is cut to end just before that.
 
-use std::collections::{BTreeSet, HashMap};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -116,14 +115,13 @@ pub(crate) struct Keeper {
 
 struct KeeperInner {
     tx: Mutex<Option<mpsc::UnboundedSender<Command>>>,
-    next_id: AtomicU64,
     /// Where the keeper runs; `None`: on the runtime of whoever first needs it.
     runtime: Option<Handle>,
 }
 
 enum Command {
-    Keep(u64, Arc<Lease>),
-    Forget(u64),
+    Keep(Arc<Lease>),
+    Forget(Arc<Lease>),
 }
 
 impl Keeper {
@@ -131,26 +129,24 @@ impl Keeper {
         Self {
             inner: Arc::new(KeeperInner {
                 tx: Mutex::new(None),
-                next_id: AtomicU64::new(0),
                 runtime,
             }),
         }
     }
 
-    /// Starts keeping `lease` hidden; its id, for [`forget`](Keeper::forget). `None` for a
-    /// visibility timeout of 0: there is nothing to keep.
-    pub(crate) fn keep(&self, lease: Arc<Lease>) -> Option<u64> {
+    /// Starts keeping `lease` hidden; `false` for a visibility timeout of 0: there is
+    /// nothing to keep.
+    pub(crate) fn keep(&self, lease: Arc<Lease>) -> bool {
         if lease.timeout() == 0 {
-            return None;
+            return false;
         }
-        let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
-        self.send(Command::Keep(id, lease));
-        Some(id)
+        self.send(Command::Keep(lease));
+        true
     }
 
-    /// Stops keeping the lease registered as `id`.
-    pub(crate) fn forget(&self, id: u64) {
-        self.send(Command::Forget(id));
+    /// Stops keeping `lease`.
+    pub(crate) fn forget(&self, lease: &Arc<Lease>) {
+        self.send(Command::Forget(lease.clone()));
     }
 
     /// Hands `command` to the keeper's task, starting it (again, if its runtime is gone).
@@ -207,8 +203,8 @@ enum Next {
 /// A lease the keeper holds: a few words each.
 struct Kept {
     lease: Arc<Lease>,
-    /// When its timer fires (its key in `timers`).
-    at: Instant,
+    /// Its timer (its key in `timers`).
+    timer: u64,
     next: Next,
     /// Failed tries of the current extension.
     attempt: u8,
@@ -219,6 +215,8 @@ struct Kept {
 /// One extension's answer.
 struct Answer {
     id: u64,
+    /// Whose: the slot may hold another lease by the time the answer comes.
+    lease: Arc<Lease>,
     /// When it was sent: the new deadline counts from it.
     sent_at: Instant,
     visibility: u32,
@@ -229,12 +227,12 @@ struct Answer {
 async fn run(mut rx: mpsc::UnboundedReceiver<Command>) {
     let mut keeper = KeeperTask::default();
     loop {
-        let next = keeper.timers.first().map(|(at, _)| *at);
+        let next = keeper.timers.first();
         tokio::select! {
             biased;
             command = rx.recv() => match command {
-                Some(Command::Keep(id, lease)) => keeper.keep(id, lease),
-                Some(Command::Forget(id)) => keeper.forget(id),
+                Some(Command::Keep(lease)) => keeper.keep(lease),
+                Some(Command::Forget(lease)) => keeper.forget_lease(&lease),
                 None => return, // every delivery (and the consumer) is gone
             },
             Some(answers) = keeper.rounds.next(), if !keeper.rounds.is_empty() => {
@@ -250,55 +248,177 @@ async fn run(mut rx: mpsc::UnboundedReceiver<Command>) {
     }
 }
 
-#[derive(Default)]
 struct KeeperTask {
-    kept: HashMap<u64, Kept>,
-    timers: BTreeSet<(Instant, u64)>,
+    kept: Slab,
+    timers: Timers,
     rounds: FuturesUnordered<BoxFuture<'static, Vec<Answer>>>,
 }
 
+impl Default for KeeperTask {
+    fn default() -> Self {
+        Self {
+            kept: Slab::default(),
+            timers: Timers {
+                epoch: Instant::now(),
+                keys: BTreeSet::new(),
+            },
+            rounds: FuturesUnordered::new(),
+        }
+    }
+}
+
+/// Bits of a timer key that hold the lease's slot; the rest hold milliseconds.
+const SLOT_BITS: u32 = 24;
+
+/// The keeper's timers, one per kept lease, each packed into one word: the milliseconds from
+/// the keeper's start to when it fires, then the lease's slot (120,000 held deliveries cost
+/// about 1.5 MB of timers).
+struct Timers {
+    epoch: Instant,
+    keys: BTreeSet<u64>,
+}
+
+impl Timers {
+    /// The key of a timer for `slot` at `at`: rounded down to the millisecond for an
+    /// extension (it may go that much early, never late), up for anything else (a deadline is
+    /// never declared passed before it has).
+    fn key(&self, at: Instant, slot: u64, early: bool) -> u64 {
+        let since = at.saturating_duration_since(self.epoch);
+        let mut ms = since.as_millis();
+        if !early && since > Duration::from_millis(u64::try_from(ms).unwrap_or(u64::MAX)) {
+            ms += 1;
+        }
+        let ms = u64::try_from(ms)
+            .unwrap_or(u64::MAX)
+            .min((1 << (64 - SLOT_BITS)) - 1);
+        (ms << SLOT_BITS) | (slot & ((1 << SLOT_BITS) - 1))
+    }
+
+    /// When the timer of `key` fires.
+    fn at(&self, key: u64) -> Instant {
+        self.epoch + Duration::from_millis(key >> SLOT_BITS)
+    }
+
+    fn slot(key: u64) -> u64 {
+        key & ((1 << SLOT_BITS) - 1)
+    }
+
+    fn insert(&mut self, at: Instant, slot: u64, early: bool) -> u64 {
+        let key = self.key(at, slot, early);
+        self.keys.insert(key);
+        key
+    }
+
+    fn remove(&mut self, key: u64) {
+        self.keys.remove(&key);
+    }
+
+    /// When the first timer fires.
+    fn first(&self) -> Option<Instant> {
+        self.keys.first().map(|key| self.at(*key))
+    }
+
+    /// The timers that fire by `horizon`, first first.
+    fn due(&self, horizon: Instant) -> Vec<u64> {
+        let last = self.key(horizon, (1 << SLOT_BITS) - 1, true);
+        self.keys.range(..=last).copied().collect()
+    }
+}
+
+/// The kept leases, by slot: one word of index per lease, slots reused.
+#[derive(Default)]
+struct Slab {
+    slots: Vec<Option<Kept>>,
+    free: Vec<u32>,
+}
+
+impl Slab {
+    fn insert(&mut self, kept: Kept) -> u64 {
+        match self.free.pop() {
+            Some(slot) => {
+                self.slots[slot as usize] = Some(kept);
+                u64::from(slot)
+            }
+            None => {
+                self.slots.push(Some(kept));
+                (self.slots.len() - 1) as u64
+            }
+        }
+    }
+
+    fn get(&self, id: &u64) -> Option<&Kept> {
+        self.slots.get(*id as usize).and_then(Option::as_ref)
+    }
+
+    fn get_mut(&mut self, id: &u64) -> Option<&mut Kept> {
+        self.slots.get_mut(*id as usize).and_then(Option::as_mut)
+    }
+
+    fn remove(&mut self, id: &u64) -> Option<Kept> {
+        let kept = self.slots.get_mut(*id as usize)?.take()?;
+        self.free.push(u32::try_from(*id).unwrap_or(u32::MAX));
+        Some(kept)
+    }
+}
+
 impl KeeperTask {
-    fn keep(&mut self, id: u64, lease: Arc<Lease>) {
+    fn keep(&mut self, lease: Arc<Lease>) {
         let limit = extension_limit(lease.received_at());
         let (next, at) = match next_extension(lease.deadline(), lease.timeout(), limit) {
             Some(ext) => (Next::Extend, ext.at),
             None => (Next::Expire(LostReason::HardDeadline), lease.deadline()),
         };
-        self.timers.insert((at, id));
         let kept = Kept {
-            lease,
-            at,
+            lease: lease.clone(),
+            timer: 0,
             next,
             attempt: 0,
             capped: false,
         };
-        self.kept.insert(id, kept);
+        let id = self.kept.insert(kept);
+        lease.set_keeper_slot(id);
+        let timer = self.timers.insert(at, id, next == Next::Extend);
+        if let Some(kept) = self.kept.get_mut(&id) {
+            kept.timer = timer;
+        }
+    }
+
+    /// Stops keeping `lease`, if it is still the one in its slot.
+    fn forget_lease(&mut self, lease: &Arc<Lease>) {
+        let id = lease.keeper_slot();
+        if self
+            .kept
+            .get(&id)
+            .is_some_and(|kept| Arc::ptr_eq(&kept.lease, lease))
+        {
+            self.forget(id);
+        }
     }
 
     fn forget(&mut self, id: u64) {
         if let Some(kept) = self.kept.remove(&id) {
-            self.timers.remove(&(kept.at, id));
+            self.timers.remove(kept.timer);
         }
     }
 
     fn schedule(&mut self, id: u64, next: Next, at: Instant) {
         if let Some(kept) = self.kept.get_mut(&id) {
-            self.timers.remove(&(kept.at, id));
-            kept.at = at;
+            self.timers.remove(kept.timer);
+            kept.timer = self.timers.insert(at, id, next == Next::Extend);
             kept.next = next;
-            self.timers.insert((at, id));
         }
     }
 
     /// Everything due at `now`, and the extensions due a little later that can go with it.
     fn round(&mut self, now: Instant) {
         let horizon = now + COALESCE_WINDOW;
-        let due: Vec<(Instant, u64)> = self.timers.range(..=(horizon, u64::MAX)).copied().collect();
-        let mut batch: Vec<(u64, String, u32)> = Vec::new();
+        let due = self.timers.due(horizon);
+        let mut batch: Vec<(u64, Arc<Lease>, u32)> = Vec::new();
         let mut ctx = None;
-        for (at, id) in due {
-            let Some(kept) = self.kept.get(&id) else {
-                self.timers.remove(&(at, id));
+        for key in due {
+            let (at, id) = (self.timers.at(key), Timers::slot(key));
+            let Some(kept) = self.kept.get(&id).filter(|kept| kept.timer == key) else {
+                self.timers.remove(key);
                 continue;
             };
             let lease = kept.lease.clone();
@@ -355,7 +475,7 @@ impl KeeperTask {
                         }
                     }
                     ctx.get_or_insert_with(|| lease.context().clone());
-                    batch.push((id, lease.receipt().to_owned(), visibility));
+                    batch.push((id, lease.clone(), visibility));
                     self.schedule(id, Next::Answer, lease.deadline());
                 }
             }
@@ -368,7 +488,11 @@ impl KeeperTask {
     fn answered(&mut self, answers: Vec<Answer>) {
         let now = Instant::now();
         for answer in answers {
-            let Some(kept) = self.kept.get_mut(&answer.id) else {
+            let Some(kept) = self
+                .kept
+                .get_mut(&answer.id)
+                .filter(|kept| Arc::ptr_eq(&kept.lease, &answer.lease))
+            else {
                 continue; // forgotten meanwhile
             };
             let lease = kept.lease.clone();
@@ -473,16 +597,18 @@ fn retry_wait(attempt: u8) -> Duration {
 /// Sends one round's extensions together; each one's answer.
 async fn extend_all(
     ctx: Arc<crate::context::Context>,
-    batch: Vec<(u64, String, u32)>,
+    batch: Vec<(u64, Arc<Lease>, u32)>,
     sent_at: Instant,
 ) -> Vec<Answer> {
-    let entries: Vec<(&str, u32)> = batch.iter().map(|(_, r, v)| (r.as_str(), *v)).collect();
+    let entries: Vec<(&str, u32)> = batch.iter().map(|(_, l, v)| (l.receipt(), *v)).collect();
     let results = ctx.extend_all(&entries).await;
+    drop(entries);
     batch
         .into_iter()
         .zip(results)
-        .map(|((id, _, visibility), result)| Answer {
+        .map(|((id, lease, visibility), result)| Answer {
             id,
+            lease,
             sent_at,
             visibility,
             result,

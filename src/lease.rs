@@ -24,9 +24,11 @@
 //! handler's outcome (`AckMode::OnSuccess` acks it on `Ok`); the handler's guard settles it.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use aws_sdk_sqs::types::Message;
 use tokio::runtime::Handle;
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -91,7 +93,10 @@ struct Status {
 #[derive(Debug)]
 pub(crate) struct Lease {
     ctx: Arc<Context>,
-    receipt: String,
+    /// The message, its receipt handle included (always there: a message without one is
+    /// never made into a lease). The lease owns it, not the `Delivery`: the keeper needs the
+    /// receipt too, and real ones run to hundreds of bytes.
+    message: Message,
     status: Mutex<Status>,
     /// Wakes `lost()` and `ended()` when the state reaches one they wait for.
     changed: Notify,
@@ -102,12 +107,16 @@ pub(crate) struct Lease {
     receive_count: u32,
     /// The delivery's span: the keeper logs in it.
     span: Span,
+    /// Where the keeper holds it.
+    keeper_slot: AtomicU32,
+    /// Set once the keeper was told to let go of it.
+    let_go: AtomicBool,
 }
 
 impl Lease {
     pub(crate) fn new(
         ctx: Arc<Context>,
-        receipt: String,
+        message: Message,
         received_at: Instant,
         deadline: Instant,
         timeout: u32,
@@ -120,14 +129,31 @@ impl Lease {
         });
         Self {
             ctx,
-            receipt,
+            message,
             status,
             changed: Notify::new(),
             received_at,
             timeout,
             receive_count,
             span,
+            keeper_slot: AtomicU32::new(u32::MAX),
+            let_go: AtomicBool::new(false),
         }
+    }
+
+    /// `true` the first time only: whoever gets it tells the keeper to let go.
+    pub(crate) fn let_go(&self) -> bool {
+        !self.let_go.swap(true, AtomicOrdering::Relaxed)
+    }
+
+    /// Where the keeper holds it (set by the keeper only).
+    pub(crate) fn keeper_slot(&self) -> u64 {
+        u64::from(self.keeper_slot.load(AtomicOrdering::Relaxed))
+    }
+
+    pub(crate) fn set_keeper_slot(&self, slot: u64) {
+        let slot = u32::try_from(slot).unwrap_or(u32::MAX);
+        self.keeper_slot.store(slot, AtomicOrdering::Relaxed);
     }
 
     /// The visibility timeout the receive applied, seconds.
@@ -158,7 +184,11 @@ impl Lease {
     }
 
     pub(crate) fn receipt(&self) -> &str {
-        &self.receipt
+        self.message.receipt_handle().unwrap_or_default()
+    }
+
+    pub(crate) fn message(&self) -> &Message {
+        &self.message
     }
 
     pub(crate) fn received_at(&self) -> Instant {
@@ -326,7 +356,7 @@ impl Lease {
         };
         let lease = self.clone();
         let release = async move {
-            if let Err(err) = lease.ctx.release(&lease.receipt, visibility, None).await {
+            if let Err(err) = lease.ctx.release(lease.receipt(), visibility, None).await {
                 tracing::warn!(error = %err.chain(), visibility, "releasing a dropped delivery failed; it returns when its visibility lapses");
             }
         };
@@ -413,7 +443,7 @@ mod tests {
         let now = Instant::now();
         Arc::new(Lease::new(
             Arc::new(ctx),
-            "r".into(),
+            Message::builder().receipt_handle("r").build(),
             now,
             now,
             30,

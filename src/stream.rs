@@ -14,7 +14,7 @@ use tokio::task::AbortHandle;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::delivery::Delivery;
-use crate::dispatch::{Dispatch, Engine, Run};
+use crate::dispatch::{Dispatch, Engine};
 use crate::error::Error;
 
 /// The deliveries of a [`Consumer`](crate::Consumer), from
@@ -85,7 +85,7 @@ impl DeliveryStream {
                     None => std::future::pending().await,
                 }
             };
-            let mut run = Run::stopped_by(token.clone());
+            let mut run = engine.new_run(token.clone());
             let result = tokio::select! {
                 () = token.cancelled() => Ok(()),
                 () = signal => {

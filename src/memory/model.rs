@@ -55,8 +55,9 @@ pub(crate) struct Stored {
     sent_ms: u128,
     /// When the message may next be received (delay or visibility).
     available_at: Instant,
-    /// The receipt handle of the latest receive, if any.
-    receipt: Option<String>,
+    /// The random part of the latest receive's receipt handle, if any (the handle itself is
+    /// `queue.seq.receive_count.nonce`, rebuilt when needed).
+    receipt: Option<u64>,
     /// When the latest receive's request arrived; the 12-hour limit counts from it.
     received_at: Option<Instant>,
     first_receive_ms: Option<u128>,
@@ -354,12 +355,9 @@ impl State {
             }
             let before = m.available_at;
             m.receive_count += 1;
-            let receipt = format!(
-                "{queue_id:016x}.{seq}.{}.{:016x}",
-                m.receive_count,
-                random_u64()
-            );
-            m.receipt = Some(receipt.clone());
+            let nonce = random_u64();
+            let receipt = format!("{queue_id:016x}.{seq}.{}.{nonce:016x}", m.receive_count);
+            m.receipt = Some(nonce);
             m.received_at = Some(requested_at);
             m.first_receive_ms.get_or_insert_with(epoch_ms);
             m.available_at = now + visibility;
@@ -439,7 +437,8 @@ impl State {
         action: Action,
         now: Instant,
     ) -> Result<(), Error> {
-        let seq = parse_receipt(queue_id, receipt, action)?;
+        let handle = parse_receipt(queue_id, receipt, action)?;
+        let seq = handle.seq;
         let Some(m) = self.messages.get(&seq) else {
             if seq < self.next_seq {
                 // Already deleted: SQS answers success.
@@ -447,7 +446,7 @@ impl State {
             }
             return Err(invalid_receipt(action));
         };
-        if m.receipt.as_deref() != Some(receipt) {
+        if !handle.is_latest(m) {
             return Err(invalid_receipt(action));
         }
         if rules.fifo && !m.in_flight(now) {
@@ -472,7 +471,8 @@ impl State {
         action: Action,
         now: Instant,
     ) -> Result<(), Error> {
-        let seq = parse_receipt(queue_id, receipt, action)?;
+        let handle = parse_receipt(queue_id, receipt, action)?;
+        let seq = handle.seq;
         let secs = whole_secs(visibility)
             .filter(|s| *s <= u64::from(MAX_VISIBILITY_SECS))
             .ok_or_else(|| {
@@ -488,7 +488,7 @@ impl State {
         let m = self
             .messages
             .get_mut(&seq)
-            .filter(|m| m.receipt.as_deref() == Some(receipt))
+            .filter(|m| handle.is_latest(m))
             .ok_or_else(|| invalid_receipt(action))?;
         if !m.in_flight(now) {
             return Err(refuse(
@@ -588,12 +588,34 @@ impl State {
     }
 }
 
-fn parse_receipt(queue_id: u64, receipt: &str, action: Action) -> Result<u64, Error> {
+/// A receipt handle of this queue, taken apart.
+struct Handle {
+    seq: u64,
+    receive_count: Option<u32>,
+    nonce: Option<u64>,
+}
+
+impl Handle {
+    /// `true` if it is the handle of `m`'s latest receive.
+    fn is_latest(&self, m: &Stored) -> bool {
+        m.receipt.is_some()
+            && self.nonce == m.receipt
+            && self.receive_count == Some(m.receive_count)
+    }
+}
+
+fn parse_receipt(queue_id: u64, receipt: &str, action: Action) -> Result<Handle, Error> {
     let mut parts = receipt.split('.');
     let queue = parts.next().and_then(|p| u64::from_str_radix(p, 16).ok());
     let seq = parts.next().and_then(|p| p.parse::<u64>().ok());
+    let receive_count = parts.next().and_then(|p| p.parse::<u32>().ok());
+    let nonce = parts.next().and_then(|p| u64::from_str_radix(p, 16).ok());
     match (queue, seq) {
-        (Some(q), Some(seq)) if q == queue_id => Ok(seq),
+        (Some(q), Some(seq)) if q == queue_id && parts.next().is_none() => Ok(Handle {
+            seq,
+            receive_count,
+            nonce,
+        }),
         _ => Err(invalid_receipt(action)),
     }
 }
