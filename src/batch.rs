@@ -20,6 +20,7 @@ use tokio_util::task::task_tracker::TaskTrackerToken;
 use tokio_util::task::TaskTracker;
 
 use crate::error::Error;
+use crate::lease_thread::Runner;
 use crate::limits::MAX_BATCH;
 use crate::queue::{BatchEntry, Queue, ENTRY_IDS};
 
@@ -58,17 +59,20 @@ pub(crate) struct Batcher {
     queue: Queue,
     call: Call,
     settles: TaskTracker,
-    /// The batching task's inbox. Started on first use, inside the runtime that uses it, and
-    /// started again there if that runtime has gone away since.
+    /// Where the batching task runs.
+    runner: Runner,
+    /// The batching task's inbox. Started on first use (with the caller's runner: inside the
+    /// runtime that uses it), and started again if that runtime has gone away since.
     tx: Mutex<Option<mpsc::UnboundedSender<Submission>>>,
 }
 
 impl Batcher {
-    pub(crate) fn new(queue: Queue, call: Call, settles: TaskTracker) -> Self {
+    pub(crate) fn new(queue: Queue, call: Call, settles: TaskTracker, runner: Runner) -> Self {
         Self {
             queue,
             call,
             settles,
+            runner,
             tx: Mutex::new(None),
         }
     }
@@ -125,7 +129,7 @@ impl Batcher {
     /// task's runtime is gone, and the task started again on this one takes it.
     fn send(&self, mut submission: Submission) -> Result<(), ()> {
         for _ in 0..2 {
-            match self.inbox().send(submission) {
+            match self.inbox().ok_or(())?.send(submission) {
                 Ok(()) => return Ok(()),
                 Err(mpsc::error::SendError(back)) => submission = back,
             }
@@ -133,16 +137,19 @@ impl Batcher {
         Err(())
     }
 
-    /// The batching task's inbox, starting the task if there is none or its runtime is gone.
-    fn inbox(&self) -> mpsc::UnboundedSender<Submission> {
+    /// The batching task's inbox, starting the task if there is none or its runtime is gone;
+    /// `None` without a runtime to start it on.
+    fn inbox(&self) -> Option<mpsc::UnboundedSender<Submission>> {
         let mut tx = self.tx.lock().unwrap_or_else(PoisonError::into_inner);
         match &*tx {
-            Some(sender) if !sender.is_closed() => sender.clone(),
+            Some(sender) if !sender.is_closed() => Some(sender.clone()),
             _ => {
                 let (sender, rx) = mpsc::unbounded_channel();
-                tokio::spawn(run(self.queue.clone(), self.call, rx));
+                if !self.runner.spawn(run(self.queue.clone(), self.call, rx)) {
+                    return None;
+                }
                 *tx = Some(sender.clone());
-                sender
+                Some(sender)
             }
         }
     }
@@ -302,6 +309,7 @@ mod tests {
             Queue::new(q.clone()),
             call,
             TaskTracker::new(),
+            Runner::Caller,
         ))
     }
 
@@ -368,7 +376,12 @@ mod tests {
     async fn a_lone_entry_goes_out_at_once() {
         let q = queue();
         let h = held(&q, 1).await;
-        let batcher = Batcher::new(Queue::new(q.clone()), Call::Delete, TaskTracker::new());
+        let batcher = Batcher::new(
+            Queue::new(q.clone()),
+            Call::Delete,
+            TaskTracker::new(),
+            Runner::Caller,
+        );
         let start = Instant::now();
         batcher.submit(&h[0], 0).await.unwrap();
         assert_eq!(start.elapsed(), Duration::ZERO);

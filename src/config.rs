@@ -10,6 +10,7 @@ use crate::consumer::{Consumer, Settings};
 use crate::error::Error;
 use crate::handling::{AckMode, HandlerSettings};
 use crate::in_flight_limit::InFlightLimit;
+use crate::lease_thread::Runner;
 use crate::limits::{self, HARD_LIMIT, MAX_BATCH, MAX_IN_FLIGHT};
 use crate::memory::MemoryQueue;
 use crate::queue::sdk::SdkQueue;
@@ -124,6 +125,8 @@ pub struct ConsumerBuilder {
     message_attribute_names: Vec<String>,
     system_attribute_names: Vec<MessageSystemAttributeName>,
     in_flight_limit: Option<InFlightLimit>,
+    isolated_keeper: Option<bool>,
+    keeper_client: Option<aws_sdk_sqs::Client>,
 }
 
 impl ConsumerBuilder {
@@ -143,6 +146,8 @@ impl ConsumerBuilder {
             message_attribute_names: vec!["All".to_owned()],
             system_attribute_names: vec![MessageSystemAttributeName::All],
             in_flight_limit: None,
+            isolated_keeper: None,
+            keeper_client: None,
         }
     }
 
@@ -271,6 +276,38 @@ impl ConsumerBuilder {
         self
     }
 
+    /// Runs the consumer's keeper (the visibility extensions) and its settle calls (acks and
+    /// releases) on a thread of their own, with a small runtime and an SQS client whose
+    /// connections are its own: handlers that block every worker thread of your runtime
+    /// (CPU-bound or blocking code in an async handler) then delay only the handlers, not the
+    /// extensions that keep their messages hidden. The thread ends once the consumer and
+    /// every delivery it handed out are gone.
+    ///
+    /// Defaults to `true` for a consumer built on a client with the SDK's default HTTP client
+    /// (its configuration names none: the keeper's client is built from the same
+    /// configuration and gets a new one, with a pool of its own) or given a
+    /// [`keeper_client`](ConsumerBuilder::keeper_client); otherwise `false`: a client with
+    /// an HTTP client of your choosing (a proxy, a private CA, a mock in tests), and a
+    /// [`MemoryQueue`] consumer (whose clock is the caller's: a test on tokio's paused clock
+    /// needs everything on its own runtime). Turning it on for such a client without a
+    /// `keeper_client` is refused by [`build`](ConsumerBuilder::build).
+    pub fn isolated_keeper(mut self, isolated: bool) -> Self {
+        self.isolated_keeper = Some(isolated);
+        self
+    }
+
+    /// The client the isolated keeper makes its calls with (see
+    /// [`isolated_keeper`](ConsumerBuilder::isolated_keeper), which it turns on unless that
+    /// says otherwise): for a client with an HTTP client of your choosing, give one built
+    /// the same way but with an HTTP client (a connection pool) of its own, so that no
+    /// connection is driven by your runtime. Calls made with it make one attempt each, as
+    /// the consumer's others do. Defaults to one built from the consumer's client's
+    /// configuration, when that names no HTTP client.
+    pub fn keeper_client(mut self, client: aws_sdk_sqs::Client) -> Self {
+        self.keeper_client = Some(client);
+        self
+    }
+
     /// Checks the settings and creates the consumer. Nothing is sent to SQS yet.
     pub fn build(self) -> Result<Consumer, Error> {
         let visibility_timeout = self
@@ -332,7 +369,7 @@ impl ConsumerBuilder {
                 "1..=120000",
             )?;
         }
-        let queue = match self.source {
+        let (queue, leases) = match self.source {
             Source::Sqs(sqs) => {
                 let url = sqs.url();
                 let ok = (url.starts_with("https://") || url.starts_with("http://"))
@@ -344,9 +381,46 @@ impl ConsumerBuilder {
                         "an http(s) queue URL, as returned by CreateQueue or GetQueueUrl",
                     ));
                 }
-                Queue::new(sqs)
+                let own = match self.keeper_client {
+                    Some(client) => Some(sqs.with_client(client)),
+                    None => sqs.with_own_connections(),
+                };
+                let leases = match (self.isolated_keeper, own) {
+                    (Some(false), _) | (None, None) => None,
+                    (_, Some(own)) => Some(Queue::new(own)),
+                    (Some(true), None) => {
+                        return Err(Error::invalid(
+                            "isolated_keeper",
+                            true,
+                            "only with a client of the keeper's own: the consumer's client \
+                             names its HTTP client, so give one with `keeper_client`",
+                        ))
+                    }
+                };
+                (Queue::new(sqs), leases)
             }
-            Source::Memory(memory) => Queue::new(memory),
+            Source::Memory(memory) => {
+                if self.keeper_client.is_some() {
+                    return Err(Error::invalid(
+                        "keeper_client",
+                        "a client",
+                        "none for a MemoryQueue consumer (its keeper calls the queue directly)",
+                    ));
+                }
+                let queue = Queue::new(memory);
+                let leases = (self.isolated_keeper == Some(true)).then(|| queue.clone());
+                (queue, leases)
+            }
+        };
+        let leases = match leases {
+            Some(lease_queue) => (
+                lease_queue.with_request_timeout(request_timeout),
+                Runner::thread().map_err(|source| Error::LeaseThread { source })?,
+            ),
+            None => (
+                queue.clone().with_request_timeout(request_timeout),
+                Runner::Caller,
+            ),
         };
         Ok(Consumer::new(
             queue.with_request_timeout(request_timeout),
@@ -367,6 +441,7 @@ impl ConsumerBuilder {
                     ack_mode: self.ack_mode,
                     timeout: self.handler_timeout,
                 },
+                leases,
             },
         ))
     }

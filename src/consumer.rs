@@ -10,6 +10,7 @@ use crate::dispatch::Engine;
 use crate::error::Error;
 use crate::handler::Handler;
 use crate::handling::HandlerSettings;
+use crate::lease_thread::Runner;
 use crate::queue::Queue;
 use crate::receiver::ReceiveSettings;
 use crate::retry::RetryPolicy;
@@ -23,6 +24,8 @@ pub(crate) struct Settings {
     pub(crate) shutdown_timeout: Duration,
     pub(crate) retry_policy: RetryPolicy,
     pub(crate) handling: HandlerSettings,
+    /// The queue the keeper and the settle calls use, and where they run.
+    pub(crate) leases: (Queue, Runner),
 }
 
 /// Receives messages from one SQS queue and hands each to a handler as a
@@ -46,6 +49,7 @@ impl Consumer {
         Self {
             engine: Arc::new(Engine::new(
                 queue,
+                settings.leases,
                 settings.receive,
                 settings.retry_policy,
                 settings.shutdown_timeout,
@@ -63,6 +67,12 @@ impl Consumer {
     /// deliveries moved elsewhere and not yet settled or dropped.
     pub fn in_flight(&self) -> usize {
         self.engine.in_flight()
+    }
+
+    /// `true` when the consumer's keeper and settle calls run on a thread of their own (see
+    /// [`isolated_keeper`](crate::ConsumerBuilder::isolated_keeper)).
+    pub fn has_isolated_keeper(&self) -> bool {
+        self.engine.is_isolated()
     }
 
     /// A snapshot of the consumer's counters.

@@ -15,6 +15,7 @@ use tracing::{Instrument, Span};
 use crate::backoff::Backoff;
 use crate::batch::{Batcher, Call};
 use crate::error::Error;
+use crate::lease_thread::Runner;
 use crate::lost_acks::LostAcks;
 use crate::queue::Queue;
 use crate::retry::RetryPolicy;
@@ -93,21 +94,31 @@ pub(crate) struct Context {
     deletes: Batcher,
     /// Every visibility change (extensions and releases) goes through this, in batches.
     visibility: Batcher,
+    /// Where the batchers and the settle retries run.
+    runner: Runner,
 }
 
 impl Context {
-    pub(crate) fn new(queue: &Queue, retry: RetryPolicy) -> Self {
+    /// A context whose settle calls go to `queue`, run by `runner`.
+    pub(crate) fn new(queue: &Queue, retry: RetryPolicy, runner: Runner) -> Self {
         let settles = TaskTracker::new();
+        let batcher = |call| Batcher::new(queue.clone(), call, settles.clone(), runner.clone());
         Self {
             queue_name: queue.name().to_owned(),
             fifo: queue.is_fifo(),
-            deletes: Batcher::new(queue.clone(), Call::Delete, settles.clone()),
-            visibility: Batcher::new(queue.clone(), Call::ChangeVisibility, settles.clone()),
+            deletes: batcher(Call::Delete),
+            visibility: batcher(Call::ChangeVisibility),
+            runner,
             retry,
             counters: Counters::new(queue.name()),
             lost_acks: LostAcks::default(),
             settles,
         }
+    }
+
+    /// `true` when the keeper and the settle calls run on a thread of their own.
+    pub(crate) fn is_isolated(&self) -> bool {
+        self.runner.is_isolated()
     }
 
     pub(crate) fn queue_name(&self) -> &str {
@@ -291,7 +302,11 @@ impl Context {
             let result = ctx.retry(call, &receipt, err, started, &*hooks).await;
             let _ = tx.send(result);
         };
-        self.settles.spawn(retries.instrument(Span::current()));
+        // Without a runtime, the channel closes unanswered: "runtime gone".
+        if let Some(runtime) = self.runner.runtime(None) {
+            self.settles
+                .spawn_on(retries.instrument(Span::current()), &runtime);
+        }
         rx
     }
 
@@ -335,7 +350,14 @@ impl Context {
         }
     }
 
-    /// Runs a settle call to its end on `runtime`, even if nobody waits for it; shutdown
+    /// The runtime settle calls run on: the lease thread's, else `caller` (the runtime the
+    /// delivery was received on), else the current one; `None` outside any runtime.
+    pub(crate) fn settle_runtime(&self, caller: Option<&Handle>) -> Option<Handle> {
+        self.runner.runtime(caller)
+    }
+
+    /// Runs a settle call to its end on `runtime` (see
+    /// [`settle_runtime`](Context::settle_runtime)), even if nobody waits for it; shutdown
     /// waits for it.
     pub(crate) fn spawn_settle<F>(&self, settle: F, runtime: &Handle)
     where

@@ -457,10 +457,9 @@ impl Drop for Delivery {
         if self.lease.drop_delivery() == Dropped::Unsettled {
             let span = self.lease.span().clone();
             let runtime = self
-                .run
-                .runtime
-                .clone()
-                .or_else(|| Handle::try_current().ok());
+                .lease
+                .context()
+                .settle_runtime(self.run.runtime.as_ref());
             match runtime {
                 Some(runtime) => {
                     let shutting_down = self.run.shutdown.is_cancelled();
@@ -508,6 +507,7 @@ mod tests {
     use tokio::time::{sleep, sleep_until};
 
     use super::*;
+    use crate::lease_thread::Runner;
     use crate::limits::CAP_MARGIN;
     use crate::memory::counts::Action;
     use crate::memory::MemoryQueue;
@@ -536,13 +536,17 @@ mod tests {
         let message = messages.pop().expect("a message to receive");
         assert!(message.receipt_handle().is_some(), "a receipt handle");
         let timeout = visibility.unwrap_or(queue.visibility_timeout().as_secs() as u32);
-        let ctx = Context::new(&Queue::new(queue.clone()), RetryPolicy::Leave);
+        let ctx = Context::new(
+            &Queue::new(queue.clone()),
+            RetryPolicy::Leave,
+            Runner::Caller,
+        );
         let received = Received {
             received_at,
             returned_at: Instant::now(),
             timeout,
             slot: None,
-            run: RunTies::new(Default::default(), Keeper::new(None)),
+            run: RunTies::new(Default::default(), Keeper::new(Runner::Caller)),
         };
         Delivery::start(std::sync::Arc::new(ctx), message, received)
     }
@@ -877,6 +881,7 @@ mod size {
     use super::{Delivery, Received, RunTies};
     use crate::context::Context;
     use crate::heartbeat::Keeper;
+    use crate::lease_thread::Runner;
     use crate::memory::MemoryQueue;
     use crate::queue::Queue;
     use crate::retry::RetryPolicy;
@@ -885,7 +890,11 @@ mod size {
     #[tokio::test]
     async fn a_held_delivery_stays_small() {
         let q = MemoryQueue::new();
-        let ctx = Arc::new(Context::new(&Queue::new(q.clone()), RetryPolicy::Leave));
+        let ctx = Arc::new(Context::new(
+            &Queue::new(q.clone()),
+            RetryPolicy::Leave,
+            Runner::Caller,
+        ));
         q.send("x").unwrap();
         let m = q.receive(1, Duration::ZERO).await.unwrap().pop().unwrap();
         let received = Received {
@@ -893,7 +902,7 @@ mod size {
             returned_at: Instant::now(),
             timeout: 30,
             slot: None,
-            run: RunTies::new(Default::default(), Keeper::new(None)),
+            run: RunTies::new(Default::default(), Keeper::new(Runner::Caller)),
         };
         let d = Delivery::start(ctx, m, received);
         let (lease, delivery) = (std::mem::size_of_val(&*d.lease), std::mem::size_of_val(&d));

@@ -18,6 +18,7 @@ use crate::fifo;
 use crate::handler::Handler;
 use crate::handling::{self, HandlerSettings};
 use crate::heartbeat::Keeper;
+use crate::lease_thread::Runner;
 use crate::queue::Queue;
 use crate::receiver::{ReceiveSettings, ReceivedBatch, Receiver};
 use crate::retry::RetryPolicy;
@@ -44,16 +45,20 @@ pub(crate) struct Engine {
 }
 
 impl Engine {
+    /// An engine that receives from `queue`, and keeps and settles its deliveries through
+    /// `lease_queue` (the same queue, through a client of its own when isolated), on
+    /// `runner`.
     pub(crate) fn new(
         queue: Queue,
+        (lease_queue, runner): (Queue, Runner),
         receive: ReceiveSettings,
         retry: RetryPolicy,
         shutdown_timeout: Duration,
         handling: HandlerSettings,
     ) -> Self {
         Self {
-            ctx: Arc::new(Context::new(&queue, retry)),
-            keeper: Keeper::new(None),
+            ctx: Arc::new(Context::new(&lease_queue, retry, runner.clone())),
+            keeper: Keeper::new(runner),
             receiver: Receiver::new(queue, receive),
             shutdown_timeout,
             handling,
@@ -104,6 +109,10 @@ impl Engine {
     /// Deliveries held right now.
     pub(crate) fn in_flight(&self) -> usize {
         usize::try_from(self.ctx.held()).unwrap_or(usize::MAX)
+    }
+
+    pub(crate) fn is_isolated(&self) -> bool {
+        self.ctx.is_isolated()
     }
 
     pub(crate) fn stats(&self) -> Stats {
@@ -211,7 +220,9 @@ impl Engine {
                     }
                     drop(slot);
                 };
-                ctx.spawn_settle(delete, &tokio::runtime::Handle::current());
+                if let Some(runtime) = ctx.settle_runtime(None) {
+                    ctx.spawn_settle(delete, &runtime);
+                }
                 continue;
             }
             let received = Received {

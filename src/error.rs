@@ -64,6 +64,16 @@ pub enum Error {
         source: BoxError,
     },
 
+    /// `build` could not start the thread the consumer's keeper and settle calls run on (see
+    /// [`isolated_keeper`](crate::ConsumerBuilder::isolated_keeper)): the operating system
+    /// refused a thread, or its runtime's I/O driver.
+    #[error("could not start the consumer's lease thread: {source}")]
+    LeaseThread {
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+
     /// An SQS call (or the equivalent [`MemoryQueue`](crate::MemoryQueue) call) failed.
     #[error("SQS {operation} failed{}: {message}", code.as_deref().map(|c| format!(" with {c}")).unwrap_or_default())]
     Sqs {

@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::{BoxFuture, FutureExt};
-use tokio::runtime::Handle;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, Span};
 
@@ -292,12 +291,12 @@ impl Handed {
     /// Applies the retry policy to an abandoned delivery (at once during a shutdown). Without
     /// a runtime (it is shutting down) the message comes back when its visibility lapses.
     fn release(&self, item: &Item) {
-        match Handle::try_current() {
-            Ok(runtime) => {
+        match item.lease.context().settle_runtime(None) {
+            Some(runtime) => {
                 item.lease
                     .release_unsettled(self.shutdown.is_cancelled(), &runtime, &item.span);
             }
-            Err(_) => item.lease.end(),
+            None => item.lease.end(),
         }
     }
 }

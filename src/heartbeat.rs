@@ -13,12 +13,12 @@ use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use tokio::runtime::Handle;
 use tokio::sync::mpsc;
 use tokio::time::{sleep_until, Instant};
 
 use crate::error::{ErrorKind, LostReason};
 use crate::lease::Lease;
+use crate::lease_thread::Runner;
 use crate::limits::extension_limit;
 use crate::stats::Counter;
 
@@ -115,8 +115,8 @@ pub(crate) struct Keeper {
 
 struct KeeperInner {
     tx: Mutex<Option<mpsc::UnboundedSender<Command>>>,
-    /// Where the keeper runs; `None`: on the runtime of whoever first needs it.
-    runtime: Option<Handle>,
+    /// Where the keeper runs.
+    runner: Runner,
 }
 
 enum Command {
@@ -125,11 +125,11 @@ enum Command {
 }
 
 impl Keeper {
-    pub(crate) fn new(runtime: Option<Handle>) -> Self {
+    pub(crate) fn new(runner: Runner) -> Self {
         Self {
             inner: Arc::new(KeeperInner {
                 tx: Mutex::new(None),
-                runtime,
+                runner,
             }),
         }
     }
@@ -168,12 +168,10 @@ impl Keeper {
         match &*tx {
             Some(sender) if !sender.is_closed() => Some(sender.clone()),
             _ => {
-                let runtime = match &self.inner.runtime {
-                    Some(runtime) => runtime.clone(),
-                    None => Handle::try_current().ok()?,
-                };
                 let (sender, rx) = mpsc::unbounded_channel();
-                runtime.spawn(run(rx));
+                if !self.inner.runner.spawn(run(rx)) {
+                    return None;
+                }
                 *tx = Some(sender.clone());
                 Some(sender)
             }

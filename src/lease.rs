@@ -434,12 +434,17 @@ fn lost_reason(state: State) -> Option<LostReason> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lease_thread::Runner;
     use crate::memory::MemoryQueue;
     use crate::queue::Queue;
     use crate::retry::RetryPolicy;
 
     fn lease() -> Arc<Lease> {
-        let ctx = Context::new(&Queue::new(MemoryQueue::new()), RetryPolicy::Leave);
+        let ctx = Context::new(
+            &Queue::new(MemoryQueue::new()),
+            RetryPolicy::Leave,
+            Runner::Caller,
+        );
         let now = Instant::now();
         Arc::new(Lease::new(
             Arc::new(ctx),

@@ -44,12 +44,12 @@
     rustdoc::broken_intra_doc_links
 )]
 
-// Modules sit on layers and import only from layers below them (`scripts/check-layers.sh`
+// Modules sit on layers and import only from layers below them (`tests/layers.rs`
 // holds the crate to it):
 //   API      config, consumer, stream, json (feature `json`)
 //   engine   dispatch, handling, receiver, fifo, handler, batch_handler, in_flight_limit
 //   lease    delivery, heartbeat, lease, context, retry
-//   wire     batch, queue (the seam; queue::sdk maps it to the SDK)
+//   wire     batch, lease_thread, queue (the seam; queue::sdk maps it to the SDK)
 //   fake     memory (serves the seam)
 //   ground   limits, error, stats, backoff, lost_acks
 mod backoff;
@@ -69,6 +69,7 @@ mod in_flight_limit;
 #[cfg(feature = "json")]
 mod json;
 mod lease;
+mod lease_thread;
 mod limits;
 mod lost_acks;
 mod memory;

@@ -22,7 +22,15 @@ const LAYERS: &[(&str, &[&str])] = &[
             "lost_acks.rs",
         ],
     ),
-    ("wire", &["queue/mod.rs", "queue/sdk.rs", "batch.rs"]),
+    (
+        "wire",
+        &[
+            "queue/mod.rs",
+            "queue/sdk.rs",
+            "batch.rs",
+            "lease_thread.rs",
+        ],
+    ),
     (
         "fake",
         &[

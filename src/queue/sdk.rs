@@ -38,6 +38,33 @@ impl SdkQueue {
     pub(crate) fn url(&self) -> &str {
         &self.url
     }
+
+    /// The same queue through `client`.
+    pub(crate) fn with_client(&self, client: aws_sdk_sqs::Client) -> Self {
+        Self {
+            client,
+            url: self.url.clone(),
+        }
+    }
+
+    /// The same queue through a new client with connections of its own, if one can be made:
+    /// when the client's configuration names no HTTP client, the SDK gives each client it
+    /// builds a new one of its default kind (a pool of its own). `None` when the
+    /// configuration names one (a proxy, a private CA, a mock): sharing it would share its
+    /// connections.
+    pub(crate) fn with_own_connections(&self) -> Option<Self> {
+        let config = self.client.config();
+        if config.http_client().is_some() {
+            return None;
+        }
+        let config = config.clone();
+        // The configuration is that of a client that exists, so it passes the checks
+        // `from_conf` panics on; should it not, the keeper stays on the caller's runtime.
+        // (Unwind-safe: the configuration is a copy, dropped if it panics.)
+        let build = std::panic::AssertUnwindSafe(move || aws_sdk_sqs::Client::from_conf(config));
+        let client = std::panic::catch_unwind(build);
+        client.ok().map(|client| self.with_client(client))
+    }
 }
 
 /// One attempt per call: the crate owns the retries.

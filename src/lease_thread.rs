@@ -1,0 +1,156 @@
+//! Where a consumer's lease work runs: the keeper, the settle batchers and the settle retries.
+//!
+//! By default, with a real client, they run on a thread of their own with a small
+//! current-thread runtime, so handlers that block every worker thread of the application's
+//! runtime (CPU-bound or blocking code in an async handler) delay only the handlers, not the
+//! extensions that keep their messages hidden. Their SQS calls then go through a client with
+//! connections of its own: a connection is driven by the runtime that opened it, so one
+//! opened on the application's runtime would stall with it.
+//!
+//! The thread lives as long as anything may need it (the consumer, a delivery, a settle call
+//! under way): each of them holds the [`Runner`], and the last one dropped only signals the
+//! thread, which then stops its runtime and ends.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+
+use tokio::runtime::Handle;
+use tokio::sync::oneshot;
+
+/// The lease thread's name, as the operating system shows it.
+pub(crate) const THREAD_NAME: &str = "sqs-leases";
+
+/// Where the lease work of one consumer runs.
+#[derive(Clone, Default)]
+pub(crate) enum Runner {
+    /// On the runtime of whoever first needs it: `MemoryQueue` consumers (their clock is the
+    /// test's), and consumers with isolation off.
+    #[default]
+    Caller,
+    /// On a thread of its own.
+    Thread(Arc<LeaseThread>),
+}
+
+impl Runner {
+    /// A runner on a new thread of its own.
+    pub(crate) fn thread() -> std::io::Result<Self> {
+        LeaseThread::start().map(|t| Self::Thread(Arc::new(t)))
+    }
+
+    /// `true` on a thread of its own.
+    pub(crate) fn is_isolated(&self) -> bool {
+        matches!(self, Runner::Thread(_))
+    }
+
+    /// The runtime to run lease work on: the thread's, else `caller`'s if given, else the
+    /// current one (`None`: outside any runtime).
+    pub(crate) fn runtime(&self, caller: Option<&Handle>) -> Option<Handle> {
+        match self {
+            Runner::Thread(thread) => Some(thread.handle.clone()),
+            Runner::Caller => caller.cloned().or_else(|| Handle::try_current().ok()),
+        }
+    }
+
+    /// Spawns `task` where lease work runs; `false` when there is no runtime to run it on.
+    pub(crate) fn spawn<F>(&self, task: F) -> bool
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        match self.runtime(None) {
+            Some(runtime) => {
+                runtime.spawn(task);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+impl fmt::Debug for Runner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Runner::Caller => "Caller",
+            Runner::Thread(_) => "Thread",
+        })
+    }
+}
+
+/// A thread running a current-thread runtime until it is dropped.
+pub(crate) struct LeaseThread {
+    handle: Handle,
+    /// Dropping it tells the thread to stop.
+    _stop: oneshot::Sender<()>,
+}
+
+impl LeaseThread {
+    fn start() -> std::io::Result<Self> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .enable_time()
+            .build()?;
+        let handle = runtime.handle().clone();
+        let (stop, stopped) = oneshot::channel::<()>();
+        std::thread::Builder::new()
+            .name(THREAD_NAME.into())
+            .spawn(move || {
+                // Ends when the last `LeaseThread` handle is dropped (the sender with it);
+                // dropping the runtime then cancels whatever is left on it.
+                let _ = runtime.block_on(stopped);
+            })?;
+        Ok(Self {
+            handle,
+            _stop: stop,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The thread's ids, as listed by the operating system (Linux).
+    fn lease_threads() -> usize {
+        let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+            return 0;
+        };
+        tasks
+            .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+            .filter(|name| name.trim_end() == THREAD_NAME)
+            .count()
+    }
+
+    #[test]
+    fn runs_tasks_and_ends_when_the_last_runner_is_dropped() {
+        let before = lease_threads();
+        let runner = Runner::thread().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        assert!(runner.spawn(async move {
+            tx.send(std::thread::current().name().map(str::to_owned))
+                .unwrap();
+        }));
+        let name = rx.recv_timeout(std::time::Duration::from_secs(5)).unwrap();
+        assert_eq!(name.as_deref(), Some(THREAD_NAME));
+        if cfg!(target_os = "linux") {
+            assert_eq!(lease_threads(), before + 1);
+        }
+        // A task on the thread that outlives the last runner is cancelled with its runtime.
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        runner.spawn(async move {
+            let _keep = done_tx;
+            std::future::pending::<()>().await;
+        });
+        drop(runner);
+        // The pending task's sender is dropped with the runtime: the thread has stopped.
+        assert!(matches!(
+            done_rx.recv_timeout(std::time::Duration::from_secs(5)),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected)
+        ));
+    }
+
+    #[test]
+    fn the_caller_runner_needs_a_runtime() {
+        assert!(!Runner::Caller.spawn(async {}));
+        assert!(Runner::Caller.runtime(None).is_none());
+    }
+}
