@@ -507,6 +507,7 @@ mod tests {
     use tokio::time::{sleep, sleep_until};
 
     use super::*;
+    use crate::heartbeat::COALESCE_WINDOW;
     use crate::lease_thread::Runner;
     use crate::limits::CAP_MARGIN;
     use crate::memory::counts::Action;
@@ -528,6 +529,12 @@ mod tests {
     /// Receives the queue's first message the way the consumer does, with `visibility`
     /// (or the queue's own timeout) and no in-flight slot.
     async fn hold(queue: &MemoryQueue, visibility: Option<u32>) -> Delivery {
+        let run = RunTies::new(Default::default(), Keeper::new(Runner::Caller));
+        hold_in(queue, visibility, run).await
+    }
+
+    /// As [`hold`], kept by `run`'s keeper (shared by the deliveries of one run).
+    async fn hold_in(queue: &MemoryQueue, visibility: Option<u32>, run: Arc<RunTies>) -> Delivery {
         let received_at = Instant::now();
         let mut messages = queue
             .receive_with_visibility(1, Duration::ZERO, visibility.map(|v| secs(u64::from(v))))
@@ -546,7 +553,7 @@ mod tests {
             returned_at: Instant::now(),
             timeout,
             slot: None,
-            run: RunTies::new(Default::default(), Keeper::new(Runner::Caller)),
+            run,
         };
         Delivery::start(std::sync::Arc::new(ctx), message, received)
     }
@@ -596,6 +603,35 @@ mod tests {
         sleep(Duration::from_millis(1)).await;
         assert_eq!((extensions(&q), late()), (2, 1));
         assert!(!d.is_lost());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_extension_held_up_until_the_deadline_nears_is_not_sent() {
+        // T = 10 s, due at 5 s, deadline at 10 s; no call may leave later than 1 s before it
+        // (SQS answers a change that arrives after the deadline with success, doing nothing).
+        let q = queue(10);
+        q.send("on time").unwrap();
+        q.send("too late").unwrap();
+        let on_time = hold(&q, None).await;
+        // The runtime is held up until 8.9 s: still time to send.
+        tokio::time::advance(Duration::from_millis(8_900)).await;
+        sleep(Duration::from_millis(1)).await;
+        assert_eq!(extensions(&q), 1);
+        assert!(!on_time.is_lost());
+        assert_eq!(
+            on_time.deadline(),
+            on_time.received_at() + Duration::from_millis(18_900)
+        );
+
+        let too_late = hold(&q, None).await;
+        let r = too_late.received_at();
+        // Held up until 9.1 s: lost, and nothing sent.
+        tokio::time::advance(Duration::from_millis(9_100)).await;
+        assert_eq!(too_late.lost().await, LostReason::ExtensionFailed);
+        assert_eq!(Instant::now(), r + Duration::from_millis(9_100));
+        assert_eq!(extensions(&q), 1, "no extension for the late one");
+        let stats = too_late.context().stats(0);
+        assert_eq!(stats.late_heartbeats, 1, "{stats:?}");
     }
 
     #[tokio::test(start_paused = true)]
@@ -853,6 +889,93 @@ mod tests {
             ),
             "{err}"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn extensions_due_close_together_share_requests_early_within_the_window_never_late() {
+        // 20 deliveries received 37 ms apart (0.7 s in all) at T = 10 s, kept by one keeper.
+        let q = queue(10);
+        for _ in 0..20 {
+            q.send("job").unwrap();
+        }
+        let run = RunTies::new(Default::default(), Keeper::new(Runner::Caller));
+        let mut held = Vec::new();
+        for _ in 0..20 {
+            held.push(hold_in(&q, None, run.clone()).await);
+            sleep(Duration::from_millis(37)).await;
+        }
+        let first = held[0].received_at();
+        let t = secs(10);
+        // Every extension is seen as a change of its deadline (sent + T, on this queue without
+        // latency): the clock moves 10 ms at a time, and extensions of one delivery are about
+        // half a timeout apart.
+        let mut deadlines: Vec<Vec<Instant>> = held.iter().map(|d| vec![d.deadline()]).collect();
+        while Instant::now() < first + secs(16) {
+            sleep(Duration::from_millis(10)).await;
+            for (d, seen) in held.iter().zip(&mut deadlines) {
+                if seen.last() != Some(&d.deadline()) {
+                    seen.push(d.deadline());
+                }
+            }
+        }
+        let mut extensions = 0;
+        for (i, seen) in deadlines.iter().enumerate() {
+            assert!(seen.len() >= 3, "delivery {i}: {} deadlines", seen.len());
+            for pair in seen.windows(2) {
+                let (old, new) = (pair[0], pair[1]);
+                let (due, sent) = (old - t / 2, new - t);
+                assert!(sent <= due, "delivery {i}: sent {:?} late", sent - due);
+                assert!(
+                    due - sent <= COALESCE_WINDOW.min(t / 8),
+                    "delivery {i}: sent {:?} early",
+                    due - sent
+                );
+                // Each one gains more than a third of a timeout: none is wasted.
+                assert!(new - old >= t / 2 - COALESCE_WINDOW, "delivery {i}");
+                extensions += 1;
+            }
+        }
+        let requests = q.requests().requests(Action::ChangeMessageVisibilityBatch);
+        assert_eq!(q.requests().visibility_changes(), extensions);
+        // Alone, each would be a request of its own; 250 ms windows over 0.7 s make 3 or 4
+        // rounds per half timeout.
+        assert!(
+            requests * 4 <= extensions,
+            "{requests} requests for {extensions} extensions"
+        );
+        assert_eq!(q.in_flight_len(), 20);
+        assert!(held.iter().all(|d| !d.is_lost()));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_ack_or_release_under_way_holds_back_a_due_extension() {
+        // Every call takes 600 ms; the extensions are due 5 s after the receive's answer.
+        // The ack and the release start 300 ms before that and are still under way when the
+        // extensions fall due: none is sent.
+        let q = MemoryQueue::builder()
+            .visibility_timeout(secs(10))
+            .latency(Duration::from_millis(600))
+            .build()
+            .expect("valid queue");
+        q.send("acked").unwrap();
+        q.send("released").unwrap();
+        let run = RunTies::new(Default::default(), Keeper::new(Runner::Caller));
+        let (acked, released) =
+            tokio::join!(hold_in(&q, None, run.clone()), hold_in(&q, None, run));
+        let due = acked.deadline() - secs(5);
+        assert_eq!(released.deadline() - secs(5), due);
+        sleep_until(due - Duration::from_millis(300)).await;
+        let (ack, release) = tokio::join!(acked.ack(), released.release());
+        ack.expect("ack");
+        release.expect("release");
+        sleep(secs(30)).await;
+        assert_eq!(
+            q.requests().visibility_changes(),
+            1,
+            "the release's own change"
+        );
+        assert_eq!(q.requests().deletes(), 1);
+        assert_eq!(q.len(), 1);
     }
 
     fn receipt_of(d: &Delivery) -> String {

@@ -169,7 +169,10 @@ impl Keeper {
             Some(sender) if !sender.is_closed() => Some(sender.clone()),
             _ => {
                 let (sender, rx) = mpsc::unbounded_channel();
-                if !self.inner.runner.spawn(run(rx)) {
+                // The timers count from now, before the first lease's extension is due: the
+                // task may first run later (a held-up runtime), and a timer due before its
+                // epoch would lose its lateness.
+                if !self.inner.runner.spawn(run(rx, Instant::now())) {
                     return None;
                 }
                 *tx = Some(sender.clone());
@@ -222,8 +225,8 @@ struct Answer {
 }
 
 /// The keeper's task.
-async fn run(mut rx: mpsc::UnboundedReceiver<Command>) {
-    let mut keeper = KeeperTask::default();
+async fn run(mut rx: mpsc::UnboundedReceiver<Command>, epoch: Instant) {
+    let mut keeper = KeeperTask::new(epoch);
     loop {
         let next = keeper.timers.first();
         tokio::select! {
@@ -252,12 +255,12 @@ struct KeeperTask {
     rounds: FuturesUnordered<BoxFuture<'static, Vec<Answer>>>,
 }
 
-impl Default for KeeperTask {
-    fn default() -> Self {
+impl KeeperTask {
+    fn new(epoch: Instant) -> Self {
         Self {
             kept: Slab::default(),
             timers: Timers {
-                epoch: Instant::now(),
+                epoch,
                 keys: BTreeSet::new(),
             },
             rounds: FuturesUnordered::new(),
@@ -456,6 +459,29 @@ impl KeeperTask {
                     self.schedule(id, next, lease.deadline());
                 }
                 Next::Extend | Next::Retry => {
+                    if kept.next == Next::Extend {
+                        let late = now.saturating_duration_since(at);
+                        lease.context().extension_delay(late);
+                        if late > (t / 4).min(LATE_EXTENSION) {
+                            warn_late(&lease, late, t);
+                        }
+                    }
+                    if now + (t / 4).min(SEND_MARGIN) > lease.deadline() {
+                        // Too late to send (the runtime was held up): the call could reach
+                        // SQS after the deadline, which it answers with success and nothing
+                        // done. The message may be another consumer's already.
+                        if lease.heartbeat_lost(LostReason::ExtensionFailed) {
+                            tracing::warn!(
+                                parent: lease.span(),
+                                reason = %LostReason::ExtensionFailed,
+                                late_by = ?now.saturating_duration_since(at),
+                                "delivery lost: its extension was due when the visibility \
+                                 timeout was all but over"
+                            );
+                        }
+                        self.forget(id);
+                        continue;
+                    }
                     let limit = extension_limit(lease.received_at());
                     let room =
                         u32::try_from(limit.saturating_duration_since(now).as_secs()).unwrap_or(0);
@@ -464,13 +490,6 @@ impl KeeperTask {
                         // Near the 12-hour limit nothing can be gained any more.
                         self.schedule(id, Next::Expire(LostReason::HardDeadline), lease.deadline());
                         continue;
-                    }
-                    if kept.next == Next::Extend {
-                        let late = now.saturating_duration_since(at);
-                        lease.context().extension_delay(late);
-                        if late > (t / 4).min(LATE_EXTENSION) {
-                            warn_late(&lease, late, t);
-                        }
                     }
                     ctx.get_or_insert_with(|| lease.context().clone());
                     batch.push((id, lease.clone(), visibility));
