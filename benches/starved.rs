@@ -10,7 +10,9 @@
 //! whose work blocks for 2.5 s at a stretch (more than T/2) (CPU-bound code in async, say): first called in
 //! the async handler itself, then moved to `tokio::task::spawn_blocking`. The figures are the
 //! first consumer's: the worst lateness of an extension, the extensions done late, and the
-//! deliveries lost. Real time, about 10 s a line.
+//! deliveries lost, with the holder's keeper on a thread of its own (`isolated_keeper(true)`,
+//! the default for a consumer on an SDK client) and on the runtime's threads (`false`, the
+//! default for a `MemoryQueue`). Real time, about 10 s a line.
 
 use std::time::Duration;
 
@@ -28,7 +30,7 @@ enum Work {
     SpawnBlocking,
 }
 
-fn run(blockers: usize, work: Work) {
+fn run(blockers: usize, work: Work, isolated: bool) {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -47,6 +49,7 @@ fn run(blockers: usize, work: Work) {
             busy.send(format!("work {i}")).unwrap();
         }
         let holder = Consumer::in_memory(&held)
+            .isolated_keeper(isolated)
             .max_in_flight(HELD)
             .build()
             .unwrap();
@@ -82,8 +85,9 @@ fn run(blockers: usize, work: Work) {
         }
         let s = holder.stats();
         println!(
-            "{blockers} blocking handler(s), work {:<14} worst extension {:>9.1?} after due; \
-             late extensions {:>4}; lost {:>3} of {HELD}; acked {:>3}",
+            "keeper {:<9} {blockers} blocking handler(s), work {:<14} worst extension \
+             {:>9.1?} after due; late extensions {:>4}; lost {:>3} of {HELD}; acked {:>3}",
+            if isolated { "isolated," } else { "shared," },
             format!("{work:?}:"),
             s.worst_extension_delay,
             s.late_heartbeats,
@@ -101,9 +105,13 @@ fn main() {
         "starved runtime: 2 worker threads, {HELD} deliveries held at T = {T} s for {HOLD:?}, \
          blocking stretches of {BLOCK:?}"
     );
-    run(0, Work::InAsync);
-    for n in [1, 2, 4] {
-        run(n, Work::InAsync);
-        run(n, Work::SpawnBlocking);
+    for isolated in [false, true] {
+        run(0, Work::InAsync, isolated);
+        for n in [1, 2, 4] {
+            run(n, Work::InAsync, isolated);
+            if !isolated {
+                run(n, Work::SpawnBlocking, isolated);
+            }
+        }
     }
 }

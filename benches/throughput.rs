@@ -4,7 +4,7 @@
 //! ```text
 //! cargo bench --bench throughput            # B1 to B3 (in memory)
 //! cargo bench --bench throughput -- b1 b3   # some of them
-//! scripts/bench.sh                          # also B4, against the SQS-compatible test server
+//! scripts/bench.sh                          # also B4 and B5, against the SQS-compatible test server
 //! ```
 //!
 //! - B1: MemoryQueue, an instant-ack handler, 100,000 messages, on a one-thread runtime:
@@ -13,7 +13,11 @@
 //!   heartbeat requests per delivery per extension round.
 //! - B3: 120,000 deliveries held at once with heartbeats (real time): memory per delivery and
 //!   the worst delay of an extension past its due time (half a timeout).
-//! - B4: the test server, 5,000 messages, instant ack: messages/s and requests per message.
+//! - B4: the test server, 5,000 messages, instant ack, with the default settings and with
+//!   `max_in_flight(100)`: messages/s, requests per message, client CPU per message.
+//! - B5: the test server, 50 messages held 5 s each at a visibility timeout of 2 s, with
+//!   `max_in_flight(50)` and with the default settings: extension requests and entries per
+//!   message, failed extension attempts, messages seen twice.
 //!
 //! Every figure is the median of several runs where a run is cheap enough.
 
@@ -77,10 +81,15 @@ fn main() {
     if wants("b3") {
         b3();
     }
-    if wants("b4") {
-        match std::env::var("SQS_TEST_ENDPOINT") {
-            Ok(endpoint) => b4(&endpoint),
-            Err(_) => println!("B4: skipped (set SQS_TEST_ENDPOINT, or run scripts/bench.sh)"),
+    for (name, bench) in [("b4", b4 as fn(&str)), ("b5", b5)] {
+        if wants(name) {
+            match std::env::var("SQS_TEST_ENDPOINT") {
+                Ok(endpoint) => bench(&endpoint),
+                Err(_) => println!(
+                    "{}: skipped (set SQS_TEST_ENDPOINT, or run scripts/bench.sh)",
+                    name.to_uppercase()
+                ),
+            }
         }
     }
 }
@@ -92,7 +101,12 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 /// Process CPU time (user + system), from /proc; `None` where there is none.
 fn cpu_time() -> Option<Duration> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    cpu_time_in("/proc/self/stat")
+}
+
+/// CPU time (user + system) from a /proc `stat` file.
+fn cpu_time_in(path: &str) -> Option<Duration> {
+    let stat = std::fs::read_to_string(path).ok()?;
     // Fields after the command name (which is in parentheses and may contain spaces).
     let rest = &stat[stat.rfind(')')? + 2..];
     let fields: Vec<&str> = rest.split_whitespace().collect();
@@ -336,111 +350,371 @@ async fn send_ten(client: &aws_sdk_sqs::Client, url: &str, first: usize) {
     call.send().await.unwrap();
 }
 
-fn b4(endpoint: &str) {
+/// A client of the test server at `endpoint` whose requests `counter` counts.
+fn server_client(endpoint: &str, counter: &CountRequests) -> aws_sdk_sqs::Client {
+    let config = aws_sdk_sqs::Config::builder()
+        .behavior_version(aws_sdk_sqs::config::BehaviorVersion::latest())
+        .region(aws_sdk_sqs::config::Region::new("us-east-1"))
+        .credentials_provider(aws_sdk_sqs::config::Credentials::new(
+            "test", "test", None, None, "bench",
+        ))
+        .endpoint_url(endpoint)
+        .interceptor(counter.clone())
+        .build();
+    aws_sdk_sqs::Client::from_conf(config)
+}
+
+/// CPU time (user + system) of the calling thread, from /proc.
+fn thread_cpu_time() -> Option<Duration> {
+    cpu_time_in("/proc/thread-self/stat")
+}
+
+/// Queues created so far: each run has its own.
+static QUEUES: AtomicUsize = AtomicUsize::new(0);
+
+/// One B4 run's figures.
+struct B4Run {
+    per_second: f64,
+    requests_per_message: f64,
+    breakdown: String,
+    /// Process CPU time per message, the feeding thread's excluded.
+    cpu_per_message: Duration,
+}
+
+type Settings = fn(sqs_consumer::ConsumerBuilder) -> sqs_consumer::ConsumerBuilder;
+
+/// B4 with the consumer `settings` makes: 5,000 messages, instant ack.
+fn b4_run(endpoint: &str, settings: Settings) -> B4Run {
     const MESSAGES: usize = 5_000;
+    // The consumer is measured at saturation: the queue never runs dry until the last
+    // messages. The test server spends time proportional to its queue's length on every
+    // message sent or deleted, so rather than all 5,000 at first, FEEDERS tasks keep about
+    // BACKLOG messages in the queue (waiting or in flight) ahead of the acks. They run on a
+    // thread of their own, with a client of their own, so that their CPU time can be told
+    // apart from the consumer's.
+    const BACKLOG: usize = 200;
+    const FEEDERS: usize = 4;
+    let counter = CountRequests::default();
+    let sent = Arc::new(AtomicUsize::new(0));
+    let acked = Arc::new(AtomicUsize::new(0));
+    let feeder_rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let feed_client = server_client(endpoint, &CountRequests::default());
+    let name = format!(
+        "bench-b4-{}-{}",
+        std::process::id(),
+        QUEUES.fetch_add(1, SeqCst)
+    );
+    let url = feeder_rt.block_on(async {
+        feed_client
+            .create_queue()
+            .queue_name(name)
+            .send()
+            .await
+            .unwrap()
+            .queue_url
+            .unwrap()
+    });
+    let feed = |client: aws_sdk_sqs::Client, url: String, until: Option<usize>| {
+        let (sent, acked) = (sent.clone(), acked.clone());
+        async move {
+            let until = until.unwrap_or(MESSAGES);
+            loop {
+                while sent.load(SeqCst) >= acked.load(SeqCst) + BACKLOG {
+                    if sent.load(SeqCst) >= until {
+                        return;
+                    }
+                    sleep(Duration::from_millis(2)).await;
+                }
+                let first = sent.fetch_add(10, SeqCst);
+                if first >= until {
+                    sent.fetch_sub(10, SeqCst);
+                    return;
+                }
+                send_ten(&client, &url, first).await;
+            }
+        }
+    };
+    // Fill the backlog first, then feed while the consumer runs.
+    feeder_rt.block_on(feed(feed_client.clone(), url.clone(), Some(BACKLOG)));
+    let feeders = {
+        let tasks: Vec<_> = (0..FEEDERS)
+            .map(|_| feed(feed_client.clone(), url.clone(), None))
+            .collect();
+        std::thread::spawn(move || {
+            let before = thread_cpu_time().unwrap_or_default();
+            feeder_rt.block_on(futures_util::future::join_all(tasks));
+            thread_cpu_time().unwrap_or_default() - before
+        })
+    };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap();
-    rt.block_on(async {
-        let counter = CountRequests::default();
-        let config = aws_sdk_sqs::Config::builder()
-            .behavior_version(aws_sdk_sqs::config::BehaviorVersion::latest())
-            .region(aws_sdk_sqs::config::Region::new("us-east-1"))
-            .credentials_provider(aws_sdk_sqs::config::Credentials::new(
-                "test", "test", None, None, "bench",
-            ))
-            .endpoint_url(endpoint)
-            .interceptor(counter.clone())
-            .build();
-        let client = aws_sdk_sqs::Client::from_conf(config);
-        let url = client
-            .create_queue()
-            .queue_name(format!("bench-b4-{}", std::process::id()))
-            .send()
-            .await
-            .unwrap()
-            .queue_url
-            .unwrap();
-        // The consumer is measured at saturation: the queue never runs dry until the last
-        // messages. The test server spends time proportional to its queue's length on every
-        // message sent or deleted, so rather than all 5,000 at first, FEEDERS tasks keep
-        // about BACKLOG messages in the queue (waiting or in flight) ahead of the acks.
-        const BACKLOG: usize = 200;
-        const FEEDERS: usize = 4;
-        let sent = Arc::new(AtomicUsize::new(0));
-        let acked = Arc::new(AtomicUsize::new(0));
-        let feed = |client: aws_sdk_sqs::Client, url: String, until: Option<usize>| {
-            let (sent, acked) = (sent.clone(), acked.clone());
-            async move {
-                let until = until.unwrap_or(MESSAGES);
-                loop {
-                    while sent.load(SeqCst) >= acked.load(SeqCst) + BACKLOG {
-                        if sent.load(SeqCst) >= until {
-                            return;
-                        }
-                        sleep(Duration::from_millis(2)).await;
-                    }
-                    let first = sent.fetch_add(10, SeqCst);
-                    if first >= until {
-                        sent.fetch_sub(10, SeqCst);
-                        return;
-                    }
-                    send_ten(&client, &url, first).await;
-                }
-            }
-        };
-        // Fill the backlog first, then feed while the consumer runs.
-        feed(client.clone(), url.clone(), Some(BACKLOG)).await;
-        let feeders: Vec<_> = (0..FEEDERS)
-            .map(|_| tokio::spawn(feed(client.clone(), url.clone(), None)))
-            .collect();
-        let consumer = Consumer::builder(client.clone(), url.clone())
-            .visibility_timeout(Duration::from_secs(60))
-            .max_in_flight(100)
+    let client = server_client(endpoint, &counter);
+    let (elapsed, cpu) = rt.block_on(async {
+        let consumer = settings(Consumer::builder(client.clone(), url.clone()))
             .build()
             .unwrap();
-        let before = counter.0.lock().unwrap().clone();
+        let cpu_before = cpu_time().unwrap_or_default();
         let start = Instant::now();
-        let done = async {
-            while consumer.stats().acked < MESSAGES as u64 {
-                sleep(Duration::from_millis(2)).await;
-            }
+        // Woken by the last ack, not polled: a poll loop's wake-ups would count as the
+        // consumer's CPU time.
+        let all_acked = Arc::new(tokio::sync::Notify::new());
+        let done = {
+            let all_acked = all_acked.clone();
+            async move { all_acked.notified().await }
         };
         let handler = {
             let acked = acked.clone();
             move |d: Delivery| {
-                let acked = acked.clone();
+                let (acked, all_acked) = (acked.clone(), all_acked.clone());
                 async move {
                     d.ack().await?;
-                    acked.fetch_add(1, SeqCst);
+                    if acked.fetch_add(1, SeqCst) + 1 == MESSAGES {
+                        all_acked.notify_one();
+                    }
                     Ok::<_, sqs_consumer::Error>(())
                 }
             }
         };
         consumer.run_until(handler, done).await.unwrap();
         let elapsed = start.elapsed();
-        for f in feeders {
-            f.await.unwrap();
-        }
-        let mut counts = counter.0.lock().unwrap().clone();
-        for (op, n) in &mut counts {
-            *n -= before.get(op).copied().unwrap_or(0);
-        }
-        counts.remove("SendMessageBatch");
-        counts.retain(|_, n| *n > 0);
-        let total: u64 = counts.values().sum();
-        println!("B4  test server (moto), {MESSAGES} messages, {BACKLOG} kept queued ahead, instant ack:");
-        println!(
-            "    {:.0} messages/s; {:.3} requests per message ({})",
-            MESSAGES as f64 / elapsed.as_secs_f64(),
-            total as f64 / MESSAGES as f64,
-            counts
-                .iter()
-                .map(|(op, n)| format!("{op} {:.3}", *n as f64 / MESSAGES as f64))
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
+        (elapsed, cpu_time().unwrap_or_default() - cpu_before)
     });
+    let feeding = feeders.join().unwrap();
+    let counts = counter.0.lock().unwrap().clone();
+    let total: u64 = counts.values().sum();
+    B4Run {
+        per_second: MESSAGES as f64 / elapsed.as_secs_f64(),
+        requests_per_message: total as f64 / MESSAGES as f64,
+        breakdown: counts
+            .iter()
+            .map(|(op, n)| format!("{op} {:.3}", *n as f64 / MESSAGES as f64))
+            .collect::<Vec<_>>()
+            .join(", "),
+        cpu_per_message: cpu.saturating_sub(feeding) / MESSAGES as u32,
+    }
+}
+
+/// Runs per figure of the server benches: 3, or `BENCH_RUNS` (1 to profile one run).
+fn server_runs() -> usize {
+    std::env::var("BENCH_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3)
+        .clamp(1, 10)
+}
+
+fn b4(endpoint: &str) {
+    let runs_per_variant = server_runs();
+    println!(
+        "B4  test server (moto), 5000 messages, 200 kept queued ahead, instant ack \
+         (medians of {runs_per_variant} runs):"
+    );
+    let variants: [(&str, Settings); 3] = [
+        ("default settings", |b| b),
+        ("default settings, not isolated", |b| {
+            b.isolated_keeper(false)
+        }),
+        ("max_in_flight(100), T = 60 s", |b| {
+            b.max_in_flight(100)
+                .visibility_timeout(Duration::from_secs(60))
+        }),
+    ];
+    for (name, settings) in variants {
+        let runs: Vec<B4Run> = (0..runs_per_variant)
+            .map(|_| b4_run(endpoint, settings))
+            .collect();
+        let rpm = median(runs.iter().map(|r| r.requests_per_message).collect());
+        let mid = runs
+            .iter()
+            .find(|r| r.requests_per_message == rpm)
+            .unwrap_or(&runs[0]);
+        println!(
+            "    {name}: {:.0} messages/s; {rpm:.3} requests per message ({}); client CPU \
+             {:.3} ms per message",
+            median(runs.iter().map(|r| r.per_second).collect()),
+            mid.breakdown,
+            median(
+                runs.iter()
+                    .map(|r| r.cpu_per_message.as_secs_f64() * 1e3)
+                    .collect()
+            ),
+        );
+        println!(
+            "      runs: {}",
+            runs.iter()
+                .map(|r| format!(
+                    "{:.3} req/msg, {:.3} ms/msg",
+                    r.requests_per_message,
+                    r.cpu_per_message.as_secs_f64() * 1e3
+                ))
+                .collect::<Vec<_>>()
+                .join("; ")
+        );
+    }
+}
+
+// ---- B5 ----
+
+/// One B5 run's figures.
+struct B5Run {
+    requests_per_message: f64,
+    entries_per_message: f64,
+    failed: u64,
+    seen_twice: usize,
+    lost: u64,
+}
+
+/// B5 with the consumer `settings` makes: 50 messages, each held 5 s at a visibility timeout
+/// of 2 s (an extension every second: 4 per message), then acked.
+fn b5_run(endpoint: &str, settings: Settings) -> B5Run {
+    const MESSAGES: usize = 50;
+    const HOLD: Duration = Duration::from_secs(5);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let counter = CountRequests::default();
+    let client = server_client(endpoint, &counter);
+    let setup = server_client(endpoint, &CountRequests::default());
+    rt.block_on(async {
+        let name = format!(
+            "bench-b5-{}-{}",
+            std::process::id(),
+            QUEUES.fetch_add(1, SeqCst)
+        );
+        let url = setup
+            .create_queue()
+            .queue_name(name)
+            .send()
+            .await
+            .unwrap()
+            .queue_url
+            .unwrap();
+        for first in (0..MESSAGES).step_by(10) {
+            send_ten(&setup, &url, first).await;
+        }
+        let consumer = settings(
+            Consumer::builder(client, url.clone()).visibility_timeout(Duration::from_secs(2)),
+        )
+        .build()
+        .unwrap();
+        let seen = Arc::new(Mutex::new(std::collections::HashMap::new()));
+        let twice = Arc::new(AtomicUsize::new(0));
+        let acked = Arc::new(AtomicUsize::new(0));
+        let all_acked = Arc::new(tokio::sync::Notify::new());
+        let handler = {
+            let (seen, twice, acked, all_acked) = (
+                seen.clone(),
+                twice.clone(),
+                acked.clone(),
+                all_acked.clone(),
+            );
+            move |d: Delivery| {
+                let (seen, twice, acked, all_acked) = (
+                    seen.clone(),
+                    twice.clone(),
+                    acked.clone(),
+                    all_acked.clone(),
+                );
+                async move {
+                    let first = seen
+                        .lock()
+                        .unwrap()
+                        .insert(d.message_id().to_owned(), d.received_at());
+                    if let Some(first) = first {
+                        twice.fetch_add(1, SeqCst);
+                        eprintln!(
+                            "      seen twice: {} (receive count {}), {:?} after its first receive",
+                            d.message_id(),
+                            d.receive_count(),
+                            d.received_at() - first
+                        );
+                    }
+                    let start = Instant::now();
+                    sleep(HOLD).await;
+                    if std::env::var_os("B5_DEBUG").is_some() {
+                        let last_sent = d.deadline() - Duration::from_secs(2);
+                        eprintln!(
+                            "B5DBG start-received {:?} last_sent-start {:?} now-last_sent {:?}",
+                            start - d.received_at(),
+                            last_sent.saturating_duration_since(start),
+                            Instant::now().saturating_duration_since(last_sent)
+                        );
+                    }
+                    d.ack().await?;
+                    if acked.fetch_add(1, SeqCst) + 1 == MESSAGES {
+                        all_acked.notify_one();
+                    }
+                    Ok::<_, sqs_consumer::Error>(())
+                }
+            }
+        };
+        // Every message takes 5 s; two waves of them at most, bounded at a minute.
+        let done = tokio::time::timeout(Duration::from_secs(60), all_acked.notified());
+        consumer
+            .run_until(handler, async {
+                done.await.ok();
+            })
+            .await
+            .unwrap();
+        let stats = consumer.stats();
+        let requests = counter
+            .0
+            .lock()
+            .unwrap()
+            .get("ChangeMessageVisibilityBatch")
+            .copied()
+            .unwrap_or(0);
+        B5Run {
+            requests_per_message: requests as f64 / MESSAGES as f64,
+            entries_per_message: (stats.extended + stats.extension_failures) as f64
+                / MESSAGES as f64,
+            failed: stats.extension_failures,
+            seen_twice: twice.load(SeqCst),
+            lost: stats.lost,
+        }
+    })
+}
+
+fn b5(endpoint: &str) {
+    let runs_per_variant = server_runs();
+    println!(
+        "B5  test server (moto), 50 messages held 5 s each at visibility 2 s, then acked \
+         (medians of {runs_per_variant} runs; floor 0.40 extension requests, 4.0 entries per message):"
+    );
+    let variants: [(&str, Settings); 2] = [
+        ("max_in_flight(50)", |b| b.max_in_flight(50)),
+        ("default settings", |b| b),
+    ];
+    for (name, settings) in variants {
+        let runs: Vec<B5Run> = (0..runs_per_variant)
+            .map(|_| b5_run(endpoint, settings))
+            .collect();
+        println!(
+            "    {name}: {:.2} extension requests per message, {:.2} entries per message; \
+             failed extension attempts {}, messages seen twice {}, lost {} (all runs)",
+            median(runs.iter().map(|r| r.requests_per_message).collect()),
+            median(runs.iter().map(|r| r.entries_per_message).collect()),
+            runs.iter().map(|r| r.failed).sum::<u64>(),
+            runs.iter().map(|r| r.seen_twice).sum::<usize>(),
+            runs.iter().map(|r| r.lost).sum::<u64>(),
+        );
+        println!(
+            "      runs: {}",
+            runs.iter()
+                .map(|r| format!(
+                    "{:.2} req/msg, {:.2} entries/msg",
+                    r.requests_per_message, r.entries_per_message
+                ))
+                .collect::<Vec<_>>()
+                .join("; ")
+        );
+    }
 }

@@ -179,10 +179,21 @@ async fn run(queue: Queue, call: Call, mut rx: mpsc::UnboundedReceiver<Submissio
                 Some(submission) => take(&mut waiting, submission),
                 None => return,
             }
-            if rx.len() + waiting.len() < MAX_BATCH {
-                // Let the tasks woken with this one (deliveries received together reach
-                // their heartbeats together) add theirs: microseconds, not a linger.
+            // Let the tasks woken with this one add theirs (the handlers of deliveries received
+            // together ack together; on a thread of its own the batcher is woken by the first
+            // of them while the others are still on their way): yield while each pass brings
+            // more. Microseconds, not a linger; it ends at the first pass that brings nothing.
+            let mut seen = rx.len();
+            for _ in 0..MAX_BATCH {
+                if seen + waiting.len() >= MAX_BATCH {
+                    break;
+                }
                 tokio::task::yield_now().await;
+                let now = rx.len();
+                if now == seen && now > 0 {
+                    break;
+                }
+                seen = now;
             }
         }
         loop {

@@ -21,7 +21,9 @@ use crate::retry::RetryPolicy;
 /// Defaults, as documented on the setters.
 const DEFAULT_WAIT_TIME: Duration = Duration::from_secs(20);
 const DEFAULT_BATCH_SIZE: u32 = 10;
-const DEFAULT_MAX_IN_FLIGHT: usize = 32;
+// A multiple of the batch size: receives of 10 fill the slots exactly, and so do the
+// extension and delete batches of the deliveries they bring.
+const DEFAULT_MAX_IN_FLIGHT: usize = 40;
 const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
 const DEFAULT_MAX_CONCURRENT_RECEIVES: usize = 8;
 /// The range a `request_timeout` must fall in.
@@ -180,7 +182,8 @@ impl ConsumerBuilder {
 
     /// The most deliveries held at once (running handlers, and deliveries you moved
     /// elsewhere and still hold), 1..=120000. The consumer receives only while a slot is
-    /// free, so no message waits in memory while its timeout runs. Defaults to 32.
+    /// free, so no message waits in memory while its timeout runs. Defaults to 40 (a multiple of
+    /// the batch size, 10, so that receives, extensions and deletes go in whole batches).
     pub fn max_in_flight(mut self, max: usize) -> Self {
         self.max_in_flight = max;
         self
@@ -494,7 +497,7 @@ mod tests {
         assert_eq!(s.visibility_timeout, None);
         assert_eq!(s.wait_time, Duration::from_secs(20));
         assert_eq!(s.batch_size, 10);
-        assert_eq!(s.max_in_flight, 32);
+        assert_eq!(s.max_in_flight, 40);
     }
 
     #[test]

@@ -918,20 +918,27 @@ mod tests {
                 }
             }
         }
+        let window = COALESCE_WINDOW.min(t / 8);
         let mut extensions = 0;
         for (i, seen) in deadlines.iter().enumerate() {
             assert!(seen.len() >= 3, "delivery {i}: {} deadlines", seen.len());
+            // The first is due halfway through the first timeout; each next one half a
+            // timeout after the previous was due or answered (here: sent), whichever is later,
+            // but no more than the window past halfway through the new timeout.
+            let mut due = seen[0] - t / 2;
             for pair in seen.windows(2) {
                 let (old, new) = (pair[0], pair[1]);
-                let (due, sent) = (old - t / 2, new - t);
+                let sent = new - t;
                 assert!(sent <= due, "delivery {i}: sent {:?} late", sent - due);
                 assert!(
-                    due - sent <= COALESCE_WINDOW.min(t / 8),
+                    due - sent <= window,
                     "delivery {i}: sent {:?} early",
                     due - sent
                 );
+                assert!(due <= old - t / 2 + window, "delivery {i}: due too late");
                 // Each one gains more than a third of a timeout: none is wasted.
-                assert!(new - old >= t / 2 - COALESCE_WINDOW, "delivery {i}");
+                assert!(new - old >= t / 2 - window, "delivery {i}");
+                due = (due.max(sent) + t / 2).clamp(sent + t / 2, sent + t / 2 + window);
                 extensions += 1;
             }
         }
@@ -945,6 +952,56 @@ mod tests {
         );
         assert_eq!(q.in_flight_len(), 20);
         assert!(held.iter().all(|d| !d.is_lost()));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn extensions_go_early_only_with_one_that_is_due() {
+        // Two deliveries received 200 ms apart (T = 10 s): due at 5 s and 5.2 s.
+        let q = queue(10);
+        for _ in 0..4 {
+            q.send("job").unwrap();
+        }
+        let run = RunTies::new(Default::default(), Keeper::new(Runner::Caller));
+        let first = hold_in(&q, None, run.clone()).await;
+        sleep(Duration::from_millis(200)).await;
+        let second = hold_in(&q, None, run.clone()).await;
+        let r = first.received_at();
+        // Both held: the second goes early, with the first, in one request.
+        sleep_until(r + secs(5) + Duration::from_millis(1)).await;
+        assert_eq!(extensions(&q), 2);
+        assert_eq!(
+            q.requests().requests(Action::ChangeMessageVisibilityBatch),
+            1
+        );
+        assert_eq!(second.deadline(), r + secs(15));
+        drop((first, second));
+
+        // The first one's ack is under way when it falls due (calls take 200 ms): nothing
+        // goes then; the second, due 200 ms later, goes at its own time (its handler might
+        // have acked it by then too).
+        let q = MemoryQueue::builder()
+            .visibility_timeout(secs(10))
+            .latency(Duration::from_millis(200))
+            .build()
+            .expect("valid queue");
+        q.send("first").unwrap();
+        q.send("second").unwrap();
+        let first = hold_in(&q, None, run.clone()).await;
+        let second = hold_in(&q, None, run).await;
+        let due = first.deadline() - secs(5);
+        assert_eq!(
+            second.deadline() - secs(5),
+            due + Duration::from_millis(200)
+        );
+        sleep_until(due - Duration::from_millis(50)).await;
+        let ack = tokio::spawn(first.ack());
+        sleep_until(due + Duration::from_millis(190)).await;
+        assert_eq!(extensions(&q), 0, "none sent early alone");
+        ack.await.expect("joined").expect("ack");
+        sleep_until(due + secs(1)).await;
+        assert_eq!(extensions(&q), 1);
+        // Sent at its own due time: the deadline counts from the call.
+        assert_eq!(second.deadline(), due + Duration::from_millis(10_200));
     }
 
     #[tokio::test(start_paused = true)]

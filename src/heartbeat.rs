@@ -220,6 +220,8 @@ struct Answer {
     lease: Arc<Lease>,
     /// When it was sent: the new deadline counts from it.
     sent_at: Instant,
+    /// When it was due (for a retry, when it was sent).
+    due: Instant,
     visibility: u32,
     result: Result<(), crate::error::Error>,
 }
@@ -414,7 +416,7 @@ impl KeeperTask {
     fn round(&mut self, now: Instant) {
         let horizon = now + COALESCE_WINDOW;
         let due = self.timers.due(horizon);
-        let mut batch: Vec<(u64, Arc<Lease>, u32)> = Vec::new();
+        let mut batch: Vec<(u64, Arc<Lease>, u32, Instant)> = Vec::new();
         let mut ctx = None;
         for key in due {
             let (at, id) = (self.timers.at(key), Timers::slot(key));
@@ -426,6 +428,11 @@ impl KeeperTask {
             let t = Duration::from_secs(u64::from(lease.timeout()));
             let early = at > now;
             match kept.next {
+                // Early ones only join a round that sends something on time (the timers come
+                // in time order): one whose due deliveries were all acked meanwhile sends
+                // nothing, and those due a little later wait for their own time, when their
+                // handlers may have acked them too.
+                Next::Extend if early && batch.is_empty() => break,
                 // Only extensions come early, and only within an eighth of their timeout.
                 Next::Extend if early && at > now + (t / 8).min(COALESCE_WINDOW) => continue,
                 Next::Retry | Next::Expire(_) | Next::Answer if early => continue,
@@ -492,7 +499,8 @@ impl KeeperTask {
                         continue;
                     }
                     ctx.get_or_insert_with(|| lease.context().clone());
-                    batch.push((id, lease.clone(), visibility));
+                    let due = if kept.next == Next::Extend { at } else { now };
+                    batch.push((id, lease.clone(), visibility, due));
                     self.schedule(id, Next::Answer, lease.deadline());
                 }
             }
@@ -541,7 +549,11 @@ impl KeeperTask {
                     }
                     let limit = extension_limit(lease.received_at());
                     match next_extension(deadline, lease.timeout(), limit) {
-                        Some(ext) => self.schedule(id, Next::Extend, ext.at),
+                        Some(ext) => {
+                            let at =
+                                next_due(&ext, lease.timeout(), (answer.due, answer.sent_at, now));
+                            self.schedule(id, Next::Extend, at);
+                        }
                         None => self.schedule(id, Next::Expire(LostReason::HardDeadline), deadline),
                     }
                 }
@@ -604,6 +616,31 @@ impl KeeperTask {
     }
 }
 
+/// When the extension after the previous one (`due`, `sent`, `answered` at those instants)
+/// is due, given `ext`, the plan halfway through the new timeout (counted from the call, as
+/// SQS counts it).
+///
+/// Half a timeout after the previous one was due (or sent, if later) plus its round trip,
+/// as if it had been sent on time; never more than the coalescing window (an eighth of the
+/// timeout, at most) past the plan, so three eighths of a timeout or more are left before
+/// the deadline. A round sent early to share a request thus does not pull every later round
+/// of its deliveries earlier, and rounds move on by their round trips: a delivery whose
+/// handler acks it after a whole number of half timeouts is acked before its next round,
+/// instead of being extended once more just before.
+fn next_due(
+    ext: &Extension,
+    timeout: u32,
+    (due, sent, answered): (Instant, Instant, Instant),
+) -> Instant {
+    let t = Duration::from_secs(u64::from(timeout));
+    if ext.visibility < timeout {
+        return ext.at; // the last one, timed to end at the 12-hour limit
+    }
+    let latest = ext.at + (t / 8).min(COALESCE_WINDOW);
+    let round_trip = answered.saturating_duration_since(sent);
+    (due.max(sent) + round_trip + t / 2).clamp(ext.at, latest)
+}
+
 /// The wait before the next try of an extension that failed `attempt` times before: 200 ms,
 /// doubling up to 5 s, jittered.
 fn retry_wait(attempt: u8) -> Duration {
@@ -614,19 +651,20 @@ fn retry_wait(attempt: u8) -> Duration {
 /// Sends one round's extensions together; each one's answer.
 async fn extend_all(
     ctx: Arc<crate::context::Context>,
-    batch: Vec<(u64, Arc<Lease>, u32)>,
+    batch: Vec<(u64, Arc<Lease>, u32, Instant)>,
     sent_at: Instant,
 ) -> Vec<Answer> {
-    let entries: Vec<(&str, u32)> = batch.iter().map(|(_, l, v)| (l.receipt(), *v)).collect();
+    let entries: Vec<(&str, u32)> = batch.iter().map(|(_, l, v, _)| (l.receipt(), *v)).collect();
     let results = ctx.extend_all(&entries).await;
     drop(entries);
     batch
         .into_iter()
         .zip(results)
-        .map(|((id, lease, visibility), result)| Answer {
+        .map(|((id, lease, visibility, due), result)| Answer {
             id,
             lease,
             sent_at,
+            due,
             visibility,
             result,
         })
@@ -649,6 +687,43 @@ mod tests {
         assert_eq!(ext.at, r + secs(15));
         assert_eq!(ext.visibility, 30);
         assert_eq!(ext.visibility, 30);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_next_round_keeps_its_place_within_the_window() {
+        let r = Instant::now();
+        let ms = Duration::from_millis;
+        // T = 10 s; the previous extension was due at 5 s.
+        let due = r + secs(5);
+        let plan = |sent: Instant| {
+            next_extension(sent + secs(10), 10, extension_limit(r)).expect("an extension")
+        };
+        // Sent 200 ms early to share a request, answered 10 ms later: due 5 s and the round
+        // trip after its own due time, not 5 s after it was sent.
+        let sent = due - ms(200);
+        assert_eq!(
+            next_due(&plan(sent), 10, (due, sent, sent + ms(10))),
+            due + ms(5_010)
+        );
+        // Sent on time, answered 30 ms later: 5 s after the answer.
+        assert_eq!(
+            next_due(&plan(due), 10, (due, due, due + ms(30))),
+            due + ms(5_030)
+        );
+        // Answered 2 s later: never more than the window past halfway (5 s after sending).
+        assert_eq!(
+            next_due(&plan(due), 10, (due, due, due + secs(2))),
+            due + secs(5) + COALESCE_WINDOW
+        );
+        // At T = 1 s the window is an eighth of it.
+        let ext = next_extension(due + secs(1), 1, extension_limit(r)).expect("an extension");
+        assert_eq!(next_due(&ext, 1, (due, due, due + ms(400))), due + ms(625));
+        // The capped last extension keeps its own time.
+        let capped = Extension {
+            at: r + secs(7),
+            visibility: 3,
+        };
+        assert_eq!(next_due(&capped, 10, (due, due, due + secs(1))), capped.at);
     }
 
     #[tokio::test(start_paused = true)]
