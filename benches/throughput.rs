@@ -13,13 +13,15 @@
 //!   heartbeat requests per delivery per extension round.
 //! - B3: 120,000 deliveries held at once with heartbeats (real time): memory per delivery and
 //!   the worst delay of an extension past its due time (half a timeout).
-//! - B4: the test server, 5,000 messages, instant ack, with the default settings and with
-//!   `max_in_flight(100)`: messages/s, requests per message, client CPU per message.
+//! - B4: the test server, 5,000 messages, instant ack, with the default settings (and the
+//!   keeper not isolated, on two threads and on one) and with `max_in_flight(100)`:
+//!   messages/s, requests per message, client CPU per message.
 //! - B5: the test server, 50 messages held 5 s each at a visibility timeout of 2 s, with
 //!   `max_in_flight(50)` and with the default settings: extension requests and entries per
 //!   message, failed extension attempts, messages seen twice.
 //!
-//! Every figure is the median of several runs where a run is cheap enough.
+//! Every figure is the median of several runs where a run is cheap enough; the server
+//! benches make 3 runs each, or `BENCH_RUNS` (1 to profile a single run).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::AtomicUsize;
@@ -372,6 +374,17 @@ fn thread_cpu_time() -> Option<Duration> {
 /// Queues created so far: each run has its own.
 static QUEUES: AtomicUsize = AtomicUsize::new(0);
 
+/// A new queue on the test server for one run of `bench`; its URL.
+async fn new_queue(client: &aws_sdk_sqs::Client, bench: &str) -> String {
+    let name = format!(
+        "bench-{bench}-{}-{}",
+        std::process::id(),
+        QUEUES.fetch_add(1, SeqCst)
+    );
+    let created = client.create_queue().queue_name(name).send().await;
+    created.unwrap().queue_url.unwrap()
+}
+
 /// One B4 run's figures.
 struct B4Run {
     per_second: f64,
@@ -384,7 +397,7 @@ struct B4Run {
 type Settings = fn(sqs_consumer::ConsumerBuilder) -> sqs_consumer::ConsumerBuilder;
 
 /// B4 with the consumer `settings` makes: 5,000 messages, instant ack.
-fn b4_run(endpoint: &str, settings: Settings) -> B4Run {
+fn b4_run(endpoint: &str, settings: Settings, one_thread: bool) -> B4Run {
     const MESSAGES: usize = 5_000;
     // The consumer is measured at saturation: the queue never runs dry until the last
     // messages. The test server spends time proportional to its queue's length on every
@@ -402,21 +415,7 @@ fn b4_run(endpoint: &str, settings: Settings) -> B4Run {
         .build()
         .unwrap();
     let feed_client = server_client(endpoint, &CountRequests::default());
-    let name = format!(
-        "bench-b4-{}-{}",
-        std::process::id(),
-        QUEUES.fetch_add(1, SeqCst)
-    );
-    let url = feeder_rt.block_on(async {
-        feed_client
-            .create_queue()
-            .queue_name(name)
-            .send()
-            .await
-            .unwrap()
-            .queue_url
-            .unwrap()
-    });
+    let url = feeder_rt.block_on(new_queue(&feed_client, "b4"));
     let feed = |client: aws_sdk_sqs::Client, url: String, until: Option<usize>| {
         let (sent, acked) = (sent.clone(), acked.clone());
         async move {
@@ -449,11 +448,18 @@ fn b4_run(endpoint: &str, settings: Settings) -> B4Run {
             thread_cpu_time().unwrap_or_default() - before
         })
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = if one_thread {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap()
+    };
     let client = server_client(endpoint, &counter);
     let (elapsed, cpu) = rt.block_on(async {
         let consumer = settings(Consumer::builder(client.clone(), url.clone()))
@@ -515,19 +521,32 @@ fn b4(endpoint: &str) {
         "B4  test server (moto), 5000 messages, 200 kept queued ahead, instant ack \
          (medians of {runs_per_variant} runs):"
     );
-    let variants: [(&str, Settings); 3] = [
-        ("default settings", |b| b),
-        ("default settings, not isolated", |b| {
-            b.isolated_keeper(false)
-        }),
-        ("max_in_flight(100), T = 60 s", |b| {
-            b.max_in_flight(100)
-                .visibility_timeout(Duration::from_secs(60))
-        }),
+    // The consumer runs on a 2-thread runtime, except in the last line: one thread, the
+    // keeper on it too, which shows what the hops between threads cost.
+    let variants: [(&str, Settings, bool); 4] = [
+        ("default settings", |b| b, false),
+        (
+            "default settings, keeper not isolated",
+            |b| b.isolated_keeper(false),
+            false,
+        ),
+        (
+            "max_in_flight(100), T = 60 s",
+            |b| {
+                b.max_in_flight(100)
+                    .visibility_timeout(Duration::from_secs(60))
+            },
+            false,
+        ),
+        (
+            "default settings, keeper not isolated, current-thread runtime",
+            |b| b.isolated_keeper(false),
+            true,
+        ),
     ];
-    for (name, settings) in variants {
+    for (name, settings, one_thread) in variants {
         let runs: Vec<B4Run> = (0..runs_per_variant)
-            .map(|_| b4_run(endpoint, settings))
+            .map(|_| b4_run(endpoint, settings, one_thread))
             .collect();
         let rpm = median(runs.iter().map(|r| r.requests_per_message).collect());
         let mid = runs
@@ -584,19 +603,7 @@ fn b5_run(endpoint: &str, settings: Settings) -> B5Run {
     let client = server_client(endpoint, &counter);
     let setup = server_client(endpoint, &CountRequests::default());
     rt.block_on(async {
-        let name = format!(
-            "bench-b5-{}-{}",
-            std::process::id(),
-            QUEUES.fetch_add(1, SeqCst)
-        );
-        let url = setup
-            .create_queue()
-            .queue_name(name)
-            .send()
-            .await
-            .unwrap()
-            .queue_url
-            .unwrap();
+        let url = new_queue(&setup, "b5").await;
         for first in (0..MESSAGES).step_by(10) {
             send_ten(&setup, &url, first).await;
         }
@@ -637,17 +644,7 @@ fn b5_run(endpoint: &str, settings: Settings) -> B5Run {
                             d.received_at() - first
                         );
                     }
-                    let start = Instant::now();
                     sleep(HOLD).await;
-                    if std::env::var_os("B5_DEBUG").is_some() {
-                        let last_sent = d.deadline() - Duration::from_secs(2);
-                        eprintln!(
-                            "B5DBG start-received {:?} last_sent-start {:?} now-last_sent {:?}",
-                            start - d.received_at(),
-                            last_sent.saturating_duration_since(start),
-                            Instant::now().saturating_duration_since(last_sent)
-                        );
-                    }
                     d.ack().await?;
                     if acked.fetch_add(1, SeqCst) + 1 == MESSAGES {
                         all_acked.notify_one();

@@ -26,7 +26,7 @@ mod common;
 
 use common::sdk::{
     change_answer, consumer, deletes, deletes_failing, extensions_succeed, mocked, one_deleted,
-    one_extended, one_message, receive_once, sqs_error, URL,
+    one_extended, one_extension_failed, one_message, receive_once, sqs_error, URL,
 };
 use common::take_one;
 
@@ -566,22 +566,11 @@ async fn an_extension_of_a_message_that_no_longer_exists_loses_the_delivery_at_o
     // What AWS answers (a batch entry's code and message) when the message was deleted or
     // received again by someone else: not a refused visibility, a lost delivery.
     let change = mock!(Client::change_message_visibility_batch).then_output(|| {
-        aws_sdk_sqs::operation::change_message_visibility_batch::ChangeMessageVisibilityBatchOutput::builder()
-            .failed(
-                aws_sdk_sqs::types::BatchResultErrorEntry::builder()
-                    .id("0")
-                    .sender_fault(false)
-                    .code("InvalidParameterValue")
-                    .message(
-                        "Value handle-1 for parameter ReceiptHandle is invalid. Reason: Message \
-                         does not exist or is not available for visibility timeout change.",
-                    )
-                    .build()
-                    .unwrap(),
-            )
-            .set_successful(Some(vec![]))
-            .build()
-            .unwrap()
+        one_extension_failed(
+            "InvalidParameterValue",
+            "Value handle-1 for parameter ReceiptHandle is invalid. Reason: Message does not \
+             exist or is not available for visibility timeout change.",
+        )
     });
     let (receive, delete) = (receive_once(), deletes());
     let client = mocked(&[&receive, &change, &delete]);

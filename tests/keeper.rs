@@ -11,7 +11,9 @@ use tokio::time::{sleep, timeout, Instant};
 
 mod common;
 
-use common::sdk::{consumer, deletes, extensions_succeed, mocked, receive_once, URL};
+use common::sdk::{
+    consumer, deletes, extensions_succeed, mocked, one_extension_failed, receive_once, URL,
+};
 use common::{client_for, secs, take_one, Kind, TestQueue};
 
 fn refused_field(result: Result<Consumer, Error>) -> &'static str {
@@ -31,6 +33,16 @@ async fn isolation_follows_the_client_unless_told() {
     assert!(!build(
         Consumer::builder(plain.clone(), url).isolated_keeper(false)
     ));
+    // The same through `aws_config`, as most services build their client.
+    let shared = aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .region(aws_sdk_sqs::config::Region::new("us-east-1"))
+        .credentials_provider(aws_sdk_sqs::config::Credentials::new(
+            "test", "test", None, None, "tests",
+        ))
+        .endpoint_url("http://127.0.0.1:9")
+        .load()
+        .await;
+    assert!(build(Consumer::builder(Client::new(&shared), url)));
     // A client with an HTTP client of its own (here a mock): its connections cannot be
     // copied, so the keeper stays on the caller's runtime unless given a client.
     let mock = mocked(&[]);
@@ -165,22 +177,11 @@ async fn a_keeper_on_the_callers_runtime_loses_to_a_blocked_runtime_server() {
 async fn an_extension_refused_past_the_12_hour_limit_stops_extending() {
     // AWS's exact answer for a visibility past its 12-hour limit, as a batch entry.
     let change = mock!(Client::change_message_visibility_batch).then_output(|| {
-        aws_sdk_sqs::operation::change_message_visibility_batch::ChangeMessageVisibilityBatchOutput::builder()
-            .failed(
-                aws_sdk_sqs::types::BatchResultErrorEntry::builder()
-                    .id("0")
-                    .sender_fault(true)
-                    .code("InvalidParameterValue")
-                    .message(
-                        "Value 10 for parameter VisibilityTimeout is invalid. Reason: Total \
-                         VisibilityTimeout for the message is beyond the limit [43200 seconds]",
-                    )
-                    .build()
-                    .unwrap(),
-            )
-            .set_successful(Some(vec![]))
-            .build()
-            .unwrap()
+        one_extension_failed(
+            "InvalidParameterValue",
+            "Value 10 for parameter VisibilityTimeout is invalid. Reason: Total \
+             VisibilityTimeout for the message is beyond the limit [43200 seconds]",
+        )
     });
     let (receive, delete) = (receive_once(), deletes());
     let consumer = consumer(mocked(&[&receive, &change, &delete]));

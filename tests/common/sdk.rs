@@ -132,6 +132,24 @@ pub fn delete_answer(
         .unwrap()
 }
 
+/// The lone delivery's extension (entry `0`) failed with `code` and SQS's `message`, with
+/// `SenderFault` false as AWS sends it for these.
+pub fn one_extension_failed(code: &str, message: &str) -> ChangeMessageVisibilityBatchOutput {
+    ChangeMessageVisibilityBatchOutput::builder()
+        .failed(
+            BatchResultErrorEntry::builder()
+                .id("0")
+                .sender_fault(false)
+                .code(code)
+                .message(message)
+                .build()
+                .unwrap(),
+        )
+        .set_successful(Some(vec![]))
+        .build()
+        .unwrap()
+}
+
 /// Every extension succeeds.
 pub fn extensions_succeed() -> Rule {
     mock!(Client::change_message_visibility_batch)
