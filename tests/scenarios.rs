@@ -314,11 +314,14 @@ async fn fifo_groups_are_handled_in_send_order_one_message_at_a_time(kind: Kind)
             sleep(pseudo_random_delay(&body)).await;
             {
                 let _one_at_a_time = lock.lock().await;
+                // The guarantee SQS gives: the group's next message is handed out only once
+                // this delete was sent and taken, which may be a moment before its answer
+                // arrives here (a waiting long poll is answered at once; moto waits for its
+                // next look). So this one stops counting as active as its delete goes out.
+                *log.lock().unwrap().active.get_mut(&group).unwrap() -= 1;
                 d.ack().await?;
             }
-            let mut log = log.lock().unwrap();
-            *log.active.get_mut(&group).unwrap() -= 1;
-            log.acked.insert(body);
+            log.lock().unwrap().acked.insert(body);
             Ok::<(), Error>(())
         }
     };

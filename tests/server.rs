@@ -124,3 +124,30 @@ async fn the_queue_timeout_is_read_from_the_server() {
     // Seven seconds from the answer's arrival, a moment after the request.
     assert!(timeout >= secs(7) && timeout < secs(8), "{timeout:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purged_queue_loses_the_held_delivery_at_its_next_round() {
+    // AWS answers the extension of a purged message `InvalidParameterValue` "does not exist or
+    // is not available" (LocalStack too, with `SenderFault` false); moto answers
+    // `ReceiptHandleIsInvalid`. Either way: lost at the first round, not retried until the
+    // deadline, and not reported as a late heartbeat.
+    let q = common::TestQueue::new(common::Kind::Server, 4).await;
+    q.send("purged").await;
+    let common::TestQueue::Server { client, url } = q.clone() else {
+        unreachable!("a server queue")
+    };
+    let consumer = q.consumer().build().unwrap();
+    let d = common::take_one(&consumer).await;
+    client.purge_queue().queue_url(&url).send().await.unwrap();
+    let due = d.deadline() - secs(2);
+    let reason = tokio::time::timeout(secs(10), d.lost())
+        .await
+        .expect("lost before its deadline");
+    let at = Instant::now();
+    assert_eq!(reason, sqs_consumer::LostReason::ReceiptHandleInvalid);
+    assert!(at >= due && at < d.deadline(), "lost at the first round");
+    let stats = consumer.stats();
+    assert_eq!(stats.extension_failures, 1, "{stats:?}");
+    assert_eq!(stats.late_heartbeats, 0, "{stats:?}");
+    assert!(d.ack().await.unwrap_err().is_lost());
+}
