@@ -158,7 +158,12 @@ async fn on_success_acks_on_ok_and_redelivers_on_err_and_on_panic(kind: Kind) {
     let done = async {
         loop {
             let (visible, hidden) = q.counts().await;
-            if seen(&calls, "err") >= 2 && seen(&calls, "panic") >= 2 && visible + hidden == 0 {
+            // Each ack has come back as well (no delivery held), not only reached the server.
+            if seen(&calls, "err") >= 2
+                && seen(&calls, "panic") >= 2
+                && visible + hidden == 0
+                && consumer.stats().in_flight == 0
+            {
                 return;
             }
             assert!(
@@ -210,7 +215,12 @@ async fn manual_ok_without_settling_is_counted_once_per_delivery_and_redelivered
     let done = async {
         loop {
             let (visible, hidden) = q.counts().await;
-            if ["a", "b", "c"].iter().all(|b| seen(&calls, b) == 2) && visible + hidden == 0 {
+            // The server may count a delete before its answer reaches the consumer: wait
+            // until no delivery is held (each ack has come back) as well.
+            if ["a", "b", "c"].iter().all(|b| seen(&calls, b) == 2)
+                && visible + hidden == 0
+                && consumer.stats().in_flight == 0
+            {
                 return;
             }
             assert!(
