@@ -13,14 +13,14 @@
 //! extension until its deadline, an ack for a while), so no call path retries twice.
 
 use std::collections::{HashSet, VecDeque};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot, Notify, Semaphore};
 use tokio_util::task::task_tracker::TaskTrackerToken;
 use tokio_util::task::TaskTracker;
 
 use crate::error::Error;
-use crate::lease_thread::Runner;
+use crate::lease_thread::{Mailbox, Runner};
 use crate::limits::MAX_BATCH;
 use crate::queue::{BatchEntry, Queue, ENTRY_IDS};
 
@@ -59,11 +59,9 @@ pub(crate) struct Batcher {
     queue: Queue,
     call: Call,
     settles: TaskTracker,
-    /// Where the batching task runs.
-    runner: Runner,
-    /// The batching task's inbox. Started on first use (with the caller's runner: inside the
-    /// runtime that uses it), and started again if that runtime has gone away since.
-    tx: Mutex<Option<mpsc::UnboundedSender<Submission>>>,
+    /// The batching task's inbox; the task runs where the runner says (for a caller's
+    /// runner: inside the runtime that first uses it).
+    inbox: Mailbox<Submission>,
 }
 
 impl Batcher {
@@ -72,8 +70,7 @@ impl Batcher {
             queue,
             call,
             settles,
-            runner,
-            tx: Mutex::new(None),
+            inbox: Mailbox::new(runner),
         }
     }
 
@@ -125,33 +122,12 @@ impl Batcher {
         (entry, answer)
     }
 
-    /// Hands `submission` to the batching task. Twice at most: a send fails only when the
-    /// task's runtime is gone, and the task started again on this one takes it.
-    fn send(&self, mut submission: Submission) -> Result<(), ()> {
-        for _ in 0..2 {
-            match self.inbox().ok_or(())?.send(submission) {
-                Ok(()) => return Ok(()),
-                Err(mpsc::error::SendError(back)) => submission = back,
-            }
-        }
-        Err(())
-    }
-
-    /// The batching task's inbox, starting the task if there is none or its runtime is gone;
-    /// `None` without a runtime to start it on.
-    fn inbox(&self) -> Option<mpsc::UnboundedSender<Submission>> {
-        let mut tx = self.tx.lock().unwrap_or_else(PoisonError::into_inner);
-        match &*tx {
-            Some(sender) if !sender.is_closed() => Some(sender.clone()),
-            _ => {
-                let (sender, rx) = mpsc::unbounded_channel();
-                if !self.runner.spawn(run(self.queue.clone(), self.call, rx)) {
-                    return None;
-                }
-                *tx = Some(sender.clone());
-                Some(sender)
-            }
-        }
+    /// Hands `submission` to the batching task; `Err` without a runtime to run it on.
+    fn send(&self, submission: Submission) -> Result<(), ()> {
+        let (queue, call) = (&self.queue, self.call);
+        self.inbox
+            .send(submission, |rx| run(queue.clone(), call, rx))
+            .map_err(drop)
     }
 }
 

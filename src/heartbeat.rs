@@ -8,7 +8,7 @@
 //! than 12 hours after the receive, so the last extension is cut to end just before that.
 
 use std::collections::BTreeSet;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
@@ -18,7 +18,7 @@ use tokio::time::{sleep_until, Instant};
 
 use crate::error::{ErrorKind, LostReason};
 use crate::lease::Lease;
-use crate::lease_thread::Runner;
+use crate::lease_thread::{Mailbox, Runner};
 use crate::limits::extension_limit;
 use crate::stats::Counter;
 
@@ -110,13 +110,8 @@ pub(crate) const SEND_MARGIN: Duration = Duration::from_secs(1);
 /// (on `runtime` if given, else on the caller's) and ends once every handle is gone.
 #[derive(Clone)]
 pub(crate) struct Keeper {
-    inner: Arc<KeeperInner>,
-}
-
-struct KeeperInner {
-    tx: Mutex<Option<mpsc::UnboundedSender<Command>>>,
-    /// Where the keeper runs.
-    runner: Runner,
+    /// The keeper task's inbox; the task runs where the runner says.
+    inbox: Arc<Mailbox<Command>>,
 }
 
 enum Command {
@@ -127,10 +122,7 @@ enum Command {
 impl Keeper {
     pub(crate) fn new(runner: Runner) -> Self {
         Self {
-            inner: Arc::new(KeeperInner {
-                tx: Mutex::new(None),
-                runner,
-            }),
+            inbox: Arc::new(Mailbox::new(runner)),
         }
     }
 
@@ -150,34 +142,18 @@ impl Keeper {
     }
 
     /// Hands `command` to the keeper's task, starting it (again, if its runtime is gone).
-    fn send(&self, mut command: Command) {
-        for _ in 0..2 {
-            match self.inbox().map(|tx| tx.send(command)) {
-                Some(Ok(())) => return,
-                Some(Err(mpsc::error::SendError(back))) => command = back,
-                None => break,
-            }
-        }
-        // No runtime to run the keeper on: the deliveries are not extended, and lapse (the
-        // consumer's receive loop cannot run without one either).
-        tracing::warn!("no runtime to keep the deliveries hidden on");
-    }
-
-    fn inbox(&self) -> Option<mpsc::UnboundedSender<Command>> {
-        let mut tx = self.inner.tx.lock().unwrap_or_else(PoisonError::into_inner);
-        match &*tx {
-            Some(sender) if !sender.is_closed() => Some(sender.clone()),
-            _ => {
-                let (sender, rx) = mpsc::unbounded_channel();
-                // The timers count from now, before the first lease's extension is due: the
-                // task may first run later (a held-up runtime), and a timer due before its
-                // epoch would lose its lateness.
-                if !self.inner.runner.spawn(run(rx, Instant::now())) {
-                    return None;
-                }
-                *tx = Some(sender.clone());
-                Some(sender)
-            }
+    fn send(&self, command: Command) {
+        // The timers count from the task's start, before the first lease's extension is due:
+        // the task may first run later (a held-up runtime), and a timer due before its epoch
+        // would lose its lateness.
+        if self
+            .inbox
+            .send(command, |rx| run(rx, Instant::now()))
+            .is_err()
+        {
+            // No runtime to run the keeper on: the deliveries are not extended, and lapse
+            // (the consumer's receive loop cannot run without one either).
+            tracing::warn!("no runtime to keep the deliveries hidden on");
         }
     }
 }

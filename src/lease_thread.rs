@@ -13,10 +13,10 @@
 
 use std::fmt;
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::runtime::Handle;
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 
 /// The lease thread's name, as the operating system shows it.
 pub(crate) const THREAD_NAME: &str = "sqs-leases";
@@ -73,6 +73,74 @@ impl fmt::Debug for Runner {
             Runner::Caller => "Caller",
             Runner::Thread(_) => "Thread",
         })
+    }
+}
+
+/// The inbox of a task that runs where a [`Runner`] says: the task starts on first use, and
+/// again if the runtime it ran on has gone away since.
+pub(crate) struct Mailbox<T> {
+    runner: Runner,
+    tx: Mutex<Option<mpsc::UnboundedSender<T>>>,
+}
+
+impl<T: Send + 'static> Mailbox<T> {
+    pub(crate) fn new(runner: Runner) -> Self {
+        Self {
+            runner,
+            tx: Mutex::new(None),
+        }
+    }
+
+    /// Hands `item` to the task, starting it with `start` if there is none or its runtime is
+    /// gone (twice at most: a send fails only then). Gives `item` back when there is no
+    /// runtime to start it on.
+    pub(crate) fn send<F>(
+        &self,
+        mut item: T,
+        start: impl Fn(mpsc::UnboundedReceiver<T>) -> F,
+    ) -> Result<(), T>
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        for _ in 0..2 {
+            let Some(sender) = self.inbox(&start) else {
+                return Err(item);
+            };
+            match sender.send(item) {
+                Ok(()) => return Ok(()),
+                Err(mpsc::error::SendError(back)) => item = back,
+            }
+        }
+        Err(item)
+    }
+
+    fn inbox<F>(
+        &self,
+        start: &impl Fn(mpsc::UnboundedReceiver<T>) -> F,
+    ) -> Option<mpsc::UnboundedSender<T>>
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let mut tx = self.tx.lock().unwrap_or_else(PoisonError::into_inner);
+        match &*tx {
+            Some(sender) if !sender.is_closed() => Some(sender.clone()),
+            _ => {
+                let (sender, rx) = mpsc::unbounded_channel();
+                if !self.runner.spawn(start(rx)) {
+                    return None;
+                }
+                *tx = Some(sender.clone());
+                Some(sender)
+            }
+        }
+    }
+}
+
+impl<T> fmt::Debug for Mailbox<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Mailbox")
+            .field("runner", &self.runner)
+            .finish_non_exhaustive()
     }
 }
 
