@@ -224,19 +224,54 @@ pub(crate) fn chain<'a>(err: &'a (dyn std::error::Error + 'static)) -> Chain<'a>
 impl fmt::Display for Chain<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut shown = self.0.to_string();
-        f.write_str(&shown)?;
+        f.write_str(&shorten_handles(&shown))?;
         let mut source = self.0.source();
         while let Some(err) = source {
             let text = err.to_string();
             // A wrapper often repeats its source's text: show each once.
             if !shown.contains(&text) {
-                write!(f, ": {text}")?;
+                write!(f, ": {}", shorten_handles(&text))?;
                 shown = text;
             }
             source = err.source();
         }
         Ok(())
     }
+}
+
+/// Tokens at least this long that look like a receipt handle are shortened in error texts.
+/// A handle is hundreds of characters; message ids (36) and error codes stay whole.
+const HANDLE_LEN: usize = 48;
+
+/// `text` with every receipt handle in it cut to its first 8 characters.
+///
+/// SQS quotes the whole handle in some answers (AWS and LocalStack: "Value <handle> for
+/// parameter ReceiptHandle is invalid. Reason: Message does not exist or is not available
+/// ..."), and a receipt handle lets whoever reads it delete or release the message: errors and
+/// logs show only its start, as `Delivery`'s `Debug` does.
+pub(crate) fn shorten_handles(text: &str) -> std::borrow::Cow<'_, str> {
+    let handle_char = |c: char| c.is_ascii_alphanumeric() || "+/=_-".contains(c);
+    let long = |token: &str| token.len() >= HANDLE_LEN && token.chars().all(handle_char);
+    if !text.split(|c: char| !handle_char(c)).any(long) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find(handle_char) {
+        out.push_str(&rest[..start]);
+        rest = &rest[start..];
+        let end = rest.find(|c: char| !handle_char(c)).unwrap_or(rest.len());
+        let token = &rest[..end];
+        if long(token) {
+            out.push_str(&token[..8]);
+            out.push('…');
+        } else {
+            out.push_str(token);
+        }
+        rest = &rest[end..];
+    }
+    out.push_str(rest);
+    std::borrow::Cow::Owned(out)
 }
 
 impl Error {
@@ -513,5 +548,47 @@ mod tests {
         let text = e.to_string();
         assert!(text.contains("batch_size") && text.contains("11") && text.contains("1..=10"));
         assert!(e.is_fatal() && !e.is_retryable() && !e.is_lost());
+    }
+
+    #[test]
+    fn receipt_handles_in_error_texts_are_cut_to_their_start() {
+        let handle = "AQEBzWwaftRI0KuVm4tP+/7q1rGgNqicHq6vxjmoxnWHVpxRNhdYtaYF0Zr8k2J8";
+        let aws = format!(
+            "Value {handle} for parameter ReceiptHandle is invalid. Reason: Message does not \
+             exist or is not available for visibility timeout change."
+        );
+        let short = shorten_handles(&aws);
+        assert_eq!(
+            short,
+            "Value AQEBzWwa… for parameter ReceiptHandle is invalid. Reason: Message does not \
+             exist or is not available for visibility timeout change."
+        );
+        // Still classified by its reason once shortened.
+        assert_eq!(
+            classify("InvalidParameterValue", None, &short),
+            Class::Lost(LostReason::ReceiptHandleInvalid)
+        );
+        let moto = format!("The input receipt handle \"{handle}\" is not a valid receipt handle.");
+        assert_eq!(
+            shorten_handles(&moto),
+            "The input receipt handle \"AQEBzWwa…\" is not a valid receipt handle."
+        );
+        // Message ids, codes and ordinary words are left alone, and nothing is copied then.
+        let plain =
+            "message 5fea7756-0ea4-451a-a703-a558b933e274: AWS.SimpleQueueService.NonExistentQueue";
+        assert!(matches!(
+            shorten_handles(plain),
+            std::borrow::Cow::Borrowed(_)
+        ));
+        // Through a chain of sources too.
+        #[derive(Debug, thiserror::Error)]
+        #[error("extension failed")]
+        struct Top(#[source] std::io::Error);
+        let err = Top(std::io::Error::other(aws.clone()));
+        let text = chain(&err).to_string();
+        assert!(
+            !text.contains(handle) && text.contains("AQEBzWwa…"),
+            "{text}"
+        );
     }
 }

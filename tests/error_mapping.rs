@@ -564,12 +564,17 @@ async fn the_sdk_makes_one_attempt_per_call_even_when_the_client_would_retry() {
 #[tokio::test(start_paused = true)]
 async fn an_extension_of_a_message_that_no_longer_exists_loses_the_delivery_at_once() {
     // What AWS answers (a batch entry's code and message) when the message was deleted or
-    // received again by someone else: not a refused visibility, a lost delivery.
+    // received again by someone else: not a refused visibility, a lost delivery. The answer
+    // quotes the whole receipt handle; the warning shows only its start.
+    const HANDLE: &str = "AQEBzWwaftRI0KuVm4tP7q1rGgNqicHq6vxjmoxnWHVpxRNhdYtaYF0Zr8k2J8pQ";
+    let (logs, _guard) = common::capture_logs();
     let change = mock!(Client::change_message_visibility_batch).then_output(|| {
         one_extension_failed(
             "InvalidParameterValue",
-            "Value handle-1 for parameter ReceiptHandle is invalid. Reason: Message does not \
-             exist or is not available for visibility timeout change.",
+            &format!(
+                "Value {HANDLE} for parameter ReceiptHandle is invalid. Reason: Message does \
+                 not exist or is not available for visibility timeout change."
+            ),
         )
     });
     let (receive, delete) = (receive_once(), deletes());
@@ -583,4 +588,13 @@ async fn an_extension_of_a_message_that_no_longer_exists_loses_the_delivery_at_o
         "lost at the first round"
     );
     assert_eq!(change.num_calls(), 1, "not retried");
+    let text = String::from_utf8_lossy(&logs.lock().unwrap()).into_owned();
+    let line = text
+        .lines()
+        .find(|l| l.contains("delivery lost"))
+        .unwrap_or_else(|| panic!("a warning: {text}"));
+    assert!(
+        line.contains("Value AQEBzWwa… for parameter ReceiptHandle") && !text.contains(HANDLE),
+        "{line}"
+    );
 }

@@ -8,7 +8,7 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{eventually, memory_fifo, memory_queue as queue, run_while, secs};
+use common::{capture_logs, eventually, memory_fifo, memory_queue as queue, run_while, secs};
 use sqs_consumer::{
     AckMode, Action, Batch, Consumer, Delivery, MemoryQueue, RetryPolicy, SendOptions,
 };
@@ -17,28 +17,6 @@ use tokio::time::{sleep, Instant};
 
 /// How long (in virtual time) a test waits for a condition.
 const LIMIT: Duration = Duration::from_secs(1000);
-
-/// The log lines written while the returned guard lives (this thread only).
-fn capture_logs() -> (Arc<Mutex<Vec<u8>>>, tracing::subscriber::DefaultGuard) {
-    #[derive(Clone)]
-    struct Buffer(Arc<Mutex<Vec<u8>>>);
-    impl Write for Buffer {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().write(buf)
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let logs = Arc::new(Mutex::new(Vec::new()));
-    let buffer = Buffer(logs.clone());
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || buffer.clone())
-        .with_ansi(false)
-        .with_max_level(tracing::Level::DEBUG)
-        .finish();
-    (logs, tracing::subscriber::set_default(subscriber))
-}
 
 fn text(logs: &Arc<Mutex<Vec<u8>>>) -> String {
     String::from_utf8_lossy(&logs.lock().unwrap()).into_owned()

@@ -17,7 +17,7 @@ use aws_sdk_sqs::types::{
 };
 use futures_util::future::BoxFuture;
 
-use crate::error::{classify_code, Error, ErrorKind};
+use crate::error::{classify_code, shorten_handles, Error, ErrorKind};
 use crate::queue::{BatchEntry, BatchResult, Receive, Transport};
 
 /// A queue at `url`, reached through `client`.
@@ -203,13 +203,13 @@ fn entry_results<'a>(
             } else if let Some(f) = failed.iter().find(|f| f.id() == entry.id) {
                 // Each entry carries its own code; `SenderFault` is not trusted to classify
                 // it (servers set it inconsistently), so no status goes with it.
-                let message = f.message().unwrap_or("batch entry failed").to_owned();
+                let message = shorten_handles(f.message().unwrap_or("batch entry failed"));
                 Err(Error::Sqs {
                     operation,
                     code: Some(f.code().to_owned()),
                     kind: classify_code(f.code(), None, &message),
-                    source: message.clone().into(),
-                    message,
+                    source: message.clone().into_owned().into(),
+                    message: message.into_owned(),
                 })
             } else {
                 Err(Error::Sqs {
@@ -278,11 +278,10 @@ where
         SdkError::ServiceError(service) => {
             let status = Some(service.raw().status().as_u16());
             let code = service.err().code().map(str::to_owned);
-            let message = service
-                .err()
-                .message()
-                .map(str::to_owned)
-                .unwrap_or_else(|| service.err().to_string());
+            let message = match service.err().message() {
+                Some(text) => shorten_handles(text).into_owned(),
+                None => shorten_handles(&service.err().to_string()).into_owned(),
+            };
             let kind = classify_code(code.as_deref().unwrap_or(""), status, &message);
             (code, message, kind)
         }

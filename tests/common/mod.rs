@@ -594,3 +594,25 @@ pub async fn eventually(what: &str, limit: Duration, mut cond: impl FnMut() -> b
     }
     panic!("timed out after {limit:?} waiting for: {what}");
 }
+
+/// The log lines written while the returned guard lives (this thread only).
+pub fn capture_logs() -> (Arc<Mutex<Vec<u8>>>, tracing::subscriber::DefaultGuard) {
+    #[derive(Clone)]
+    struct Buffer(Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Buffer {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            std::io::Write::write(&mut *self.0.lock().unwrap(), buf)
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let logs = Arc::new(Mutex::new(Vec::new()));
+    let buffer = Buffer(logs.clone());
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || buffer.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::DEBUG)
+        .finish();
+    (logs, tracing::subscriber::set_default(subscriber))
+}
