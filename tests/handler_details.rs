@@ -4,7 +4,6 @@
 
 mod common;
 
-use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
