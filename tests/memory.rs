@@ -67,34 +67,43 @@ async fn a_receive_can_name_its_own_visibility_timeout() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn receipt_handles_change_on_every_receive_and_old_ones_are_refused() {
+async fn receipt_handles_change_on_every_receive_and_old_ones_are_answered_as_aws_does() {
     let q = queue(10);
     q.send("m").unwrap();
     let first = handle(&receive(&q).await[0]);
     sleep(secs(10)).await;
     let second = handle(&receive(&q).await[0]);
     assert_ne!(first, second);
-    assert_eq!(
-        code(q.change_visibility(&first, secs(30))),
-        "ReceiptHandleIsInvalid"
+    // An extension with the old handle: AWS's "does not exist or is not available".
+    let err = q.change_visibility(&first, secs(30)).unwrap_err();
+    assert_eq!(err.code(), Some("InvalidParameterValue"));
+    assert!(
+        err.to_string()
+            .contains("Message does not exist or is not available for visibility timeout change"),
+        "{err}"
     );
-    assert_eq!(code(q.delete(&first)), "ReceiptHandleIsInvalid");
+    assert!(err.is_lost(), "{err}");
+    // A delete with the old handle succeeds and deletes nothing.
+    q.delete(&first).expect("AWS answers success");
+    assert_eq!(q.len(), 1);
     assert_eq!(code(q.delete("not-a-handle")), "ReceiptHandleIsInvalid");
     q.delete(&second).unwrap();
     assert!(q.is_empty());
     q.delete(&second)
         .expect("deleting a deleted message again succeeds, as in SQS");
+    let err = q.change_visibility(&second, secs(30)).unwrap_err();
+    assert!(err.is_lost(), "an extension of a deleted message: {err}");
 }
 
 #[tokio::test(start_paused = true)]
-async fn changing_visibility_after_the_timeout_lapsed_is_message_not_inflight() {
+async fn changing_visibility_after_the_timeout_lapsed_succeeds_and_does_nothing() {
     let q = queue(10);
     q.send("m").unwrap();
     let h = handle(&receive(&q).await[0]);
     sleep(secs(10)).await;
-    let err = q.change_visibility(&h, secs(10)).unwrap_err();
-    assert_eq!(err.code(), Some("MessageNotInflight"));
-    assert!(err.is_lost());
+    q.change_visibility(&h, secs(10))
+        .expect("AWS answers success");
+    assert_eq!(receive(&q).await.len(), 1, "and the message stays visible");
 }
 
 #[tokio::test(start_paused = true)]

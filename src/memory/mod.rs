@@ -30,8 +30,8 @@ use crate::queue::{BatchEntry, BatchResult};
 ///
 /// It models what a consumer depends on, on tokio's clock (so a test on a paused clock runs
 /// 12 hours in milliseconds): visibility timeouts; receipt handles that change on every
-/// receive, with old ones refused (`ReceiptHandleIsInvalid`); `MessageNotInflight` for a
-/// visibility change after the timeout lapsed; the 12-hour limit counted from the receive;
+/// receive, answered as AWS answers them (see [`change_visibility`](MemoryQueue::change_visibility)
+/// and [`delete`](MemoryQueue::delete)); the 12-hour limit counted from the receive;
 /// `ApproximateReceiveCount`; queue and message delay; redrive to a dead-letter queue after
 /// `maxReceiveCount` receives; FIFO message groups (one group is locked while any of its
 /// messages is in flight) and deduplication; long polling; and a count of requests per
@@ -337,8 +337,10 @@ impl MemoryQueue {
 
     /// Deletes a message by the receipt handle of its latest receive.
     ///
-    /// An older receipt handle is refused with `ReceiptHandleIsInvalid`; a handle of a message
-    /// already deleted succeeds, as in SQS. On a FIFO queue the delete must come while the
+    /// As on AWS: a handle of a message already deleted succeeds; a handle older than the
+    /// message's latest receive succeeds too but deletes nothing (AWS: "the message might not
+    /// be deleted"; here it never is); a string that is no receipt handle of this queue is
+    /// refused with `ReceiptHandleIsInvalid`. On a FIFO queue the delete must come while the
     /// message is still in flight.
     pub fn delete(&self, receipt: &str) -> Result<(), Error> {
         const DELETE: Action = Action::DeleteMessage;
@@ -353,9 +355,12 @@ impl MemoryQueue {
 
     /// Hides a message for `visibility` from now (whole seconds).
     ///
-    /// Refused with `ReceiptHandleIsInvalid` for an old or unknown handle, with
-    /// `MessageNotInflight` once the timeout has lapsed, and with `InvalidParameterValue` for
-    /// a fraction of a second, past 43200 s, or past 12 hours after the receive.
+    /// Answered as AWS answers: `InvalidParameterValue` "Message does not exist or is not
+    /// available for visibility timeout change" once the message was deleted or received
+    /// again since this handle; success, with no effect, once its timeout lapsed (the message
+    /// stays visible); `InvalidParameterValue` for a fraction of a second, past 43200 s, or
+    /// past 12 hours after the receive; `ReceiptHandleIsInvalid` for a string that is no
+    /// receipt handle of this queue.
     pub fn change_visibility(&self, receipt: &str, visibility: Duration) -> Result<(), Error> {
         const CHANGE: Action = Action::ChangeMessageVisibility;
         let mut state = self.lock();
