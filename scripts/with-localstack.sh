@@ -2,12 +2,13 @@
 # Runs a command with LocalStack's SQS (its own implementation, not moto's) up on the host, no
 # Docker: installs LocalStack and its pinned dependencies (scripts/localstack-requirements.txt)
 # into a venv under target/ on first use, with a Python >= 3.13 found on PATH or in pyenv;
-# starts it on 127.0.0.1 on a free port, exports its address as SQS_TEST_ENDPOINT, runs the
-# command, and stops the server.
+# starts it on 127.0.0.1 on a free port, exports its address as SQS_TEST_ENDPOINT (and
+# SQS_TEST_SERVER=localstack), runs the command, and stops the server.
 #   scripts/with-localstack.sh cargo test
 # Without a Python >= 3.13 it says so and exits with status 3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/server-common.sh
 
 venv=target/localstack-venv
 requirements=scripts/localstack-requirements.txt
@@ -46,37 +47,17 @@ if ! cmp -s "$requirements" "$stamp" 2> /dev/null; then
   cp "$requirements" "$stamp"
 fi
 
-port=$("$venv/bin/python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+port=$(free_port "$venv/bin/python")
 home=target/localstack-home
 rm -rf "$home"
 mkdir -p "$home/tmp" "$home/fs"
-env HOME="$PWD/$home" TMPDIR="$PWD/$home/tmp" FILESYSTEM_ROOT="$PWD/$home/fs" \
+start_server target/localstack.log \
+  env HOME="$PWD/$home" TMPDIR="$PWD/$home/tmp" FILESYSTEM_ROOT="$PWD/$home/fs" \
   SERVICES=sqs EAGER_SERVICE_LOADING=1 PERSISTENCE=0 \
   GATEWAY_LISTEN="127.0.0.1:$port" LOCALSTACK_HOST="127.0.0.1:$port" \
   SQS_ENDPOINT_STRATEGY=dynamic DNS_ADDRESS=0 DISABLE_EVENTS=1 SKIP_SSL_CERT_DOWNLOAD=1 \
   SQS_DISABLE_CLOUDWATCH_METRICS=1 \
-  "$venv/bin/python" scripts/localstack_server.py > target/localstack.log 2>&1 &
-server_pid=$!
-stop_server() {
-  kill "$server_pid" 2> /dev/null || true
-  wait "$server_pid" 2> /dev/null || true
-}
-trap stop_server EXIT
-
-# Wait (at most 60 s) until SQS is up.
-"$venv/bin/python" - "$port" << 'PY'
-import json, sys, time, urllib.request
-url = f"http://127.0.0.1:{sys.argv[1]}/_localstack/health"
-for _ in range(300):
-    try:
-        with urllib.request.urlopen(url, timeout=1) as answer:
-            if json.load(answer)["services"].get("sqs") in ("running", "available"):
-                sys.exit(0)
-    except Exception:
-        pass
-    time.sleep(0.2)
-sys.exit("LocalStack did not start; see target/localstack.log")
-PY
-
-export SQS_TEST_ENDPOINT="http://127.0.0.1:$port"
-"$@"
+  "$venv/bin/python" scripts/localstack_server.py
+wait_until_up "$venv/bin/python" target/localstack.log GET \
+  "http://127.0.0.1:$port/_localstack/health" sqs
+run_against localstack "$port" "$@"

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Runs a command with the SQS-compatible test server up: installs the server (moto, pinned)
 # into a venv under target/ on first use, starts it on 127.0.0.1 on a free port, exports its
-# address as SQS_TEST_ENDPOINT, runs the command, and stops the server.
+# address as SQS_TEST_ENDPOINT (and SQS_TEST_SERVER=moto), runs the command, and stops the
+# server.
 #   scripts/with-sqs-server.sh cargo test
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/server-common.sh
 
 MOTO_VERSION=5.2.5
 venv=target/moto-venv
@@ -17,27 +19,7 @@ if ! "$venv/bin/python" -c "import moto, sys; sys.exit(moto.__version__ != '$MOT
   "$venv/bin/pip" install --quiet --disable-pip-version-check "moto[server]==$MOTO_VERSION"
 fi
 
-port=$("$venv/bin/python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-"$venv/bin/moto_server" -H 127.0.0.1 -p "$port" > target/moto.log 2>&1 &
-server_pid=$!
-stop_server() {
-  kill "$server_pid" 2>/dev/null || true
-  wait "$server_pid" 2>/dev/null || true
-}
-trap stop_server EXIT
-
-# Wait (at most 30 s) until the server answers.
-"$venv/bin/python" - "$port" <<'PY'
-import sys, time, urllib.request
-url = f"http://127.0.0.1:{sys.argv[1]}/moto-api/reset"
-for _ in range(150):
-    try:
-        urllib.request.urlopen(urllib.request.Request(url, method="POST"), timeout=1)
-        sys.exit(0)
-    except Exception:
-        time.sleep(0.2)
-sys.exit("the SQS test server did not start; see target/moto.log")
-PY
-
-export SQS_TEST_ENDPOINT="http://127.0.0.1:$port"
-"$@"
+port=$(free_port "$venv/bin/python")
+start_server target/moto.log "$venv/bin/moto_server" -H 127.0.0.1 -p "$port"
+wait_until_up "$venv/bin/python" target/moto.log POST "http://127.0.0.1:$port/moto-api/reset"
+run_against moto "$port" "$@"

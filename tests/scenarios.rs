@@ -38,6 +38,8 @@ on_both!(
     fifo_a_released_message_holds_back_the_rest_of_its_group,
     shutdown_lets_handlers_finish_then_releases_what_is_still_held,
     the_shutdown_signal_stops_a_long_poll_at_once,
+    a_message_deleted_elsewhere_is_lost_at_the_next_round_and_its_batch_neighbour_kept,
+    a_message_sent_during_a_long_poll_is_handled_at_once,
 );
 
 /// A consumer that holds one delivery at most: while the test holds its delivery, it starts no
@@ -470,4 +472,69 @@ async fn the_shutdown_signal_stops_a_long_poll_at_once(kind: Kind) {
         Kind::Memory => assert_eq!(q.receive_raw(Duration::ZERO).await.len(), 1),
         Kind::Server => assert!(q.wait_for_message(secs(T + 3)).await.is_some()),
     }
+}
+
+async fn a_message_deleted_elsewhere_is_lost_at_the_next_round_and_its_batch_neighbour_kept(
+    kind: Kind,
+) {
+    // Each server answers the extension of a deleted message its own way (AWS, LocalStack and
+    // MemoryQueue: `InvalidParameterValue` "does not exist or is not available"; moto:
+    // `ReceiptHandleIsInvalid`); whichever it is, that entry's delivery is lost at the first
+    // round, and the other entry of the same request is extended as usual.
+    const T: u64 = 4;
+    let q = TestQueue::new(kind, T).await;
+    q.send("kept").await;
+    q.send("deleted").await;
+    let consumer = Arc::new(q.consumer().build().unwrap());
+    let mut taker = Taker::start_shared(consumer.clone());
+    let (mut kept, mut deleted) = (taker.next(secs(10)).await, taker.next(secs(10)).await);
+    if kept.body() == "deleted" {
+        std::mem::swap(&mut kept, &mut deleted);
+    }
+    let handle = deleted.message().receipt_handle().unwrap().to_owned();
+    q.delete_raw(&handle).await;
+    let first_deadline = kept.deadline();
+    let reason = tokio::time::timeout(secs(T), deleted.lost())
+        .await
+        .expect("lost before its deadline");
+    assert_eq!(reason, sqs_consumer::LostReason::ReceiptHandleInvalid);
+    assert!(Instant::now() < first_deadline, "lost at the first round");
+    eventually("the other one extended", secs(T), || {
+        kept.deadline() > first_deadline
+    })
+    .await;
+    assert!(!kept.is_lost());
+    let stats = consumer.stats();
+    assert_eq!(
+        (stats.extension_failures, stats.late_heartbeats),
+        (1, 0),
+        "{stats:?}"
+    );
+    if let TestQueue::Memory(m) = &q {
+        let action = sqs_consumer::Action::ChangeMessageVisibilityBatch;
+        assert_eq!(m.requests().requests(action), 1, "one request for both");
+    }
+    kept.ack().await.expect("still ours");
+    assert!(deleted.ack().await.unwrap_err().is_lost());
+    drop(taker);
+    assert_eq!(q.counts().await, (0, 0));
+}
+
+async fn a_message_sent_during_a_long_poll_is_handled_at_once(kind: Kind) {
+    // SQS answers a waiting long poll as soon as a message arrives (every implementation the
+    // suite runs does): the consumer hands it out then, not at the end of its 20 s wait.
+    let q = TestQueue::new(kind, T).await;
+    let consumer = Arc::new(q.consumer().wait_time(secs(20)).build().unwrap());
+    let mut taker = Taker::start_shared(consumer.clone());
+    sleep(secs(1)).await; // the long poll is under way
+    q.send("wake").await;
+    let sent = Instant::now();
+    let d = taker.next(secs(20)).await;
+    let took = sent.elapsed();
+    let bound = match kind {
+        Kind::Memory => Duration::ZERO,
+        Kind::Server => secs(1),
+    };
+    assert!(took <= bound, "handed out {took:?} after the send");
+    d.ack().await.unwrap();
 }

@@ -44,6 +44,30 @@ pub enum Kind {
     Server,
 }
 
+/// Which implementation of SQS answers a test: `MemoryQueue`, or the server the test command
+/// started (it names it in `SQS_TEST_SERVER`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Implementation {
+    Memory,
+    Moto,
+    LocalStack,
+}
+
+/// The implementation behind `kind`.
+pub fn implementation(kind: Kind) -> Implementation {
+    match kind {
+        Kind::Memory => Implementation::Memory,
+        Kind::Server => match std::env::var("SQS_TEST_SERVER").as_deref() {
+            Ok("moto") => Implementation::Moto,
+            Ok("localstack") => Implementation::LocalStack,
+            other => panic!(
+                "SQS_TEST_SERVER is {other:?}: the scripts that start a test server set it to \
+                 `moto` or `localstack`"
+            ),
+        },
+    }
+}
+
 /// A queue under test, and a raw client to look at it from outside the consumer.
 #[derive(Clone)]
 pub enum TestQueue {
@@ -490,6 +514,22 @@ impl TestQueue {
                 .expect("ReceiveMessage")
                 .messages
                 .unwrap_or_default(),
+        }
+    }
+
+    /// A delete from outside the consumer (another process holding the receipt handle).
+    pub async fn delete_raw(&self, receipt_handle: &str) {
+        match self {
+            TestQueue::Memory(q) => q.delete(receipt_handle).unwrap(),
+            TestQueue::Server { client, url } => {
+                client
+                    .delete_message()
+                    .queue_url(url)
+                    .receipt_handle(receipt_handle)
+                    .send()
+                    .await
+                    .expect("DeleteMessage");
+            }
         }
     }
 

@@ -1,0 +1,49 @@
+# Sourced by with-sqs-server.sh (moto) and with-localstack.sh: what starting a test server,
+# waiting for it and stopping it have in common. Servers listen on 127.0.0.1 only.
+
+# free_port PYTHON: prints a free TCP port of 127.0.0.1.
+free_port() {
+  "$1" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# start_server LOG COMMAND...: starts the server in the background, its output in LOG; it is
+# stopped (by its PID) when the calling script exits.
+start_server() {
+  local log=$1
+  shift
+  "$@" > "$log" 2>&1 &
+  server_pid=$!
+  trap stop_server EXIT
+}
+
+stop_server() {
+  kill "$server_pid" 2> /dev/null || true
+  wait "$server_pid" 2> /dev/null || true
+}
+
+# wait_until_up PYTHON LOG METHOD URL [SERVICE]: polls URL with METHOD for at most 60 s until
+# it answers (and, given SERVICE, until the JSON answer's "services" shows it running).
+wait_until_up() {
+  "$1" - "$2" "$3" "$4" "${5:-}" << 'PY'
+import json, sys, time, urllib.request
+log, method, url, service = sys.argv[1:5]
+for _ in range(300):
+    try:
+        request = urllib.request.Request(url, method=method)
+        with urllib.request.urlopen(request, timeout=1) as answer:
+            if not service or json.load(answer)["services"].get(service) in ("running", "available"):
+                sys.exit(0)
+    except Exception:
+        pass
+    time.sleep(0.2)
+sys.exit(f"the test server did not start within 60 s; see {log}")
+PY
+}
+
+# run_against NAME PORT COMMAND...: runs the command with the server's address in
+# SQS_TEST_ENDPOINT and its name (moto, localstack) in SQS_TEST_SERVER.
+run_against() {
+  export SQS_TEST_SERVER=$1 SQS_TEST_ENDPOINT="http://127.0.0.1:$2"
+  shift 2
+  "$@"
+}

@@ -1,0 +1,393 @@
+//! What each implementation of SQS answers where AWS is subtle, pinned: `MemoryQueue` (which
+//! follows AWS) on the paused clock, and the test server at hand, moto or LocalStack (the test
+//! command runs this file against both). The README's table "Test servers and AWS" summarises
+//! these tests: a server that starts answering differently fails here, and the table (and
+//! what the crate's own tests may rely on) is looked at again.
+//!
+//! The crate's behaviour in each case is tested elsewhere; the table names those tests too.
+
+mod common;
+
+use std::time::Duration;
+
+use aws_sdk_sqs::error::ProvideErrorMetadata;
+use aws_sdk_sqs::types::{
+    ChangeMessageVisibilityBatchRequestEntry, DeleteMessageBatchRequestEntry, Message,
+    MessageSystemAttributeName,
+};
+use common::{
+    implementation, receive_count, secs, server_client, server_queue_with,
+    Implementation::{LocalStack, Memory, Moto},
+    Kind, TestQueue,
+};
+use tokio::time::{sleep, Instant};
+
+/// `Ok`, or the error code (its short form: no `AWS.SimpleQueueService.` prefix, no
+/// `Exception` suffix) and message.
+type Answer = Result<(), (String, String)>;
+
+fn short(code: &str) -> String {
+    let code = code.rsplit('.').next().unwrap_or(code);
+    code.strip_suffix("Exception").unwrap_or(code).to_owned()
+}
+
+fn memory_answer(result: Result<(), sqs_consumer::Error>) -> Answer {
+    result.map_err(|e| (short(e.code().unwrap_or_default()), e.to_string()))
+}
+
+fn server_answer<T, E: ProvideErrorMetadata>(result: Result<T, E>) -> Answer {
+    result.map(|_| ()).map_err(|e| {
+        (
+            short(e.code().unwrap_or_default()),
+            e.message().unwrap_or_default().to_owned(),
+        )
+    })
+}
+
+async fn change(q: &TestQueue, handle: &str, seconds: u64) -> Answer {
+    match q {
+        TestQueue::Memory(q) => memory_answer(q.change_visibility(handle, secs(seconds))),
+        TestQueue::Server { client, url } => server_answer(
+            client
+                .change_message_visibility()
+                .queue_url(url)
+                .receipt_handle(handle)
+                .visibility_timeout(seconds as i32)
+                .send()
+                .await
+                .map_err(|e| e.into_service_error()),
+        ),
+    }
+}
+
+async fn delete(q: &TestQueue, handle: &str) -> Answer {
+    match q {
+        TestQueue::Memory(q) => memory_answer(q.delete(handle)),
+        TestQueue::Server { client, url } => server_answer(
+            client
+                .delete_message()
+                .queue_url(url)
+                .receipt_handle(handle)
+                .send()
+                .await
+                .map_err(|e| e.into_service_error()),
+        ),
+    }
+}
+
+/// A receive of at most `max` messages from outside any consumer.
+async fn receive(q: &TestQueue, max: i32, wait: Duration) -> Vec<Message> {
+    match q {
+        TestQueue::Memory(q) => q.receive(max as u32, wait).await.unwrap(),
+        TestQueue::Server { client, url } => client
+            .receive_message()
+            .queue_url(url)
+            .max_number_of_messages(max)
+            .wait_time_seconds(wait.as_secs() as i32)
+            .message_system_attribute_names(MessageSystemAttributeName::All)
+            .send()
+            .await
+            .expect("ReceiveMessage")
+            .messages
+            .unwrap_or_default(),
+    }
+}
+
+async fn receive_one(q: &TestQueue) -> String {
+    let got = receive(q, 1, secs(2)).await;
+    let m = got.first().expect("a message");
+    m.receipt_handle().expect("a receipt handle").to_owned()
+}
+
+/// Messages on the queue, visible or not.
+async fn stored(q: &TestQueue) -> u64 {
+    let (visible, hidden) = q.counts().await;
+    visible + hidden
+}
+
+const GONE: &str = "Message does not exist or is not available for visibility timeout change";
+
+async fn an_extension_of_a_deleted_message(kind: Kind) {
+    let q = TestQueue::new(kind, 30).await;
+    q.send("deleted").await;
+    let handle = receive_one(&q).await;
+    delete(&q, &handle).await.unwrap();
+    let (code, message) = change(&q, &handle, 30).await.unwrap_err();
+    match implementation(kind) {
+        Memory | LocalStack => {
+            assert_eq!(code, "InvalidParameterValue");
+            assert!(message.contains(GONE), "{message}");
+        }
+        Moto => assert_eq!(code, "ReceiptHandleIsInvalid", "{message}"),
+    }
+    delete(&q, &handle)
+        .await
+        .expect("a second delete of a deleted message succeeds");
+}
+
+async fn an_extension_after_the_timeout_lapsed(kind: Kind) {
+    let q = TestQueue::new(kind, 1).await;
+    q.send("lapsed").await;
+    let handle = receive_one(&q).await;
+    // Past the timeout, with LocalStack's second of timer granularity to spare.
+    sleep(Duration::from_millis(2500)).await;
+    change(&q, &handle, 30)
+        .await
+        .expect("answered with success everywhere");
+    let visible = receive(&q, 10, Duration::ZERO).await.len();
+    match implementation(kind) {
+        // AWS: success, and nothing changes: the message stays visible.
+        Memory | LocalStack => assert_eq!(visible, 1),
+        // moto hides it again.
+        Moto => assert_eq!(visible, 0),
+    }
+}
+
+async fn an_extension_and_a_delete_with_an_old_handle(kind: Kind) {
+    let q = TestQueue::new(kind, 1).await;
+    q.send("received twice").await;
+    let old = receive_one(&q).await;
+    sleep(Duration::from_millis(2500)).await;
+    let latest = receive_one(&q).await;
+    assert_ne!(old, latest, "a new receipt handle on every receive");
+    let extended = change(&q, &old, 30).await;
+    let deleted = delete(&q, &old).await;
+    assert_eq!(
+        deleted,
+        Ok(()),
+        "a delete with an old handle succeeds everywhere"
+    );
+    let left = stored(&q).await;
+    match implementation(kind) {
+        Memory => {
+            let (code, message) = extended.unwrap_err();
+            assert_eq!(code, "InvalidParameterValue");
+            assert!(message.contains(GONE), "{message}");
+            assert_eq!(
+                left, 1,
+                "AWS: the message might not be deleted; here it never is"
+            );
+        }
+        // Both servers keep old handles valid: the extension and the delete act.
+        Moto | LocalStack => {
+            assert_eq!(extended, Ok(()));
+            assert_eq!(left, 0);
+        }
+    }
+}
+
+async fn visibility_limits(kind: Kind) {
+    let q = TestQueue::new(kind, 30).await;
+    q.send("limits").await;
+    let handle = receive_one(&q).await;
+    let over = change(&q, &handle, 43_201).await;
+    sleep(Duration::from_millis(1500)).await;
+    // 43,200 s from now ends past 12 hours after the receive.
+    let past_total = change(&q, &handle, 43_200).await;
+    change(&q, &handle, 43_190)
+        .await
+        .expect("within 12 hours of the receive");
+    match implementation(kind) {
+        Memory | Moto => {
+            assert_eq!(over.unwrap_err().0, "InvalidParameterValue");
+            let (code, message) = past_total.unwrap_err();
+            assert_eq!(code, "InvalidParameterValue");
+            assert!(
+                message.contains(
+                    "Total VisibilityTimeout for the message is beyond the limit [43200 seconds]"
+                ),
+                "{message}"
+            );
+        }
+        // LocalStack accepts both.
+        LocalStack => {
+            assert_eq!(over, Ok(()));
+            assert_eq!(past_total, Ok(()));
+        }
+    }
+}
+
+async fn a_long_poll_returns_when_a_message_arrives(kind: Kind) {
+    let q = TestQueue::new(kind, 30).await;
+    let poll = {
+        let q = q.clone();
+        tokio::spawn(async move {
+            let got = receive(&q, 10, secs(10)).await;
+            (got.len(), Instant::now())
+        })
+    };
+    sleep(secs(1)).await;
+    q.send("wake").await;
+    let sent = Instant::now();
+    let (got, at) = poll.await.unwrap();
+    assert_eq!(got, 1);
+    assert!(at - sent < secs(2), "{:?} after the send", at - sent);
+}
+
+async fn a_fifo_long_poll_and_the_delete_that_unlocks_its_group(kind: Kind) {
+    let q = TestQueue::new_fifo(kind, 30).await;
+    q.send_to_group("first", "g").await;
+    q.send_to_group("second", "g").await;
+    let first = receive_one(&q).await;
+    let poll = {
+        let q = q.clone();
+        tokio::spawn(async move {
+            let got = receive(&q, 10, secs(5)).await;
+            (got.len(), Instant::now())
+        })
+    };
+    sleep(secs(1)).await;
+    delete(&q, &first).await.unwrap();
+    let deleted = Instant::now();
+    let (got, at) = poll.await.unwrap();
+    match implementation(kind) {
+        // AWS: the waiting poll answers as soon as the group unlocks.
+        Memory | LocalStack => {
+            assert_eq!(got, 1);
+            assert!(
+                at - deleted < secs(1),
+                "{:?} after the delete",
+                at - deleted
+            );
+        }
+        // moto answers only when the wait ends.
+        Moto => assert!(
+            at - deleted > secs(3),
+            "{:?} after the delete",
+            at - deleted
+        ),
+    }
+}
+
+async fn redrive_moves_a_message_at_the_receive_after_max_receive_count(kind: Kind) {
+    let (q, dead) = TestQueue::with_dead_letter(kind, 1, 2).await;
+    q.send("poison").await;
+    let mut counts = Vec::new();
+    for _ in 0..3 {
+        let got = receive(&q, 10, secs(3)).await;
+        counts.push(got.iter().map(receive_count).collect::<Vec<_>>());
+        sleep(Duration::from_millis(1500)).await;
+    }
+    assert_eq!(counts, [vec![1], vec![2], vec![]]);
+    assert_eq!(
+        dead.counts().await,
+        (1, 0),
+        "on the dead-letter queue, visible"
+    );
+}
+
+on_both!(
+    an_extension_of_a_deleted_message,
+    an_extension_after_the_timeout_lapsed,
+    an_extension_and_a_delete_with_an_old_handle,
+    visibility_limits,
+    a_long_poll_returns_when_a_message_arrives,
+    a_fifo_long_poll_and_the_delete_that_unlocks_its_group,
+    redrive_moves_a_message_at_the_receive_after_max_receive_count,
+);
+
+/// Batch requests, on the server (`MemoryQueue`'s batches are internal: its answers are
+/// checked in `src/memory/seam.rs`).
+#[tokio::test]
+async fn batch_entry_ids_duplicates_and_partial_failures() {
+    let server = implementation(Kind::Server);
+    let client = server_client();
+    let url = server_queue_with(&client, 3).await;
+    let q = TestQueue::Server {
+        client: client.clone(),
+        url: url.clone(),
+    };
+    let got = receive(&q, 10, secs(2)).await;
+    assert_eq!(got.len(), 3);
+    let handles: Vec<&str> = got.iter().map(|m| m.receipt_handle().unwrap()).collect();
+    let [a, b, c] = handles[..] else {
+        unreachable!()
+    };
+    let change = |id: &str, handle: &str| {
+        ChangeMessageVisibilityBatchRequestEntry::builder()
+            .id(id)
+            .receipt_handle(handle)
+            .visibility_timeout(30)
+            .build()
+            .unwrap()
+    };
+    let delete = |id: &str, handle: &str| {
+        DeleteMessageBatchRequestEntry::builder()
+            .id(id)
+            .receipt_handle(handle)
+            .build()
+            .unwrap()
+    };
+
+    // One good entry and one that is no receipt handle: each answered on its own.
+    let out = client
+        .change_message_visibility_batch()
+        .queue_url(&url)
+        .entries(change("good", a))
+        .entries(change("bad", "not-a-receipt-handle"))
+        .send()
+        .await
+        .expect("a partial failure is not a failed request");
+    let ok: Vec<&str> = out.successful().iter().map(|e| e.id()).collect();
+    assert_eq!(ok, ["good"]);
+    let [failed] = out.failed() else {
+        panic!("one failed entry: {:?}", out.failed())
+    };
+    assert_eq!(
+        (failed.id(), short(failed.code()).as_str()),
+        ("bad", "ReceiptHandleIsInvalid")
+    );
+    // The two servers disagree on whose fault it is: SenderFault is not to be trusted.
+    assert_eq!(failed.sender_fault(), server == Moto);
+
+    // Two entries with one id: AWS refuses the request; moto takes it.
+    let changed = client
+        .change_message_visibility_batch()
+        .queue_url(&url)
+        .entries(change("x", a))
+        .entries(change("x", b))
+        .send()
+        .await
+        .map_err(|e| e.into_service_error());
+    match server {
+        Moto => assert!(changed.is_ok(), "{changed:?}"),
+        _ => assert_eq!(
+            server_answer(changed).unwrap_err().0,
+            "BatchEntryIdsNotDistinct"
+        ),
+    }
+
+    // One handle in two entries with distinct ids: moto takes the repeated handle for a
+    // repeated id; LocalStack deletes it once and answers both entries with success.
+    let twice = client
+        .delete_message_batch()
+        .queue_url(&url)
+        .entries(delete("first", b))
+        .entries(delete("second", b))
+        .send()
+        .await
+        .map_err(|e| e.into_service_error());
+    match server {
+        Moto => assert_eq!(
+            server_answer(twice).unwrap_err().0,
+            "BatchEntryIdsNotDistinct"
+        ),
+        _ => assert_eq!(twice.expect("accepted").successful().len(), 2),
+    }
+
+    let deleted = client
+        .delete_message_batch()
+        .queue_url(&url)
+        .entries(delete("x", a))
+        .entries(delete("x", c))
+        .send()
+        .await
+        .map_err(|e| e.into_service_error());
+    match server {
+        Moto => assert!(deleted.is_ok(), "{deleted:?}"),
+        _ => assert_eq!(
+            server_answer(deleted).unwrap_err().0,
+            "BatchEntryIdsNotDistinct"
+        ),
+    }
+}
