@@ -391,3 +391,49 @@ async fn batch_entry_ids_duplicates_and_partial_failures() {
         ),
     }
 }
+
+/// Every row of the README's table "Test servers and AWS" names tests, and each one exists.
+#[test]
+fn every_row_of_the_readme_table_names_tests_that_exist() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let readme = std::fs::read_to_string(format!("{root}/README.md")).unwrap();
+    let start = readme
+        .find("### Test servers and AWS")
+        .expect("the section");
+    let section = &readme[start..];
+    let section = &section[..section[4..].find("\n#").map_or(section.len(), |i| i + 4)];
+    let mut sources = String::new();
+    let mut dirs = vec![format!("{root}/src"), format!("{root}/tests")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path.display().to_string());
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                sources.push_str(&std::fs::read_to_string(path).unwrap());
+            }
+        }
+    }
+    let rows: Vec<&str> = section
+        .lines()
+        .filter(|l| l.starts_with("| ") && !l.starts_with("| Behaviour"))
+        .collect();
+    assert!(rows.len() >= 10, "{} rows", rows.len());
+    for row in rows {
+        let tests = row.trim_end_matches('|').rsplit('|').next().unwrap();
+        let named: Vec<&str> = tests
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .filter(|t| t.contains("::"))
+            .collect();
+        assert!(!named.is_empty(), "a row without a test: {row}");
+        for test in named {
+            let name = test.rsplit("::").next().unwrap();
+            assert!(
+                sources.contains(&format!("fn {name}(")),
+                "{test}, named in the README's table, is no test"
+            );
+        }
+    }
+}
