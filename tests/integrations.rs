@@ -7,7 +7,6 @@
 #[macro_use]
 mod common;
 
-use std::io::Write;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -131,23 +130,7 @@ async fn three_consumers_sharing_a_limit_never_hold_more_and_a_quiet_queue_is_no
 fn captured() -> &'static Arc<Mutex<Vec<u8>>> {
     static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
     LOGS.get_or_init(|| {
-        #[derive(Clone)]
-        struct Buffer(Arc<Mutex<Vec<u8>>>);
-        impl Write for Buffer {
-            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-                self.0.lock().unwrap().write(buf)
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
-        let logs = Arc::new(Mutex::new(Vec::new()));
-        let buffer = Buffer(logs.clone());
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(move || buffer.clone())
-            .with_ansi(false)
-            .with_max_level(tracing::Level::DEBUG)
-            .finish();
+        let (logs, subscriber) = common::buffered_subscriber();
         tracing::subscriber::set_global_default(subscriber).expect("the only subscriber");
         logs
     })

@@ -501,12 +501,17 @@ impl TestQueue {
 
     /// A receive from outside the consumer (another consumer, as far as SQS knows).
     pub async fn receive_raw(&self, wait: Duration) -> Vec<Message> {
+        self.receive_up_to(10, wait).await
+    }
+
+    /// The same, of at most `max` messages.
+    pub async fn receive_up_to(&self, max: u32, wait: Duration) -> Vec<Message> {
         match self {
-            TestQueue::Memory(q) => q.receive(10, wait).await.unwrap(),
+            TestQueue::Memory(q) => q.receive(max, wait).await.unwrap(),
             TestQueue::Server { client, url } => client
                 .receive_message()
                 .queue_url(url)
-                .max_number_of_messages(10)
+                .max_number_of_messages(max as i32)
                 .wait_time_seconds(wait.as_secs() as i32)
                 .message_system_attribute_names(MessageSystemAttributeName::All)
                 .send()
@@ -635,8 +640,8 @@ pub async fn eventually(what: &str, limit: Duration, mut cond: impl FnMut() -> b
     panic!("timed out after {limit:?} waiting for: {what}");
 }
 
-/// The log lines written while the returned guard lives (this thread only).
-pub fn capture_logs() -> (Arc<Mutex<Vec<u8>>>, tracing::subscriber::DefaultGuard) {
+/// A subscriber that writes every log line (debug and up, no colours) to the returned buffer.
+pub fn buffered_subscriber() -> (Arc<Mutex<Vec<u8>>>, impl tracing::Subscriber + Send + Sync) {
     #[derive(Clone)]
     struct Buffer(Arc<Mutex<Vec<u8>>>);
     impl std::io::Write for Buffer {
@@ -654,5 +659,11 @@ pub fn capture_logs() -> (Arc<Mutex<Vec<u8>>>, tracing::subscriber::DefaultGuard
         .with_ansi(false)
         .with_max_level(tracing::Level::DEBUG)
         .finish();
+    (logs, subscriber)
+}
+
+/// The log lines written while the returned guard lives (this thread only).
+pub fn capture_logs() -> (Arc<Mutex<Vec<u8>>>, tracing::subscriber::DefaultGuard) {
+    let (logs, subscriber) = buffered_subscriber();
     (logs, tracing::subscriber::set_default(subscriber))
 }
