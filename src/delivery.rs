@@ -334,7 +334,6 @@ impl Delivery {
             }),
             (Ok(()), None) => {
                 self.lease.acked();
-                ctx.count(Counter::Acked);
                 tracing::debug!(parent: self.span(), "acked");
                 Ok(())
             }

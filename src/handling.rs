@@ -271,7 +271,6 @@ impl Handed {
             match result {
                 Ok(()) => {
                     item.lease.acked();
-                    self.ctx.count(Counter::Acked);
                     tracing::debug!(parent: &item.span, "acked (AckMode::OnSuccess)");
                 }
                 Err(err) => {

@@ -225,18 +225,32 @@ impl Lease {
     /// Watchers (`lost()`, `ended()`) are woken only for the states they wait for: the others
     /// change often (every delivery goes through `InHandler` and `Settling`) and waking costs.
     fn transition(&self, from: impl Fn(State) -> bool, change: impl Fn(State) -> State) -> bool {
-        let (applied, wake) = {
+        self.transition_then(from, change, || {})
+    }
+
+    /// `transition`, with `applied` run after the change and before anyone waiting for it
+    /// wakes.
+    fn transition_then(
+        &self,
+        from: impl Fn(State) -> bool,
+        change: impl Fn(State) -> State,
+        applied: impl FnOnce(),
+    ) -> bool {
+        let (done, wake) = {
             let mut s = self.lock();
-            let applied = from(s.state);
-            if applied {
+            let done = from(s.state);
+            if done {
                 s.state = change(s.state);
             }
-            (applied, applied && watched(s.state))
+            (done, done && watched(s.state))
         };
+        if done {
+            applied();
+        }
         if wake {
             self.changed.notify_waiters();
         }
-        applied
+        done
     }
 
     fn lock(&self) -> MutexGuard<'_, Status> {
@@ -276,15 +290,20 @@ impl Lease {
     }
 
     fn lose(&self, reason: LostReason, from: impl Fn(State) -> bool) -> bool {
-        let lost = self.transition(from, |_| State::Lost(reason));
-        if lost {
-            self.ctx.count(Counter::Lost);
-        }
-        lost
+        // Counted before `lost()` wakes: whoever sees the delivery lost finds it in the stats.
+        self.transition_then(
+            from,
+            |_| State::Lost(reason),
+            || {
+                self.ctx.count(Counter::Lost);
+            },
+        )
     }
 
-    /// The delete succeeded (and the delivery was not lost).
+    /// The delete succeeded (and the delivery was not lost). Counted before `ended()` wakes:
+    /// whoever sees the delivery end finds its ack in the stats.
     pub(crate) fn acked(&self) {
+        self.ctx.count(Counter::Acked);
         self.transition(
             |s| matches!(s, State::Settling | State::SettleWaiting | State::Abandoned),
             |_| State::Acked,
@@ -483,6 +502,61 @@ mod tests {
         assert_eq!(l.lost_reason(), Some(LostReason::NotInFlight));
         assert_eq!(l.ended().await, End::NotAcked);
         assert_eq!(l.context().stats(0).lost, 1, "counted once");
+    }
+
+    /// A waker that reads a figure from the stats the moment it is woken, as a waiter on
+    /// another thread may.
+    struct Recorder {
+        lease: Arc<Lease>,
+        read: fn(&crate::stats::Stats) -> u64,
+        seen: std::sync::Mutex<Option<u64>>,
+    }
+
+    impl futures_util::task::ArcWake for Recorder {
+        fn wake_by_ref(this: &Arc<Self>) {
+            let figure = (this.read)(&this.lease.context().stats(0));
+            *this.seen.lock().unwrap() = Some(figure);
+        }
+    }
+
+    /// What `read` gave when `waiting` was woken by `act`.
+    fn seen_at_wake<F: Future>(
+        l: &Arc<Lease>,
+        read: fn(&crate::stats::Stats) -> u64,
+        waiting: F,
+        act: impl FnOnce(),
+    ) -> Option<u64> {
+        let recorder = Arc::new(Recorder {
+            lease: l.clone(),
+            read,
+            seen: std::sync::Mutex::new(None),
+        });
+        let waker = futures_util::task::waker(recorder.clone());
+        let mut cx = std::task::Context::from_waker(&waker);
+        tokio::pin!(waiting);
+        assert!(waiting.as_mut().poll(&mut cx).is_pending());
+        act();
+        let seen = *recorder.seen.lock().unwrap();
+        seen
+    }
+
+    #[tokio::test]
+    async fn a_loss_and_an_ack_are_counted_before_their_waiters_wake() {
+        let l = lease();
+        let seen = seen_at_wake(
+            &l,
+            |s| s.lost,
+            l.lost(),
+            || {
+                assert!(l.heartbeat_lost(LostReason::ExtensionFailed));
+            },
+        );
+        assert_eq!(seen, Some(1), "lost: counted when woken");
+
+        let l = lease();
+        l.begin_settle();
+        let seen = seen_at_wake(&l, |s| s.acked, l.ended(), || l.acked());
+        assert_eq!(seen, Some(1), "acked: counted when woken");
     }
 
     #[tokio::test]
