@@ -2,7 +2,7 @@
 
 LocalStack's twisted gateway listens on every interface whatever GATEWAY_LISTEN's host says;
 this gives each of its TCP endpoints the loopback interface, then runs LocalStack's main
-module. The configuration comes from the environment (see scripts/with-sqs-server.sh).
+module. The configuration comes from the environment (see scripts/with-localstack.sh).
 """
 
 import runpy

@@ -188,15 +188,19 @@ async fn visibility_limits(kind: Kind) {
     }
 }
 
+/// A long poll of `wait` started in the background; it gives how many messages it got, and
+/// when its answer came.
+fn long_poll(q: &TestQueue, wait: Duration) -> tokio::task::JoinHandle<(usize, Instant)> {
+    let q = q.clone();
+    tokio::spawn(async move {
+        let got = q.receive_up_to(10, wait).await;
+        (got.len(), Instant::now())
+    })
+}
+
 async fn a_long_poll_returns_when_a_message_arrives(kind: Kind) {
     let q = TestQueue::new(kind, 30).await;
-    let poll = {
-        let q = q.clone();
-        tokio::spawn(async move {
-            let got = q.receive_up_to(10, secs(10)).await;
-            (got.len(), Instant::now())
-        })
-    };
+    let poll = long_poll(&q, secs(10));
     sleep(secs(1)).await;
     q.send("wake").await;
     let sent = Instant::now();
@@ -210,13 +214,7 @@ async fn a_fifo_long_poll_and_the_delete_that_unlocks_its_group(kind: Kind) {
     q.send_to_group("first", "g").await;
     q.send_to_group("second", "g").await;
     let first = receive_one(&q).await;
-    let poll = {
-        let q = q.clone();
-        tokio::spawn(async move {
-            let got = q.receive_up_to(10, secs(5)).await;
-            (got.len(), Instant::now())
-        })
-    };
+    let poll = long_poll(&q, secs(5));
     sleep(secs(1)).await;
     delete(&q, &first).await.unwrap();
     let deleted = Instant::now();
