@@ -83,6 +83,9 @@ fn main() {
     if wants("b3") {
         b3();
     }
+    if wants("b4") {
+        b4_idle_cost();
+    }
     for (name, bench) in [("b4", b4 as fn(&str)), ("b5", b5)] {
         if wants(name) {
             match std::env::var("SQS_TEST_ENDPOINT") {
@@ -371,6 +374,30 @@ fn thread_cpu_time() -> Option<Duration> {
     cpu_time_in("/proc/thread-self/stat")
 }
 
+/// CPU time so far of each thread of this process, and the times it went to sleep
+/// (voluntary context switches), by thread name.
+fn threads_cpu() -> BTreeMap<String, (Duration, u64)> {
+    let mut by_name = BTreeMap::new();
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return by_name;
+    };
+    for task in tasks.flatten() {
+        let dir = task.path();
+        let name = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+        let cpu = cpu_time_in(&dir.join("stat").to_string_lossy()).unwrap_or_default();
+        let status = std::fs::read_to_string(dir.join("status")).unwrap_or_default();
+        let sleeps: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_default();
+        let entry = by_name.entry(name.trim().to_string()).or_default();
+        entry.0 += cpu;
+        entry.1 += sleeps;
+    }
+    by_name
+}
+
 /// Queues created so far: each run has its own.
 static QUEUES: AtomicUsize = AtomicUsize::new(0);
 
@@ -396,8 +423,19 @@ struct B4Run {
 
 type Settings = fn(sqs_consumer::ConsumerBuilder) -> sqs_consumer::ConsumerBuilder;
 
+/// Who takes the messages in a B4 run.
+#[derive(Clone, Copy)]
+enum Taker {
+    /// A consumer with these settings, on a 2-thread runtime (or a current-thread one).
+    Consumer(Settings, bool),
+    /// No consumer: the same requests made by hand, one after the other, on a
+    /// current-thread runtime (a `ReceiveMessage` of up to 10, then one `DeleteMessageBatch`
+    /// of what it brought). What the SDK's own calls cost, with nothing of this crate.
+    Sdk,
+}
+
 /// B4 with the consumer `settings` makes: 5,000 messages, instant ack.
-fn b4_run(endpoint: &str, settings: Settings, one_thread: bool) -> B4Run {
+fn b4_run(endpoint: &str, taker: Taker) -> B4Run {
     const MESSAGES: usize = 5_000;
     // The consumer is measured at saturation: the queue never runs dry until the last
     // messages. The test server spends time proportional to its queue's length on every
@@ -442,12 +480,16 @@ fn b4_run(endpoint: &str, settings: Settings, one_thread: bool) -> B4Run {
         let tasks: Vec<_> = (0..FEEDERS)
             .map(|_| feed(feed_client.clone(), url.clone(), None))
             .collect();
-        std::thread::spawn(move || {
-            let before = thread_cpu_time().unwrap_or_default();
-            feeder_rt.block_on(futures_util::future::join_all(tasks));
-            thread_cpu_time().unwrap_or_default() - before
-        })
+        std::thread::Builder::new()
+            .name("feeder".into())
+            .spawn(move || {
+                let before = thread_cpu_time().unwrap_or_default();
+                feeder_rt.block_on(futures_util::future::join_all(tasks));
+                thread_cpu_time().unwrap_or_default() - before
+            })
+            .unwrap()
     };
+    let one_thread = !matches!(taker, Taker::Consumer(_, false));
     let rt = if one_thread {
         tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -456,16 +498,27 @@ fn b4_run(endpoint: &str, settings: Settings, one_thread: bool) -> B4Run {
     } else {
         tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
+            .thread_name("consumer-rt")
             .enable_all()
             .build()
             .unwrap()
     };
     let client = server_client(endpoint, &counter);
     let (elapsed, cpu) = rt.block_on(async {
+        let settings = match taker {
+            Taker::Consumer(settings, _) => settings,
+            Taker::Sdk => {
+                let cpu_before = cpu_time().unwrap_or_default();
+                let start = Instant::now();
+                take_by_hand(&client, &url, &acked, MESSAGES).await;
+                return (start.elapsed(), cpu_time().unwrap_or_default() - cpu_before);
+            }
+        };
         let consumer = settings(Consumer::builder(client.clone(), url.clone()))
             .build()
             .unwrap();
         let cpu_before = cpu_time().unwrap_or_default();
+        let threads_before = threads_cpu();
         let start = Instant::now();
         // Woken by the last ack, not polled: a poll loop's wake-ups would count as the
         // consumer's CPU time.
@@ -487,8 +540,30 @@ fn b4_run(endpoint: &str, settings: Settings, one_thread: bool) -> B4Run {
                 }
             }
         };
-        consumer.run_until(handler, done).await.unwrap();
+        if std::env::var("SPAWN").is_ok() {
+            let consumer = Arc::new(consumer);
+            tokio::spawn(async move { consumer.run_until(handler, done).await })
+                .await
+                .unwrap()
+                .unwrap();
+        } else {
+            consumer.run_until(handler, done).await.unwrap();
+        }
         let elapsed = start.elapsed();
+        let threads_after = threads_cpu();
+        let shares: Vec<String> = threads_after
+            .iter()
+            .map(|(name, (cpu, sleeps))| {
+                let (cpu0, sleeps0) = threads_before.get(name).copied().unwrap_or_default();
+                let spent = cpu.saturating_sub(cpu0);
+                format!(
+                    "{name} {:.3} ms, {:.2} sleeps",
+                    spent.as_secs_f64() * 1e3 / MESSAGES as f64,
+                    sleeps.saturating_sub(sleeps0) as f64 / MESSAGES as f64
+                )
+            })
+            .collect();
+        eprintln!("      threads (per message): {}", shares.join(", "));
         (elapsed, cpu_time().unwrap_or_default() - cpu_before)
     });
     let feeding = feeders.join().unwrap();
@@ -504,6 +579,162 @@ fn b4_run(endpoint: &str, settings: Settings, one_thread: bool) -> B4Run {
             .join(", "),
         cpu_per_message: cpu.saturating_sub(feeding) / MESSAGES as u32,
     }
+}
+
+/// Receives and deletes `messages` messages with the SDK alone: a `ReceiveMessage` of up to
+/// 10 (long poll), then one `DeleteMessageBatch` of what it brought, one after the other.
+async fn take_by_hand(
+    client: &aws_sdk_sqs::Client,
+    url: &str,
+    acked: &AtomicUsize,
+    messages: usize,
+) {
+    use aws_sdk_sqs::types::DeleteMessageBatchRequestEntry;
+    while acked.load(SeqCst) < messages {
+        let received = client
+            .receive_message()
+            .queue_url(url)
+            .max_number_of_messages(10)
+            .wait_time_seconds(20)
+            .visibility_timeout(30)
+            .send()
+            .await
+            .unwrap();
+        let entries: Vec<_> = received
+            .messages()
+            .iter()
+            .enumerate()
+            .map(|(i, m)| {
+                DeleteMessageBatchRequestEntry::builder()
+                    .id(i.to_string())
+                    .receipt_handle(m.receipt_handle().unwrap_or_default())
+                    .build()
+                    .unwrap()
+            })
+            .collect();
+        if entries.is_empty() {
+            continue;
+        }
+        let n = entries.len();
+        client
+            .delete_message_batch()
+            .queue_url(url)
+            .set_entries(Some(entries))
+            .send()
+            .await
+            .unwrap();
+        acked.fetch_add(n, SeqCst);
+    }
+}
+
+/// B4, where the time goes: one `ReceiveMessage` call bringing 10 messages costs the
+/// client's thread more CPU the longer it sleeps waiting for the answer. A canned answer of
+/// 10 messages (moto's answer, with its `Connection: close`) is served on a thread of its own
+/// at once, then 13 ms late (about moto's time to answer a receive); the calls are made one
+/// after the other on a current-thread runtime, and only the calling thread's CPU counts.
+fn b4_idle_cost() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    const CALLS: u32 = 400;
+    let delay_ms = Arc::new(AtomicUsize::new(0));
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("http://{}", listener.local_addr().unwrap());
+    listener.set_nonblocking(true).unwrap();
+    let messages: Vec<String> = (0..10)
+        .map(|i| {
+            format!(
+                r#"{{"MessageId": "{i:08}-f8fc-473b-b0e8-99d5abd6b6fa", "ReceiptHandle": "{}", "MD5OfBody": "4c3b0edb243435fced5cbe8c23ed4785", "Body": "message {i} with a body of some length", "Attributes": {{"ApproximateReceiveCount": "1"}}}}"#,
+                "r".repeat(200)
+            )
+        })
+        .collect();
+    let body = format!(r#"{{"Messages": [{}]}}"#, messages.join(", "));
+    let answer = format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: application/x-amz-json-1.0\r\nContent-Length: {}\r\n\
+         Connection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let server = {
+        let delay_ms = delay_ms.clone();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+                loop {
+                    let Ok((mut socket, _)) = listener.accept().await else {
+                        return;
+                    };
+                    let mut request = Vec::new();
+                    let mut buf = [0u8; 4096];
+                    // The head, then as much body as it announces.
+                    loop {
+                        let n = socket.read(&mut buf).await.unwrap_or(0);
+                        if n == 0 {
+                            break;
+                        }
+                        request.extend_from_slice(&buf[..n]);
+                        let text = String::from_utf8_lossy(&request);
+                        if let Some(end) = text.find("\r\n\r\n") {
+                            let length = text[..end]
+                                .lines()
+                                .find_map(|l| {
+                                    let (name, value) = l.split_once(':')?;
+                                    name.eq_ignore_ascii_case("content-length")
+                                        .then(|| value.trim().parse::<usize>().ok())?
+                                })
+                                .unwrap_or(0);
+                            if request.len() >= end + 4 + length {
+                                break;
+                            }
+                        }
+                    }
+                    let delay = delay_ms.load(SeqCst) as u64;
+                    if delay > 0 {
+                        sleep(Duration::from_millis(delay)).await;
+                    }
+                    let _ = socket.write_all(answer.as_bytes()).await;
+                    let _ = socket.shutdown().await;
+                }
+            });
+        })
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let client = server_client(&endpoint, &CountRequests::default());
+    let url = format!("{endpoint}/000000000000/canned");
+    let per_call = |delay: usize| {
+        delay_ms.store(delay, SeqCst);
+        rt.block_on(async {
+            let before = thread_cpu_time().unwrap_or_default();
+            for _ in 0..CALLS {
+                let out = client
+                    .receive_message()
+                    .queue_url(&url)
+                    .max_number_of_messages(10)
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(out.messages().len(), 10);
+            }
+            (thread_cpu_time().unwrap_or_default() - before) / CALLS
+        })
+    };
+    per_call(0); // warm up
+    let at_once = per_call(0);
+    let late = per_call(13);
+    println!(
+        "B4  where the time goes: one ReceiveMessage of 10 canned messages, a new connection \
+         each, one thread: {:.0} us CPU per call answered at once, {:.0} us answered 13 ms later \
+         ({:.1}x: each sleep of the thread costs it)",
+        at_once.as_secs_f64() * 1e6,
+        late.as_secs_f64() * 1e6,
+        late.as_secs_f64() / at_once.as_secs_f64().max(1e-9),
+    );
+    drop(server); // the thread serves until the process ends
 }
 
 /// Runs per figure of the server benches: 3, or `BENCH_RUNS` (1 to profile one run).
@@ -523,30 +754,38 @@ fn b4(endpoint: &str) {
     );
     // The consumer runs on a 2-thread runtime, except in the last line: one thread, the
     // keeper on it too, which shows what the hops between threads cost.
-    let variants: [(&str, Settings, bool); 4] = [
-        ("default settings", |b| b, false),
+    let variants: [(&str, Taker); 5] = [
+        ("default settings", Taker::Consumer(|b| b, false)),
         (
             "default settings, keeper not isolated",
-            |b| b.isolated_keeper(false),
-            false,
+            Taker::Consumer(|b| b.isolated_keeper(false), false),
         ),
         (
             "max_in_flight(100), T = 60 s",
-            |b| {
-                b.max_in_flight(100)
-                    .visibility_timeout(Duration::from_secs(60))
-            },
-            false,
+            Taker::Consumer(
+                |b| {
+                    b.max_in_flight(100)
+                        .visibility_timeout(Duration::from_secs(60))
+                },
+                false,
+            ),
         ),
         (
             "default settings, keeper not isolated, current-thread runtime",
-            |b| b.isolated_keeper(false),
-            true,
+            Taker::Consumer(|b| b.isolated_keeper(false), true),
+        ),
+        (
+            "no consumer: the SDK's calls alone, one at a time, one thread",
+            Taker::Sdk,
         ),
     ];
-    for (name, settings, one_thread) in variants {
+    let only: Option<usize> = std::env::var("B4_ONLY").ok().and_then(|v| v.parse().ok());
+    for (i, (name, taker)) in variants.into_iter().enumerate() {
+        if only.is_some_and(|o| o != i) {
+            continue;
+        }
         let runs: Vec<B4Run> = (0..runs_per_variant)
-            .map(|_| b4_run(endpoint, settings, one_thread))
+            .map(|_| b4_run(endpoint, taker))
             .collect();
         let rpm = median(runs.iter().map(|r| r.requests_per_message).collect());
         let mid = runs

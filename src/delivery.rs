@@ -587,6 +587,51 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn holding_and_settling_wake_the_keeper_only_when_it_must() {
+        let q = queue(30);
+        for i in 0..20 {
+            q.send(format!("m{i}")).unwrap();
+        }
+        let keeper = Keeper::new(Runner::Caller);
+        let run = RunTies::new(Default::default(), keeper.clone());
+        let mut held = Vec::new();
+        for _ in 0..20 {
+            held.push(hold_in(&q, None, run.clone()).await);
+            tokio::task::yield_now().await;
+        }
+        // The first started the keeper; the others are due with its first timer (15 s).
+        assert_eq!(keeper.rings(), 1);
+        for d in held.drain(..10) {
+            d.ack().await.unwrap();
+        }
+        for d in held.drain(..5) {
+            d.release().await.unwrap();
+        }
+        drop(held.drain(..));
+        // The releases (visibility changes to 0) are done; the drops sent nothing.
+        sleep(Duration::from_millis(100)).await;
+        assert_eq!(extensions(&q), 5);
+        assert_eq!(
+            keeper.rings(),
+            1,
+            "settling and dropping do not wake the keeper"
+        );
+        // One due before the keeper's first timer (at 2 s) rings it, and is extended then.
+        q.send("short").unwrap();
+        let short = hold_in(&q, Some(4), run.clone()).await;
+        assert_eq!(keeper.rings(), 2);
+        sleep(Duration::from_millis(2_100)).await;
+        assert_eq!(extensions(&q), 6);
+        short.ack().await.unwrap();
+        // At 15 s the keeper wakes for the leases it was told to forget without being woken:
+        // nothing is sent for them.
+        let before = extensions(&q);
+        sleep(secs(20)).await;
+        assert_eq!(extensions(&q), before);
+        assert_eq!(keeper.rings(), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_late_extension_is_counted() {
         let q = queue(10);
         q.send("job").unwrap();

@@ -8,7 +8,7 @@
 //! than 12 hours after the receive, so the last extension is cut to end just before that.
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
@@ -18,7 +18,7 @@ use tokio::time::{sleep_until, Instant};
 
 use crate::error::{ErrorKind, LostReason};
 use crate::lease::Lease;
-use crate::lease_thread::{Mailbox, Runner};
+use crate::lease_thread::{Bell, Mailbox, Runner};
 use crate::limits::extension_limit;
 use crate::stats::Counter;
 
@@ -108,10 +108,22 @@ pub(crate) const SEND_MARGIN: Duration = Duration::from_secs(1);
 /// when it is settled, being settled, or dropped ([`forget`](Keeper::forget)); a delivery
 /// whose ack or release has started is never extended. The keeper's task starts on first use
 /// (on `runtime` if given, else on the caller's) and ends once every handle is gone.
+///
+/// Registering does not wake the keeper unless it must: commands wait in an inbox that the
+/// keeper reads whenever it wakes, and a command rings it only when the keeper would
+/// otherwise wake too late for it (a lease due before the keeper's next timer, or a keeper
+/// with nothing to wake for), or when the inbox is full. On a thread of its own, every
+/// wake-up costs a thread switch: a delivery acked before its first extension then costs the
+/// keeper no wake-up at all.
 #[derive(Clone)]
 pub(crate) struct Keeper {
-    /// The keeper task's inbox; the task runs where the runner says.
-    inbox: Arc<Mailbox<Command>>,
+    /// Rings the keeper's task awake, starting it first if there is none (or its runtime is
+    /// gone); the task runs where the runner says.
+    bell: Arc<Mailbox<()>>,
+    inbox: Arc<Mutex<Inbox>>,
+    /// Times the keeper was rung.
+    #[cfg(test)]
+    rings: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 enum Command {
@@ -119,11 +131,43 @@ enum Command {
     Forget(Arc<Lease>),
 }
 
+/// Commands waiting for the keeper, and whether a new one must wake it.
+#[derive(Default)]
+struct Inbox {
+    commands: Vec<Command>,
+    wake: Wake,
+}
+
+/// When the keeper next looks at its inbox by itself.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum Wake {
+    /// Only when rung: it has no timer, or its task has not started (or is gone).
+    #[default]
+    WhenRung,
+    /// At its first timer (or sooner, when an extension is answered).
+    At(Instant),
+    /// It has been rung and is about to.
+    Rung,
+}
+
+/// Commands that may wait in the inbox: the next one wakes the keeper to take them, which
+/// bounds the memory that forgotten leases hold at a high rate of acks.
+const INBOX_LIMIT: usize = 1024;
+
 impl Keeper {
     pub(crate) fn new(runner: Runner) -> Self {
         Self {
-            inbox: Arc::new(Mailbox::new(runner)),
+            bell: Arc::new(Mailbox::new(runner)),
+            inbox: Arc::default(),
+            #[cfg(test)]
+            rings: Arc::default(),
         }
+    }
+
+    /// Times the keeper was rung.
+    #[cfg(test)]
+    pub(crate) fn rings(&self) -> usize {
+        self.rings.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Starts keeping `lease` hidden; `false` for a visibility timeout of 0: there is
@@ -132,25 +176,52 @@ impl Keeper {
         if lease.timeout() == 0 {
             return false;
         }
-        self.send(Command::Keep(lease));
+        let (_, due) = first_timer(&lease);
+        self.post(Command::Keep(lease), Some(due));
         true
     }
 
     /// Stops keeping `lease`.
     pub(crate) fn forget(&self, lease: &Arc<Lease>) {
-        self.send(Command::Forget(lease.clone()));
+        self.post(Command::Forget(lease.clone()), None);
     }
 
-    /// Hands `command` to the keeper's task, starting it (again, if its runtime is gone).
-    fn send(&self, command: Command) {
+    /// Queues `command` (whose lease is first due at `due`, for a `Keep`), ringing the keeper
+    /// if it would not take it in time by itself.
+    fn post(&self, command: Command, due: Option<Instant>) {
+        let ring = {
+            let mut inbox = self.inbox.lock().unwrap_or_else(PoisonError::into_inner);
+            inbox.commands.push(command);
+            let full = inbox.commands.len() >= INBOX_LIMIT;
+            let ring = match inbox.wake {
+                Wake::Rung => false,
+                Wake::WhenRung => due.is_some() || full,
+                Wake::At(at) => due.is_some_and(|due| due < at) || full,
+            };
+            if ring {
+                inbox.wake = Wake::Rung;
+            }
+            ring
+        };
+        if ring {
+            self.ring();
+        }
+    }
+
+    /// Wakes the keeper's task, starting it (again, if its runtime is gone).
+    fn ring(&self) {
+        #[cfg(test)]
+        self.rings.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         // The timers count from the task's start, before the first lease's extension is due:
         // the task may first run later (a held-up runtime), and a timer due before its epoch
         // would lose its lateness.
+        let inbox = &self.inbox;
         if self
-            .inbox
-            .send(command, |rx| run(rx, Instant::now()))
+            .bell
+            .send((), |bell| run(bell, inbox.clone(), Instant::now()))
             .is_err()
         {
+            inbox.lock().unwrap_or_else(PoisonError::into_inner).wake = Wake::WhenRung;
             // No runtime to run the keeper on: the deliveries are not extended, and lapse
             // (the consumer's receive loop cannot run without one either).
             tracing::warn!("no runtime to keep the deliveries hidden on");
@@ -161,6 +232,15 @@ impl Keeper {
 impl std::fmt::Debug for Keeper {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Keeper").finish_non_exhaustive()
+    }
+}
+
+/// A lease's first timer: its first extension, or its deadline when none is possible.
+fn first_timer(lease: &Lease) -> (Next, Instant) {
+    let limit = extension_limit(lease.received_at());
+    match next_extension(lease.deadline(), lease.timeout(), limit) {
+        Some(ext) => (Next::Extend, ext.at),
+        None => (Next::Expire(LostReason::HardDeadline), lease.deadline()),
     }
 }
 
@@ -203,16 +283,20 @@ struct Answer {
 }
 
 /// The keeper's task.
-async fn run(mut rx: mpsc::UnboundedReceiver<Command>, epoch: Instant) {
+async fn run(bell: mpsc::UnboundedReceiver<()>, inbox: Arc<Mutex<Inbox>>, epoch: Instant) {
+    // Whatever ends the task (its handles gone, or its runtime), the next command rings.
+    let mut bell = Bell::new(bell, {
+        let inbox = inbox.clone();
+        move || inbox.lock().unwrap_or_else(PoisonError::into_inner).wake = Wake::WhenRung
+    });
     let mut keeper = KeeperTask::new(epoch);
     loop {
+        keeper.take(&inbox);
         let next = keeper.timers.first();
         tokio::select! {
             biased;
-            command = rx.recv() => match command {
-                Some(Command::Keep(lease)) => keeper.keep(lease),
-                Some(Command::Forget(lease)) => keeper.forget_lease(&lease),
-                None => return, // every delivery (and the consumer) is gone
+            rung = bell.rung() => if !rung {
+                return; // every delivery (and the consumer) is gone
             },
             Some(answers) = keeper.rounds.next(), if !keeper.rounds.is_empty() => {
                 keeper.answered(answers);
@@ -221,6 +305,7 @@ async fn run(mut rx: mpsc::UnboundedReceiver<Command>, epoch: Instant) {
                 // Let the tasks woken at the same instant (a handler about to ack) go first:
                 // an extension of a delivery being settled is never sent.
                 tokio::task::yield_now().await;
+                keeper.take(&inbox);
                 keeper.round(Instant::now());
             }
         }
@@ -231,6 +316,8 @@ struct KeeperTask {
     kept: Slab,
     timers: Timers,
     rounds: FuturesUnordered<BoxFuture<'static, Vec<Answer>>>,
+    /// An empty command list with capacity, swapped with the inbox's when taking it.
+    spare: Vec<Command>,
 }
 
 impl KeeperTask {
@@ -242,6 +329,7 @@ impl KeeperTask {
                 keys: BTreeSet::new(),
             },
             rounds: FuturesUnordered::new(),
+            spare: Vec::new(),
         }
     }
 }
@@ -341,12 +429,35 @@ impl Slab {
 }
 
 impl KeeperTask {
+    /// Carries out the commands in `inbox`, then notes in it when the keeper wakes next by
+    /// itself (under the inbox's lock: a command queued after this sees it, and rings if it
+    /// must).
+    fn take(&mut self, inbox: &Mutex<Inbox>) {
+        loop {
+            let mut commands = {
+                let mut inbox = inbox.lock().unwrap_or_else(PoisonError::into_inner);
+                if inbox.commands.is_empty() {
+                    inbox.wake = match self.timers.first() {
+                        Some(at) => Wake::At(at),
+                        None => Wake::WhenRung,
+                    };
+                    return;
+                }
+                // The emptied spare goes back, so the inbox keeps its capacity.
+                std::mem::replace(&mut inbox.commands, std::mem::take(&mut self.spare))
+            };
+            for command in commands.drain(..) {
+                match command {
+                    Command::Keep(lease) => self.keep(lease),
+                    Command::Forget(lease) => self.forget_lease(&lease),
+                }
+            }
+            self.spare = commands;
+        }
+    }
+
     fn keep(&mut self, lease: Arc<Lease>) {
-        let limit = extension_limit(lease.received_at());
-        let (next, at) = match next_extension(lease.deadline(), lease.timeout(), limit) {
-            Some(ext) => (Next::Extend, ext.at),
-            None => (Next::Expire(LostReason::HardDeadline), lease.deadline()),
-        };
+        let (next, at) = first_timer(&lease);
         let kept = Kept {
             lease: lease.clone(),
             timer: 0,
