@@ -14,8 +14,13 @@
 //! - B3: 120,000 deliveries held at once with heartbeats (real time): memory per delivery and
 //!   the worst delay of an extension past its due time (half a timeout).
 //! - B4: the test server, 5,000 messages, instant ack, with the default settings (and the
-//!   keeper not isolated, on two threads and on one) and with `max_in_flight(100)`:
-//!   messages/s, requests per message, client CPU per message.
+//!   keeper not isolated, on two threads and on one), with `max_in_flight(100)`, and with no
+//!   consumer at all (the same requests made by hand with the SDK, one after the other):
+//!   messages/s, requests per message, client CPU per message, and per thread its CPU and
+//!   how often it went to sleep. First, where the time goes: the CPU one `ReceiveMessage`
+//!   call costs its thread when a canned answer comes at once and when it comes 13 ms later.
+//!   `B4_ONLY=<n>` runs only one of its lines: 0 default settings, 1 keeper not isolated, 2
+//!   `max_in_flight(100)`, 3 one thread, 4 no consumer.
 //! - B5: the test server, 50 messages held 5 s each at a visibility timeout of 2 s, with
 //!   `max_in_flight(50)` and with the default settings: extension requests and entries per
 //!   message, failed extension attempts, messages seen twice.
