@@ -463,31 +463,48 @@ mod tests {
         assert!(q.is_empty());
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn entries_arriving_while_a_request_is_under_way_wait_for_it_together() {
+    /// A queue whose every request takes 50 ms, holding `n` messages; their handles.
+    async fn slow_queue_holding(n: usize) -> (MemoryQueue, Vec<String>) {
         let q = MemoryQueue::builder()
             .visibility_timeout(Duration::from_secs(60))
             .latency(Duration::from_millis(50))
             .build()
             .unwrap();
-        let h = held(&q, 6).await;
-        let base = q.requests().requests(Action::DeleteMessageBatch);
-        let batcher = batcher(&q, Call::Delete);
+        let h = held(&q, n).await;
+        (q, h)
+    }
+
+    /// Submits the handles one after the other, `gap` apart, each from its own task; when
+    /// each was answered, counted from the first submission.
+    async fn submit_spaced(
+        batcher: &Arc<Batcher>,
+        handles: Vec<String>,
+        gap: Duration,
+    ) -> Vec<Duration> {
         let start = Instant::now();
-        // One entry first (it goes at once), then five more, 5 ms apart, while it is out.
         let mut tasks = Vec::new();
-        for handle in h {
+        for handle in handles {
             let b = batcher.clone();
             tasks.push(tokio::spawn(async move {
                 b.submit(&handle, 0).await.unwrap();
                 start.elapsed()
             }));
-            tokio::time::sleep(Duration::from_millis(5)).await;
+            tokio::time::sleep(gap).await;
         }
         let mut done = Vec::new();
         for t in tasks {
             done.push(t.await.unwrap());
         }
+        done
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn entries_arriving_while_a_request_is_under_way_wait_for_it_together() {
+        let (q, h) = slow_queue_holding(6).await;
+        let base = q.requests().requests(Action::DeleteMessageBatch);
+        let batcher = batcher(&q, Call::Delete);
+        // One entry first (it goes at once), then five more, 5 ms apart, while it is out.
+        let done = submit_spaced(&batcher, h, Duration::from_millis(5)).await;
         // The first answered after one round trip; the rest left together when it came
         // back, so none waited more than one round trip for a slot.
         assert_eq!(done[0], Duration::from_millis(50));
@@ -504,29 +521,11 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_entry_that_fills_a_batch_rings_while_a_request_is_under_way() {
-        let q = MemoryQueue::builder()
-            .visibility_timeout(Duration::from_secs(60))
-            .latency(Duration::from_millis(50))
-            .build()
-            .unwrap();
-        let h = held(&q, 11).await;
+        let (q, h) = slow_queue_holding(11).await;
         let base = q.requests().requests(Action::DeleteMessageBatch);
         let batcher = batcher(&q, Call::Delete);
-        let start = Instant::now();
         // One entry first (it goes at once), then ten more, 1 ms apart, while it is out.
-        let mut tasks = Vec::new();
-        for handle in h {
-            let b = batcher.clone();
-            tasks.push(tokio::spawn(async move {
-                b.submit(&handle, 0).await.unwrap();
-                start.elapsed()
-            }));
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-        let mut done = Vec::new();
-        for t in tasks {
-            done.push(t.await.unwrap());
-        }
+        let done = submit_spaced(&batcher, h, Duration::from_millis(1)).await;
         // The ten went together as soon as the tenth came (10 ms), without waiting for the
         // first request's answer (50 ms).
         assert_eq!(done[0], Duration::from_millis(50));

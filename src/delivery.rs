@@ -631,6 +631,39 @@ mod tests {
         assert_eq!(keeper.rings(), 2);
     }
 
+    #[test]
+    fn a_keeper_gone_with_its_runtime_is_started_again_by_the_next_delivery() {
+        let paused = || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .start_paused(true)
+                .build()
+                .unwrap()
+        };
+        let q = queue(30);
+        q.send("a").unwrap();
+        q.send("b").unwrap();
+        let keeper = Keeper::new(Runner::Caller);
+        let run = RunTies::new(Default::default(), keeper.clone());
+        let first = paused().block_on(async {
+            let d = hold_in(&q, None, run.clone()).await;
+            tokio::task::yield_now().await;
+            d
+        });
+        // That runtime is gone, and the keeper's task with it.
+        assert_eq!(keeper.rings(), 1);
+        paused().block_on(async {
+            // Due after the gone keeper's first timer: it rings all the same, and is kept.
+            let second = hold_in(&q, None, run.clone()).await;
+            assert_eq!(keeper.rings(), 2);
+            sleep(secs(15) + Duration::from_millis(100)).await;
+            assert_eq!(extensions(&q), 1);
+            assert!(!second.is_lost());
+            second.ack().await.unwrap();
+        });
+        drop(first);
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_late_extension_is_counted() {
         let q = queue(10);
