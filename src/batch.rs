@@ -13,19 +13,21 @@
 //! extension until its deadline, an ack for a while), so no call path retries twice.
 
 use std::collections::{HashSet, VecDeque};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot, Notify, Semaphore};
 use tokio_util::task::task_tracker::TaskTrackerToken;
 use tokio_util::task::TaskTracker;
 
 use crate::error::Error;
-use crate::lease_thread::{Bell, Mailbox, Runner};
+use crate::lease_thread::{Mailbox, Runner};
 use crate::limits::MAX_BATCH;
 use crate::queue::{BatchEntry, Queue, ENTRY_IDS};
 
 /// Batch requests under way at once, per action.
 pub(crate) const MAX_REQUESTS_IN_FLIGHT: usize = 4;
+/// Entries pulled off the channel at a time: enough to fill every request slot.
+const LOOKAHEAD: usize = MAX_BATCH * MAX_REQUESTS_IN_FLIGHT;
 
 /// Which call a batcher makes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,52 +47,21 @@ struct Entry {
     _pending: TaskTrackerToken,
 }
 
-/// Entries waiting for the batching task, and how many must wait before one wakes it.
-struct Intake {
-    entries: Vec<Entry>,
-    /// The entry that brings `entries` to this length rings the task; `usize::MAX` once it
-    /// has been rung (until it takes them). 1 while it waits for work, and while there is no
-    /// task (not started yet, or gone with its runtime).
-    ring_at: usize,
-}
-
-impl Default for Intake {
-    fn default() -> Self {
-        Self {
-            entries: Vec::new(),
-            ring_at: 1,
-        }
-    }
+/// What a caller hands the batching task: one entry, or several that go out together.
+enum Submission {
+    One(Entry),
+    Many(Vec<Entry>),
 }
 
 /// Sends one kind of call in batches; see the module docs.
-///
-/// Callers queue their entries in an intake, and ring the batching task only when it waits
-/// for them: for the first entry when it is idle, and while a request is under way, for the
-/// entry that fills a batch. On a thread of its own, every wake-up costs a thread switch: the
-/// acks of a receive's deliveries then wake it once or twice, not once each.
 #[derive(Debug)]
 pub(crate) struct Batcher {
     queue: Queue,
     call: Call,
     settles: TaskTracker,
-    /// Rings the batching task, starting it first if there is none (or its runtime is gone);
-    /// the task runs where the runner says (for a caller's runner: inside the runtime that
-    /// first uses it).
-    bell: Mailbox<()>,
-    intake: Arc<Mutex<Intake>>,
-    /// Times the batching task was rung.
-    #[cfg(test)]
-    rings: std::sync::atomic::AtomicUsize,
-}
-
-impl std::fmt::Debug for Intake {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Intake")
-            .field("entries", &self.entries.len())
-            .field("ring_at", &self.ring_at)
-            .finish()
-    }
+    /// The batching task's inbox; the task runs where the runner says (for a caller's
+    /// runner: inside the runtime that first uses it).
+    inbox: Mailbox<Submission>,
 }
 
 impl Batcher {
@@ -99,27 +70,20 @@ impl Batcher {
             queue,
             call,
             settles,
-            bell: Mailbox::new(runner),
-            intake: Arc::default(),
-            #[cfg(test)]
-            rings: Default::default(),
+            inbox: Mailbox::new(runner),
         }
-    }
-
-    /// Times the batching task was rung.
-    #[cfg(test)]
-    fn rings(&self) -> usize {
-        self.rings.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Deletes (or changes the visibility of) one message as part of a batch, and returns
     /// that entry's own result: one attempt, never retried here.
     pub(crate) async fn submit(&self, receipt: &str, visibility: u32) -> Result<(), Error> {
         let (entry, answer) = self.entry(receipt, visibility);
-        self.send(vec![entry]);
-        answer
-            .await
-            .unwrap_or_else(|_| Err(Error::runtime_gone(self.call.name())))
+        match self.send(Submission::One(entry)) {
+            Ok(()) => answer
+                .await
+                .unwrap_or_else(|_| Err(Error::runtime_gone(self.call.name()))),
+            Err(()) => Err(Error::runtime_gone(self.call.name())),
+        }
     }
 
     /// Several entries, handed to the batching task at once, so that they go out together
@@ -130,14 +94,15 @@ impl Batcher {
             .iter()
             .map(|(receipt, visibility)| self.entry(receipt, *visibility))
             .unzip();
-        self.send(entries);
+        let sent = self.send(Submission::Many(entries)).is_ok();
         let mut results = Vec::with_capacity(answers.len());
         for answer in answers {
-            results.push(
-                answer
-                    .await
-                    .unwrap_or_else(|_| Err(Error::runtime_gone(self.call.name()))),
-            );
+            let gone = || Err(Error::runtime_gone(self.call.name()));
+            results.push(if sent {
+                answer.await.unwrap_or_else(|_| gone())
+            } else {
+                gone()
+            });
         }
         results
     }
@@ -157,34 +122,12 @@ impl Batcher {
         (entry, answer)
     }
 
-    /// Queues `entries` for the batching task, ringing it if it waits for them. Without a
-    /// runtime to run it on, the entries are dropped: their callers learn it from their
-    /// answers' channels.
-    fn send(&self, entries: Vec<Entry>) {
-        let ring = {
-            let mut intake = lock(&self.intake);
-            intake.entries.extend(entries);
-            let ring = intake.entries.len() >= intake.ring_at;
-            if ring {
-                intake.ring_at = usize::MAX;
-            }
-            ring
-        };
-        if !ring {
-            return;
-        }
-        #[cfg(test)]
-        self.rings.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        let (queue, call, intake) = (&self.queue, self.call, &self.intake);
-        if self
-            .bell
-            .send((), |bell| run(queue.clone(), call, bell, intake.clone()))
-            .is_err()
-        {
-            let mut intake = lock(intake);
-            intake.entries.clear();
-            intake.ring_at = 1;
-        }
+    /// Hands `submission` to the batching task; `Err` without a runtime to run it on.
+    fn send(&self, submission: Submission) -> Result<(), ()> {
+        let (queue, call) = (&self.queue, self.call);
+        self.inbox
+            .send(submission, |rx| run(queue.clone(), call, rx))
+            .map_err(drop)
     }
 }
 
@@ -197,74 +140,32 @@ impl Call {
     }
 }
 
-fn lock(intake: &Mutex<Intake>) -> std::sync::MutexGuard<'_, Intake> {
-    intake.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// Moves what the intake holds to `waiting`; if that leaves fewer than `want` waiting, asks
-/// to be rung when the intake has enough to make up the difference. `true` if `want` are
-/// waiting.
-fn take_intake(intake: &Mutex<Intake>, waiting: &mut VecDeque<Entry>, want: usize) -> bool {
-    let mut intake = lock(intake);
-    waiting.extend(intake.entries.drain(..));
-    if waiting.len() >= want {
-        return true;
-    }
-    intake.ring_at = want - waiting.len();
-    false
-}
-
-/// Entries in the intake.
-fn intake_len(intake: &Mutex<Intake>) -> usize {
-    lock(intake).entries.len()
-}
-
 /// The batching loop: takes what is queued whenever a request slot is free.
-async fn run(
-    queue: Queue,
-    call: Call,
-    bell: mpsc::UnboundedReceiver<()>,
-    intake: Arc<Mutex<Intake>>,
-) {
-    // When the task ends (its handles gone, or its runtime), the entries left in the intake
-    // are dropped (their callers learn it from their answers' channels), and the next entry
-    // rings, which starts a new task.
-    let mut bell = Bell::new(bell, {
-        let intake = intake.clone();
-        move || {
-            let mut intake = lock(&intake);
-            intake.entries.clear();
-            intake.ring_at = 1;
-        }
-    });
+async fn run(queue: Queue, call: Call, mut rx: mpsc::UnboundedReceiver<Submission>) {
     let slots = Arc::new(Semaphore::new(MAX_REQUESTS_IN_FLIGHT));
     // Signalled whenever a request comes back (after its slot is free).
     let answered = Arc::new(Notify::new());
     let mut waiting: VecDeque<Entry> = VecDeque::new();
-    // Every handle is gone: what is queued still goes out, then the task ends.
-    let mut closed = false;
     loop {
         let Ok(slot) = slots.clone().acquire_owned().await else {
             return;
         };
         if waiting.is_empty() {
-            while !take_intake(&intake, &mut waiting, 1) {
-                if closed {
-                    return;
-                }
-                closed = !bell.rung().await;
+            match rx.recv().await {
+                Some(submission) => take(&mut waiting, submission),
+                None => return,
             }
             // Let the tasks woken with this one add theirs (the handlers of deliveries received
             // together ack together; on a thread of its own the batcher is woken by the first
             // of them while the others are still on their way): yield while each pass brings
             // more. Microseconds, not a linger; it ends at the first pass that brings nothing.
-            let mut seen = intake_len(&intake);
+            let mut seen = rx.len();
             for _ in 0..MAX_BATCH {
                 if seen + waiting.len() >= MAX_BATCH {
                     break;
                 }
                 tokio::task::yield_now().await;
-                let now = intake_len(&intake);
+                let now = rx.len();
                 if now == seen && now > 0 {
                     break;
                 }
@@ -272,25 +173,30 @@ async fn run(
             }
         }
         loop {
+            while waiting.len() < LOOKAHEAD {
+                match rx.try_recv() {
+                    Ok(submission) => take(&mut waiting, submission),
+                    Err(_) => break,
+                }
+            }
             // Registered before the check below, so an answer arriving after it wakes us.
             let answer = answered.notified();
             tokio::pin!(answer);
             answer.as_mut().enable();
             // This loop holds one slot; any other taken slot is a request under way.
             let under_way = slots.available_permits() + 1 < MAX_REQUESTS_IN_FLIGHT;
-            if take_intake(&intake, &mut waiting, MAX_BATCH) || !under_way || closed {
+            if waiting.len() >= MAX_BATCH || !under_way {
                 break;
             }
-            // A partial batch waits for a request to come back, or for the entry that fills
-            // it (which rings).
             tokio::select! {
                 biased;
                 () = answer => break,
-                rung = bell.rung() => closed = !rung,
+                submission = rx.recv() => match submission {
+                    Some(submission) => take(&mut waiting, submission),
+                    None => break,
+                },
             }
         }
-        // What came in meanwhile, without ringing, goes too.
-        take_intake(&intake, &mut waiting, 0);
         let batch = take_batch(&mut waiting);
         let (queue, answered) = (queue.clone(), answered.clone());
         tokio::spawn(async move {
@@ -298,6 +204,13 @@ async fn run(
             drop(slot);
             answered.notify_waiters();
         });
+    }
+}
+
+fn take(waiting: &mut VecDeque<Entry>, submission: Submission) {
+    match submission {
+        Submission::One(entry) => waiting.push_back(entry),
+        Submission::Many(entries) => waiting.extend(entries),
     }
 }
 
@@ -463,48 +376,31 @@ mod tests {
         assert!(q.is_empty());
     }
 
-    /// A queue whose every request takes 50 ms, holding `n` messages; their handles.
-    async fn slow_queue_holding(n: usize) -> (MemoryQueue, Vec<String>) {
+    #[tokio::test(start_paused = true)]
+    async fn entries_arriving_while_a_request_is_under_way_wait_for_it_together() {
         let q = MemoryQueue::builder()
             .visibility_timeout(Duration::from_secs(60))
             .latency(Duration::from_millis(50))
             .build()
             .unwrap();
-        let h = held(&q, n).await;
-        (q, h)
-    }
-
-    /// Submits the handles one after the other, `gap` apart, each from its own task; when
-    /// each was answered, counted from the first submission.
-    async fn submit_spaced(
-        batcher: &Arc<Batcher>,
-        handles: Vec<String>,
-        gap: Duration,
-    ) -> Vec<Duration> {
+        let h = held(&q, 6).await;
+        let base = q.requests().requests(Action::DeleteMessageBatch);
+        let batcher = batcher(&q, Call::Delete);
         let start = Instant::now();
+        // One entry first (it goes at once), then five more, 5 ms apart, while it is out.
         let mut tasks = Vec::new();
-        for handle in handles {
+        for handle in h {
             let b = batcher.clone();
             tasks.push(tokio::spawn(async move {
                 b.submit(&handle, 0).await.unwrap();
                 start.elapsed()
             }));
-            tokio::time::sleep(gap).await;
+            tokio::time::sleep(Duration::from_millis(5)).await;
         }
         let mut done = Vec::new();
         for t in tasks {
             done.push(t.await.unwrap());
         }
-        done
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn entries_arriving_while_a_request_is_under_way_wait_for_it_together() {
-        let (q, h) = slow_queue_holding(6).await;
-        let base = q.requests().requests(Action::DeleteMessageBatch);
-        let batcher = batcher(&q, Call::Delete);
-        // One entry first (it goes at once), then five more, 5 ms apart, while it is out.
-        let done = submit_spaced(&batcher, h, Duration::from_millis(5)).await;
         // The first answered after one round trip; the rest left together when it came
         // back, so none waited more than one round trip for a slot.
         assert_eq!(done[0], Duration::from_millis(50));
@@ -514,29 +410,6 @@ mod tests {
         );
         assert_eq!(q.requests().requests(Action::DeleteMessageBatch) - base, 2);
         assert!(q.is_empty());
-        // Rung by the first entry (idle) and by the second (waiting for work again); the
-        // others waited for the answer without waking it.
-        assert_eq!(batcher.rings(), 2);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn the_entry_that_fills_a_batch_rings_while_a_request_is_under_way() {
-        let (q, h) = slow_queue_holding(11).await;
-        let base = q.requests().requests(Action::DeleteMessageBatch);
-        let batcher = batcher(&q, Call::Delete);
-        // One entry first (it goes at once), then ten more, 1 ms apart, while it is out.
-        let done = submit_spaced(&batcher, h, Duration::from_millis(1)).await;
-        // The ten went together as soon as the tenth came (10 ms), without waiting for the
-        // first request's answer (50 ms).
-        assert_eq!(done[0], Duration::from_millis(50));
-        assert!(
-            done[1..].iter().all(|d| *d == Duration::from_millis(60)),
-            "{done:?}"
-        );
-        assert_eq!(q.requests().requests(Action::DeleteMessageBatch) - base, 2);
-        assert!(q.is_empty());
-        // The first (idle), the second (waiting for work), the eleventh (a full batch).
-        assert_eq!(batcher.rings(), 3);
     }
 
     #[tokio::test(start_paused = true)]
