@@ -545,15 +545,7 @@ fn b4_run(endpoint: &str, taker: Taker) -> B4Run {
                 }
             }
         };
-        if std::env::var("SPAWN").is_ok() {
-            let consumer = Arc::new(consumer);
-            tokio::spawn(async move { consumer.run_until(handler, done).await })
-                .await
-                .unwrap()
-                .unwrap();
-        } else {
-            consumer.run_until(handler, done).await.unwrap();
-        }
+        consumer.run_until(handler, done).await.unwrap();
         let elapsed = start.elapsed();
         let threads_after = threads_cpu();
         let shares: Vec<String> = threads_after
@@ -658,7 +650,8 @@ fn b4_idle_cost() {
          Connection: close\r\n\r\n{body}",
         body.len()
     );
-    let server = {
+    // The server's thread serves until the process ends.
+    {
         let delay_ms = delay_ms.clone();
         std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
@@ -739,7 +732,6 @@ fn b4_idle_cost() {
         late.as_secs_f64() * 1e6,
         late.as_secs_f64() / at_once.as_secs_f64().max(1e-9),
     );
-    drop(server); // the thread serves until the process ends
 }
 
 /// Runs per figure of the server benches: 3, or `BENCH_RUNS` (1 to profile one run).

@@ -18,7 +18,7 @@ use tokio::time::{sleep_until, Instant};
 
 use crate::error::{ErrorKind, LostReason};
 use crate::lease::Lease;
-use crate::lease_thread::{Bell, Mailbox, Runner};
+use crate::lease_thread::{Mailbox, Runner};
 use crate::limits::extension_limit;
 use crate::stats::Counter;
 
@@ -284,11 +284,10 @@ struct Answer {
 
 /// The keeper's task.
 async fn run(bell: mpsc::UnboundedReceiver<()>, inbox: Arc<Mutex<Inbox>>, epoch: Instant) {
-    // Whatever ends the task (its handles gone, or its runtime), the next command rings.
-    let mut bell = Bell::new(bell, {
-        let inbox = inbox.clone();
-        move || inbox.lock().unwrap_or_else(PoisonError::into_inner).wake = Wake::WhenRung
-    });
+    let mut bell = Bell {
+        rx: bell,
+        inbox: inbox.clone(),
+    };
     let mut keeper = KeeperTask::new(epoch);
     loop {
         keeper.take(&inbox);
@@ -309,6 +308,35 @@ async fn run(bell: mpsc::UnboundedReceiver<()>, inbox: Arc<Mutex<Inbox>>, epoch:
                 keeper.round(Instant::now());
             }
         }
+    }
+}
+
+/// The keeper task's end of its bell. Whatever ends the task (its handles gone, or its
+/// runtime), the bell is closed first and the inbox then set to ring: the next command
+/// rings, and that ring starts a new task.
+struct Bell {
+    rx: mpsc::UnboundedReceiver<()>,
+    inbox: Arc<Mutex<Inbox>>,
+}
+
+impl Bell {
+    /// Waits to be rung (the rings so far count as one); `false` once every handle is gone.
+    async fn rung(&mut self) -> bool {
+        if self.rx.recv().await.is_none() {
+            return false;
+        }
+        while self.rx.try_recv().is_ok() {}
+        true
+    }
+}
+
+impl Drop for Bell {
+    fn drop(&mut self) {
+        self.rx.close();
+        self.inbox
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .wake = Wake::WhenRung;
     }
 }
 

@@ -144,38 +144,6 @@ impl<T> fmt::Debug for Mailbox<T> {
     }
 }
 
-/// The task's end of a bell: a [`Mailbox<()>`] whose rings say "look at your inbox", for
-/// tasks whose work waits in a shared inbox that senders fill without waking them. When the
-/// task ends (every handle gone, or its runtime), the bell is closed first and `on_close`
-/// runs then: it resets the inbox so that the next sender rings, and a ring after it starts a
-/// new task.
-pub(crate) struct Bell<F: FnMut()> {
-    rx: mpsc::UnboundedReceiver<()>,
-    on_close: F,
-}
-
-impl<F: FnMut()> Bell<F> {
-    pub(crate) fn new(rx: mpsc::UnboundedReceiver<()>, on_close: F) -> Self {
-        Self { rx, on_close }
-    }
-
-    /// Waits to be rung (the rings so far count as one); `false` once every handle is gone.
-    pub(crate) async fn rung(&mut self) -> bool {
-        if self.rx.recv().await.is_none() {
-            return false;
-        }
-        while self.rx.try_recv().is_ok() {}
-        true
-    }
-}
-
-impl<F: FnMut()> Drop for Bell<F> {
-    fn drop(&mut self) {
-        self.rx.close();
-        (self.on_close)();
-    }
-}
-
 /// A thread running a current-thread runtime until it is dropped.
 pub(crate) struct LeaseThread {
     handle: Handle,
