@@ -6,14 +6,16 @@
 //! SQS_TEST_ENDPOINT=http://127.0.0.1:PORT cargo bench --bench shutdown   # also against a server
 //! ```
 //!
-//! Two cases, each run several times (medians reported, the machine being noisy):
-//! - idle: the consumer is in a 20 s long poll of an empty queue; the signal must abandon
-//!   it. Signal to return is the time to stop receiving.
+//! Three cases, each run several times (medians reported, the machine being noisy):
+//! - idle: the consumer is in a long poll (`POLL`) of an empty queue; the stop sends no new
+//!   receive and waits for that one to end (abandoning it would leave the server free to hand
+//!   it the next message, hidden for a visibility timeout). Signal to return is at most the
+//!   poll's wait.
 //! - draining: N handlers are running at the signal and finish (ack) 50 ms after it. Signal
 //!   to return, minus those 50 ms, is what the shutdown itself costs.
-//! - pause: the consumer is in a 20 s long poll; `pause()` must abandon it. From the call to
-//!   no slot reserved by a receive (`Stats::reserved` 0), and from `resume()` to a receive
-//!   under way again.
+//! - pause: the consumer is in a long poll (`POLL`); `pause()` starts no new receive and the
+//!   one under way ends within its wait. From the call to no slot reserved by a receive
+//!   (`Stats::reserved` 0), and from `resume()` to a receive under way again.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -26,6 +28,8 @@ use tokio::time::{sleep, Instant};
 const IDLE_RUNS: usize = 20;
 const DRAIN_RUNS: usize = 10;
 const HANDLER_TAIL: Duration = Duration::from_millis(50);
+/// The long polls' wait in the idle and pause cases: a stop or a pause waits for the poll.
+const POLL: Duration = Duration::from_secs(2);
 
 /// A fresh queue per run: in memory, or on the server.
 enum Target {
@@ -90,7 +94,7 @@ async fn idle(target: &Target, run: usize) -> Duration {
     let (builder, _) = target
         .queue(&format!("bench-idle-{}-{run}", std::process::id()))
         .await;
-    let consumer = builder.wait_time(Duration::from_secs(20)).build().unwrap();
+    let consumer = builder.wait_time(POLL).build().unwrap();
     let signalled = std::sync::Mutex::new(None::<Instant>);
     let signal = async {
         sleep(Duration::from_millis(300)).await; // the long poll is under way
@@ -144,17 +148,18 @@ async fn pausing(target: &Target, run: usize) -> (Duration, Duration) {
     let (builder, _) = target
         .queue(&format!("bench-pause-{}-{run}", std::process::id()))
         .await;
-    let consumer = Arc::new(builder.wait_time(Duration::from_secs(20)).build().unwrap());
+    let consumer = Arc::new(builder.wait_time(POLL).build().unwrap());
     let c = consumer.clone();
     let running = tokio::spawn(async move { c.run(|d: Delivery| d.ack()).await });
     sleep(Duration::from_millis(300)).await; // the long poll is under way
     assert!(consumer.stats().reserved > 0);
-    // From `start` until a receive is (`true`) or is not under way; bounded to 5 s of looking.
+    // From `start` until a receive is (`true`) or is not under way; bounded to the poll's
+    // wait and 5 s more of looking.
     let until = |reserved: bool, start: Instant| {
         let consumer = consumer.clone();
         async move {
             while (consumer.stats().reserved > 0) != reserved
-                && start.elapsed() < Duration::from_secs(5)
+                && start.elapsed() < POLL + Duration::from_secs(5)
             {
                 tokio::task::yield_now().await;
             }
@@ -204,7 +209,10 @@ async fn bench(name: &str, target: Target) {
     for run in 0..IDLE_RUNS {
         v.push(idle(&target, run).await);
     }
-    report(&format!("{name}: signal -> return, idle in a 20 s poll"), v);
+    report(
+        &format!("{name}: signal -> return, idle in a {POLL:?} poll"),
+        v,
+    );
     for handlers in [1, 16, 64] {
         let mut v = Vec::new();
         for run in 0..DRAIN_RUNS {

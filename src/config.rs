@@ -154,10 +154,13 @@ impl ConsumerBuilder {
     }
 
     /// The visibility timeout each receive asks for, and so the heartbeat's period (it
-    /// extends halfway through each timeout). Whole seconds in 0..=43200; 0 means no
-    /// heartbeat at all.
+    /// extends halfway through each timeout). Whole seconds in 1..=43200 (12 hours): with 0 a
+    /// received message would be visible to every other receive at once, and no delivery
+    /// could be kept.
     ///
-    /// Defaults to the queue's own `VisibilityTimeout`, read once when the consumer starts.
+    /// Defaults to the queue's own `VisibilityTimeout`, read once when the consumer starts; a
+    /// queue whose own timeout is 0 makes `run` fail at once with
+    /// [`Error::InvalidConfig`] naming `visibility_timeout` (set one here, or on the queue).
     /// A short timeout brings a message back sooner after a crash, at the cost of more
     /// `ChangeMessageVisibility` calls while it is held.
     pub fn visibility_timeout(mut self, timeout: Duration) -> Self {
@@ -315,7 +318,7 @@ impl ConsumerBuilder {
     pub fn build(self) -> Result<Consumer, Error> {
         let visibility_timeout = self
             .visibility_timeout
-            .map(|t| limits::visibility_secs("visibility_timeout", t))
+            .map(|t| limits::consumer_visibility_secs("visibility_timeout", t))
             .transpose()?;
         let wait_time = limits::wait_time("wait_time", self.wait_time)?;
         let max_batch = u32::try_from(MAX_BATCH).unwrap_or(10);
@@ -502,7 +505,7 @@ mod tests {
 
     #[test]
     fn bounds_are_accepted() {
-        for (v, w, b, m) in [(0, 0, 1, 1), (43_200, 20, 10, 120_000)] {
+        for (v, w, b, m) in [(1, 0, 1, 1), (43_200, 20, 10, 120_000)] {
             let c = builder()
                 .visibility_timeout(Duration::from_secs(v))
                 .wait_time(Duration::from_secs(w))
@@ -516,7 +519,12 @@ mod tests {
 
     #[test]
     fn out_of_range_settings_are_refused() {
-        let vis = "0..=43200";
+        let vis = "1..=43200";
+        refused(
+            builder().visibility_timeout(Duration::ZERO),
+            "visibility_timeout",
+            vis,
+        );
         refused(
             builder().visibility_timeout(Duration::from_secs(43_201)),
             "visibility_timeout",

@@ -6,13 +6,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::batch_handler::BatchHandler;
+use crate::consumer_handle::ConsumerHandle;
 use crate::dispatch::Engine;
 use crate::error::Error;
 use crate::handler::Handler;
 use crate::handling::HandlerSettings;
 use crate::lease_thread::Runner;
 use crate::queue::Queue;
-use crate::receiver::ReceiveSettings;
+use crate::receiver::{ReceiveSettings, Receiving};
 use crate::retry::RetryPolicy;
 use crate::stats::Stats;
 use crate::stream::DeliveryStream;
@@ -80,6 +81,13 @@ impl Consumer {
         self.engine.stats()
     }
 
+    /// A handle that pauses, resumes, reads the stats of, or stops this consumer from
+    /// another task (a signal handler, say) while a `run*` future or a stream of it runs:
+    /// see [`ConsumerHandle`].
+    pub fn handle(&self) -> ConsumerHandle {
+        ConsumerHandle::new(self.engine.clone())
+    }
+
     /// Receives messages and calls `handler` for each, until a fatal error.
     ///
     /// The same as [`run_until`](Consumer::run_until) with a signal that never comes.
@@ -87,8 +95,8 @@ impl Consumer {
         self.run_until(handler, std::future::pending()).await
     }
 
-    /// Receives messages and calls `handler` for each until `signal` completes (or a fatal
-    /// error), then shuts down gracefully.
+    /// Receives messages and calls `handler` for each until `signal` completes (or
+    /// [`ConsumerHandle::shutdown`] is called, or a fatal error), then shuts down gracefully.
     ///
     /// Each delivery's handler runs as its own task. A handler error is logged with the
     /// message id; a panic is caught and logged, and the consumer carries on. Transient
@@ -97,19 +105,32 @@ impl Consumer {
     /// that error, after the same shutdown.
     ///
     /// The shutdown, in order:
-    /// 1. receiving stops at once: a pending long poll is abandoned, no receive starts after
-    ///    the signal;
-    /// 2. FIFO deliveries still waiting their turn are released (visible again at once);
-    /// 3. running handlers may finish, for up to
-    ///    [`shutdown_timeout`](crate::ConsumerBuilder::shutdown_timeout), their deliveries
-    ///    still kept hidden by their heartbeats; a delivery a handler drops now is released at
-    ///    once;
-    /// 4. handlers still running then are cancelled and their messages released;
-    /// 5. the acks and releases under way are waited for; then `run_until` returns.
+    /// 1. no receive starts after the signal;
+    /// 2. the receives under way are awaited, not abandoned: SQS still serves a long poll
+    ///    whose client went away, and the message it takes stays hidden for a whole
+    ///    visibility timeout with its receive count raised. Each ends within its
+    ///    [`wait_time`](crate::ConsumerBuilder::wait_time) (at the latest
+    ///    [`request_timeout`](crate::ConsumerBuilder::request_timeout) after it, on a server
+    ///    that does not answer), so **a stop takes up to the wait time** (20 s by default;
+    ///    less as soon as a message arrives). Meanwhile the run goes on as before the signal
+    ///    (a message released now could be taken again by one of those receives): what they
+    ///    bring is handled like any delivery while the shutdown timeout allows; what they
+    ///    bring after it is kept hidden, then released (visible again) once they are all in;
+    /// 3. FIFO deliveries still waiting their turn are released (visible again at once);
+    /// 4. running handlers may finish, until
+    ///    [`shutdown_timeout`](crate::ConsumerBuilder::shutdown_timeout) after the signal
+    ///    (or until the receives are in, if that is later), their deliveries still kept
+    ///    hidden by their heartbeats; a delivery a handler drops now is released at once;
+    /// 5. handlers still running then are cancelled and their messages released;
+    /// 6. the acks and releases under way are waited for; then `run_until` returns.
     ///
-    /// Dropping the returned future instead cannot wait: it stops receiving, aborts the
-    /// handlers it started, and releases their messages in the background. No heartbeat of
-    /// theirs keeps running.
+    /// A shorter `wait_time` makes the stop quicker at the cost of more receive requests on
+    /// a quiet queue (one every `wait_time`).
+    ///
+    /// Dropping the returned future instead cannot wait: it abandons the receives under way
+    /// (a message the server hands to one of them stays hidden for its visibility timeout),
+    /// aborts the handlers it started, and releases their messages in the background. No
+    /// heartbeat of theirs keeps running.
     ///
     /// ```no_run
     /// # async fn example(consumer: sqs_consumer::Consumer) -> Result<(), sqs_consumer::Error> {
@@ -176,20 +197,20 @@ impl Consumer {
             .await
     }
 
-    /// Stops receiving: the receives under way are abandoned at once (a pending long poll
-    /// ends on the consumer's side) and none starts until [`resume`](Consumer::resume).
-    /// Deliveries already received keep their heartbeats; handlers go on running, and acks
-    /// and releases go out as usual. Affects every `run*` and stream of this consumer.
-    ///
-    /// As with a shutdown, a long poll abandoned just as a message arrives may have taken it
-    /// on the server's side: that message stays hidden for one visibility timeout.
+    /// Pauses receiving: no receive starts until [`resume`](Consumer::resume). The
+    /// receives under way are not abandoned (the server would still hand them a message):
+    /// each ends within its [`wait_time`](crate::ConsumerBuilder::wait_time), and what it
+    /// brings is handled as usual. Deliveries already received keep their heartbeats;
+    /// handlers go on running, and acks and releases go out as usual. Affects every `run*`
+    /// and stream of this consumer; [`Stats::reserved`](crate::Stats::reserved) falls to 0
+    /// once the receives under way are in. Also on [`ConsumerHandle`].
     pub fn pause(&self) {
-        self.engine.pause(true);
+        self.engine.set_receiving(Receiving::Paused);
     }
 
     /// Starts receiving again at once after [`pause`](Consumer::pause).
     pub fn resume(&self) {
-        self.engine.pause(false);
+        self.engine.set_receiving(Receiving::Active);
     }
 
     /// `true` while receiving is paused.
@@ -207,8 +228,11 @@ impl Consumer {
     /// the group is released). A fatal error is yielded once, and the stream ends.
     ///
     /// Dropping the stream stops receiving and releases the deliveries it had not yielded;
-    /// deliveries yielded and dropped after that are released at once. Must be called within
-    /// a tokio runtime.
+    /// deliveries yielded and dropped after that are released at once. The receives under
+    /// way are not abandoned: a task finishes them in the background and releases what they
+    /// bring. [`ConsumerHandle::shutdown`] ends it as
+    /// [`stream_until`](Consumer::stream_until)'s signal would. Must be called within a tokio
+    /// runtime.
     ///
     /// ```no_run
     /// # async fn example(consumer: sqs_consumer::Consumer) {
@@ -232,11 +256,12 @@ impl Consumer {
     /// then the same graceful shutdown as [`run_until`](Consumer::run_until), and the stream
     /// ends.
     ///
-    /// On the signal, receiving stops at once, deliveries not yet yielded are released
-    /// (visible again at once), and the stream waits (up to
-    /// [`shutdown_timeout`](crate::ConsumerBuilder::shutdown_timeout)) until every delivery
-    /// it yielded has been settled or dropped, then for the acks and releases under way, and
-    /// ends. A delivery still held after the timeout stays yours: its heartbeat goes on, and
+    /// On the signal (or [`ConsumerHandle::shutdown`]), no receive starts; the receives under
+    /// way are awaited as [`run_until`](Consumer::run_until) does, what they bring is
+    /// yielded; then deliveries not yet yielded are released (visible again at once), and the
+    /// stream waits (until [`shutdown_timeout`](crate::ConsumerBuilder::shutdown_timeout)
+    /// after the signal) until every delivery it yielded has been settled or dropped, then
+    /// for the acks and releases under way, and ends. A delivery still held after the timeout stays yours: its heartbeat goes on, and
     /// dropping it releases it at once.
     ///
     /// ```no_run

@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, Span};
 
 use crate::context::{Context, SettleHooks};
-use crate::error::{Error, ErrorKind, LostReason};
+use crate::error::{BoxError, Error, ErrorKind, LostReason};
 use crate::heartbeat::Keeper;
 use crate::lease::{Dropped, End, Lease};
 use crate::limits::{secs_rounded_up, HARD_LIMIT, MAX_VISIBILITY_SECS};
@@ -324,25 +324,12 @@ impl Delivery {
         lost_before: Option<LostReason>,
     ) -> Result<(), Error> {
         self.stop_heartbeat();
-        let ctx = self.lease.context();
-        let outcome = match (result, lost_before) {
-            (Err(err), _) if err.is_lost() => Err(self.lost_error(err.kind())),
-            (Err(err), _) => Err(err),
-            (Ok(()), Some(reason)) => Err(Error::Lost {
-                message_id: self.message_id().to_owned(),
-                reason,
-            }),
-            (Ok(()), None) => {
-                self.lease.acked();
-                tracing::debug!(parent: self.span(), "acked");
-                Ok(())
-            }
-        };
-        if outcome.as_ref().is_err_and(Error::is_lost) {
-            ctx.remember_lost_ack(self.message_id());
-            tracing::warn!(parent: self.span(), "ack failed: the delivery was lost; the message may be handled again");
-        }
-        outcome
+        self.lease.finish_ack(result, lost_before)
+    }
+
+    /// The consumer's keeper, which keeps this delivery hidden.
+    pub(crate) fn keeper(&self) -> &Keeper {
+        &self.run.keeper
     }
 
     /// Makes the message visible to every consumer at once (`ChangeMessageVisibility` to 0).
@@ -379,6 +366,75 @@ impl Delivery {
             });
         }
         self.change_and_settle(secs).await
+    }
+
+    /// Gives up on this delivery as if its handler had failed with `error`, now, whatever
+    /// the [`AckMode`](crate::AckMode): the error is logged at `warn` with the message id and
+    /// counted in [`Stats::handler_errors`](crate::Stats::handler_errors), and the message
+    /// meets the consumer's [`RetryPolicy`](crate::RetryPolicy) (released at once during a
+    /// shutdown). So the queue's redrive policy counts the attempt, and no `Ok` of the
+    /// handler acks it afterwards.
+    ///
+    /// In a [`Batch`](crate::Batch), fail the deliveries that failed and let the ack mode (or
+    /// [`Batch::ack_all`](crate::Batch::ack_all)) settle the rest, as Lambda's
+    /// `ReportBatchItemFailures` does:
+    ///
+    /// ```no_run
+    /// # async fn example(consumer: sqs_consumer::Consumer) -> Result<(), sqs_consumer::Error> {
+    /// # async fn store(_: &str) -> Result<(), std::io::Error> { Ok(()) }
+    /// use sqs_consumer::{Batch, BoxError};
+    ///
+    /// // Built with .ack_mode(AckMode::OnSuccess): what the handler leaves is acked on Ok.
+    /// consumer
+    ///     .run_batch(|batch: Batch| async move {
+    ///         for delivery in batch {
+    ///             if let Err(err) = store(delivery.body()).await {
+    ///                 delivery.fail(err).await?; // this one is retried later
+    ///             }
+    ///             // the others are dropped here: acked together when the handler returns Ok
+    ///         }
+    ///         Ok::<(), BoxError>(())
+    ///     })
+    ///     .await
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// The release's error, when the retry policy releases the message and that fails (the
+    /// message then returns when its visibility lapses); [`Error::Lost`] when the delivery
+    /// was lost already (nothing is sent).
+    pub async fn fail(self, error: impl Into<BoxError>) -> Result<(), Error> {
+        let error = error.into();
+        let lease = &self.lease;
+        lease.context().count(Counter::HandlerErrors);
+        tracing::warn!(
+            parent: self.span(),
+            message_id = %self.message_id(),
+            error = %crate::error::chain(&*error),
+            "delivery failed; it gets the retry policy"
+        );
+        if let Some(reason) = lease.lost_reason() {
+            return Err(Error::Lost {
+                message_id: self.message_id().to_owned(),
+                reason,
+            });
+        }
+        let visibility = match self.run.shutdown.is_cancelled() {
+            true => Some(0),
+            false => lease
+                .context()
+                .retry_policy()
+                .visibility_on_drop(lease.receive_count(), lease.room()),
+        };
+        match visibility {
+            Some(secs) => self.change_and_settle(secs).await,
+            None => {
+                // Left to come back when its visibility lapses: settled as it is.
+                self.begin_release();
+                Ok(())
+            }
+        }
     }
 
     async fn change_and_settle(self, visibility: u32) -> Result<(), Error> {
@@ -421,9 +477,7 @@ impl Delivery {
 
     /// Tells the keeper to let go (once).
     fn stop_heartbeat(&self) {
-        if self.lease.timeout() != 0 && self.lease.let_go() {
-            self.run.keeper.forget(&self.lease);
-        }
+        self.run.keeper.let_go(&self.lease);
     }
 }
 
@@ -451,9 +505,13 @@ fn record_trace_context(span: &Span, message: &Message) {
 
 impl Drop for Delivery {
     fn drop(&mut self) {
-        // Only signals: abort the heartbeat, hand a release to its own task.
-        self.stop_heartbeat();
-        if self.lease.drop_delivery() == Dropped::Unsettled {
+        // Only signals: stop the heartbeat, hand a release to its own task. A delivery dropped
+        // in its handler stays kept until the handler's outcome settles it.
+        let dropped = self.lease.drop_delivery();
+        if dropped != Dropped::Deferred {
+            self.stop_heartbeat();
+        }
+        if dropped == Dropped::Unsettled {
             let span = self.lease.span().clone();
             let runtime = self
                 .lease

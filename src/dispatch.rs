@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::batch_handler::BatchHandler;
@@ -20,7 +21,7 @@ use crate::handling::{self, HandlerSettings};
 use crate::heartbeat::Keeper;
 use crate::lease_thread::Runner;
 use crate::queue::Queue;
-use crate::receiver::{ReceiveSettings, ReceivedBatch, Receiver};
+use crate::receiver::{ReceiveSettings, ReceivedBatch, Receiver, Receiving};
 use crate::retry::RetryPolicy;
 use crate::stats::{Counter, Measure, Stats};
 
@@ -42,6 +43,9 @@ pub(crate) struct Engine {
     receiver: Receiver,
     shutdown_timeout: Duration,
     handling: HandlerSettings,
+    /// Cancelled by `ConsumerHandle::shutdown`: every run and stream of this consumer stops
+    /// as on its signal, and one started later stops at once.
+    shutdown_requested: CancellationToken,
 }
 
 impl Engine {
@@ -62,6 +66,7 @@ impl Engine {
             receiver: Receiver::new(queue, receive),
             shutdown_timeout,
             handling,
+            shutdown_requested: CancellationToken::new(),
         }
     }
 
@@ -89,9 +94,22 @@ impl Engine {
         }))
     }
 
-    /// Stops receiving (`true`) or starts again (`false`); see `Consumer::pause`.
-    pub(crate) fn pause(&self, paused: bool) {
-        self.receiver.pause(paused);
+    /// Pauses or resumes receiving; see `Consumer::pause`.
+    pub(crate) fn set_receiving(&self, receiving: Receiving) {
+        self.receiver.set(receiving);
+    }
+
+    /// Starts the graceful stop of every run and stream of this consumer, now and later.
+    pub(crate) fn request_shutdown(&self) {
+        self.shutdown_requested.cancel();
+    }
+
+    /// Completes when `signal` does, or when a shutdown is requested.
+    pub(crate) async fn stop_signal<S: Future<Output = ()>>(&self, signal: S) {
+        tokio::select! {
+            () = signal => {}
+            () = self.shutdown_requested.cancelled() => {}
+        }
     }
 
     pub(crate) fn is_paused(&self) -> bool {
@@ -126,27 +144,78 @@ impl Engine {
     where
         S: Future<Output = ()>,
     {
-        let mut run = self.new_run(CancellationToken::new());
+        let mut run = self.new_run(CancellationToken::new(), CancellationToken::new());
+        let late = run.late.clone();
         // Locals drop in reverse order: if this future is dropped, the guard cancels first,
         // so the deliveries the aborted handlers drop release their messages at once.
         let _release_on_drop = run.ties.shutdown().clone().drop_guard();
-        let result = tokio::select! {
-            biased;
-            () = signal => {
-                tracing::info!(queue = %self.queue_name(), "shutdown signal: receiving stopped");
-                Ok(())
-            }
-            result = self.receive(&mut run, &dispatch) => result,
+        // Until the receives under way are in, the run goes on as before the signal (but
+        // starts no receive): a message released now could be taken by one of them again.
+        let stop = CancellationToken::new();
+        let (result, deadline) = {
+            let receiving = self.receive(&mut run, &dispatch, &stop);
+            self.receive_until(receiving, signal, &stop, &late).await
         };
-        self.shut_down(run).await;
+        self.shut_down(run, deadline).await;
         result
     }
 
-    /// Receives and dispatches for `run` until a fatal error (or until the caller drops this
-    /// future).
-    pub(crate) async fn receive(&self, run: &mut Run, dispatch: &Dispatch) -> Result<(), Error> {
+    /// Drives `receiving` (the receive loop of a run, stopped by `stop`) until `signal`, then
+    /// until the receives under way are in: what they bring is handed out while the shutdown
+    /// timeout allows. Past it, the run's `late` token is cancelled: what the receives still
+    /// bring is kept hidden and released once they are all in. Returns the loop's result and
+    /// the shutdown's deadline.
+    pub(crate) async fn receive_until<R, S>(
+        &self,
+        receiving: R,
+        signal: S,
+        stop: &CancellationToken,
+        late: &CancellationToken,
+    ) -> (Result<(), Error>, Instant)
+    where
+        R: Future<Output = Result<(), Error>>,
+        S: Future<Output = ()>,
+    {
+        tokio::pin!(receiving);
+        let signal = self.stop_signal(signal);
+        let ended = tokio::select! {
+            biased;
+            () = signal => None,
+            result = &mut receiving => Some(result),
+        };
+        let deadline = Instant::now() + self.shutdown_timeout;
+        if let Some(result) = ended {
+            return (result, deadline);
+        }
+        tracing::info!(
+            queue = %self.queue_name(),
+            "shutdown signal: no new receive; the receives under way end within their wait time"
+        );
+        stop.cancel();
+        let result = tokio::select! {
+            result = &mut receiving => result,
+            () = tokio::time::sleep_until(deadline) => {
+                tracing::info!(
+                    "shutdown timeout passed with a receive under way: what it brings is \
+                     released once it is in"
+                );
+                late.cancel();
+                receiving.await
+            }
+        };
+        (result, deadline)
+    }
+
+    /// Receives and dispatches for `run` until `stop` is cancelled (once the receives under
+    /// way are in) or a fatal error.
+    pub(crate) async fn receive(
+        &self,
+        run: &mut Run,
+        dispatch: &Dispatch,
+        stop: &CancellationToken,
+    ) -> Result<(), Error> {
         self.receiver
-            .run(|batch| {
+            .run(stop, |batch| {
                 // Group tasks log their own failures; this only frees finished ones.
                 while run.groups.try_join_next().is_some() {}
                 self.deliver(batch, run, dispatch);
@@ -154,26 +223,32 @@ impl Engine {
             .await
     }
 
-    /// Lets the FIFO groups already received finish handing out their deliveries.
+    /// Lets the FIFO groups already received finish handing out their deliveries, and
+    /// releases what arrived too late to be handed out.
     pub(crate) async fn finish_groups(&self, run: &mut Run) {
+        run.release_late().await;
         while run.groups.join_next().await.is_some() {}
     }
 
     /// The graceful shutdown of a stream, once receiving has stopped: releases what was not
     /// handed out yet (the FIFO deliveries waiting their turn, and what `release_buffered`
-    /// drops), waits up to the shutdown timeout for the deliveries handed out to be settled
-    /// or dropped, then for the settle calls under way.
-    pub(crate) async fn drain_stream(&self, mut run: Run, release_buffered: impl Fn()) {
+    /// drops), waits until `deadline` for the deliveries handed out to be settled or
+    /// dropped, then for the settle calls under way.
+    pub(crate) async fn drain_stream(
+        &self,
+        mut run: Run,
+        deadline: Instant,
+        release_buffered: impl Fn(),
+    ) {
         run.ties.shutdown().cancel();
         release_buffered();
         self.finish_groups(&mut run).await;
         release_buffered();
-        let limit = self.shutdown_timeout;
         let held = run.ties.held();
         if held > 0 {
-            tracing::info!(held, timeout = ?limit, "waiting for the deliveries handed out to be settled");
+            tracing::info!(held, until = ?deadline, "waiting for the deliveries handed out to be settled");
         }
-        if tokio::time::timeout(limit, run.ties.none_held())
+        if tokio::time::timeout_at(deadline, run.ties.none_held())
             .await
             .is_err()
         {
@@ -191,7 +266,7 @@ impl Engine {
     /// Never awaits, so a shutdown cannot cut it in half.
     fn deliver(&self, batch: ReceivedBatch, run: &mut Run, dispatch: &Dispatch) {
         let ctx = &self.ctx;
-        let (ties, groups) = (&run.ties, &mut run.groups);
+        let (ties, groups, late) = (&run.ties, &mut run.groups, run.late.clone());
         let shutdown = ties.shutdown();
         ctx.observe(Measure::ReceiveBatchSize, batch.messages.len() as f64);
         let mut slots = batch.slots.into_iter();
@@ -234,10 +309,18 @@ impl Engine {
             };
             deliveries.push(Delivery::start(ctx.clone(), message, received));
         }
+        if late.is_cancelled() {
+            // Received after the shutdown's deadline (a receive under way at the signal that
+            // answered late): too late to be handled. Kept hidden (other receives may still be
+            // under way, and would take them again) and released once all are in.
+            run.late_arrivals.extend(deliveries);
+            return;
+        }
         match dispatch {
             Dispatch::Each(each) => {
                 for group in fifo::partition(deliveries, ctx.is_fifo()) {
                     let each = each.clone();
+                    // Boxed: the task then moves a pointer around, not the whole state machine.
                     // Boxed: the task then moves a pointer around, not the whole state machine.
                     groups.spawn(Box::pin(fifo::run_group(
                         group,
@@ -259,22 +342,26 @@ impl Engine {
         }
     }
 
-    /// Steps 2 to 5 of the shutdown described on `Consumer::run_until`.
-    async fn shut_down(&self, run: Run) {
-        let Run { ties, mut groups } = run;
+    /// Steps 3 to 6 of the shutdown described on `Consumer::run_until`; handlers may run
+    /// until `deadline`.
+    async fn shut_down(&self, mut run: Run, deadline: Instant) {
+        run.release_late().await;
+        let Run {
+            ties, mut groups, ..
+        } = run;
         let shutdown = ties.shutdown();
         shutdown.cancel();
         // Count the handler tasks still running, not those finished and not yet reaped.
         while groups.try_join_next().is_some() {}
         let running = groups.len();
-        let limit = self.shutdown_timeout;
         if running > 0 {
-            tracing::info!(running, timeout = ?limit, "waiting for running handlers");
+            tracing::info!(running, until = ?deadline, "waiting for running handlers");
         }
-        let drained =
-            tokio::time::timeout(limit, async { while groups.join_next().await.is_some() {} })
-                .await
-                .is_ok();
+        let drained = tokio::time::timeout_at(deadline, async {
+            while groups.join_next().await.is_some() {}
+        })
+        .await
+        .is_ok();
         if !drained {
             tracing::warn!(
                 running = groups.len(),
@@ -295,14 +382,47 @@ pub(crate) struct Run {
     ties: Arc<RunTies>,
     /// The tasks handing out the run's deliveries (one per FIFO group, or per delivery).
     groups: JoinSet<()>,
+    /// Cancelled once the shutdown timeout has passed (or the stream is dropped): what is
+    /// received after it goes to `late_arrivals`, not to a handler.
+    late: CancellationToken,
+    /// Deliveries received too late to be handed out, released once receiving has ended.
+    late_arrivals: Vec<Delivery>,
 }
 
 impl Engine {
-    /// A run that `shutdown` stops.
-    pub(crate) fn new_run(&self, shutdown: CancellationToken) -> Run {
+    /// A run that `shutdown` stops, and `late` ends (see `Run::late`).
+    pub(crate) fn new_run(&self, shutdown: CancellationToken, late: CancellationToken) -> Run {
         Run {
             ties: RunTies::new(shutdown, self.keeper.clone()),
             groups: JoinSet::new(),
+            late,
+            late_arrivals: Vec::new(),
+        }
+    }
+}
+
+impl Run {
+    /// Cancelled once the run's shutdown timeout has passed.
+    pub(crate) fn late(&self) -> &CancellationToken {
+        &self.late
+    }
+
+    /// Releases the deliveries received too late to be handed out (visibility 0), so that
+    /// they go to the next consumer at once rather than stay hidden for a visibility timeout.
+    async fn release_late(&mut self) {
+        let late = std::mem::take(&mut self.late_arrivals);
+        if late.is_empty() {
+            return;
+        }
+        tracing::info!(
+            count = late.len(),
+            "releasing messages received after the shutdown timeout"
+        );
+        for d in late {
+            let message_id = d.message_id().to_owned();
+            if let Err(err) = d.release().await {
+                tracing::warn!(%message_id, error = %err.chain(), "releasing a late delivery failed; it returns when its visibility lapses");
+            }
         }
     }
 }

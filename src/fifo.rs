@@ -42,6 +42,8 @@ pub(crate) fn partition(deliveries: Vec<Delivery>, fifo: bool) -> Vec<VecDeque<D
 
 /// Hands a group's deliveries to `dispatch` one at a time, each after the one before it
 /// ended with an ack. On a delivery that ends otherwise, or on shutdown, releases the rest.
+/// The first is always handed out: the run decided to when it received it (a shutdown that
+/// began since still lets it be handled, within the shutdown timeout).
 pub(crate) async fn run_group<F>(
     mut group: VecDeque<Delivery>,
     shutdown: CancellationToken,
@@ -50,10 +52,6 @@ pub(crate) async fn run_group<F>(
     F: Fn(Delivery) -> BoxFuture<'static, ()>,
 {
     while let Some(d) = group.pop_front() {
-        if shutdown.is_cancelled() {
-            group.push_front(d);
-            break;
-        }
         if group.is_empty() {
             dispatch(d).await;
             return;
@@ -65,7 +63,7 @@ pub(crate) async fn run_group<F>(
             end = ended => end,
             () = shutdown.cancelled() => End::NotAcked,
         };
-        if end != End::Acked {
+        if end != End::Acked || shutdown.is_cancelled() {
             break;
         }
     }
@@ -108,8 +106,10 @@ pub(crate) async fn run_batches<F>(
     }
     let mut going = partition(deliveries, true);
     let mut stopped = Vec::new();
+    // The first round is always handed out, as in `run_group`.
+    let mut first = true;
     while !going.is_empty() {
-        if shutdown.is_cancelled() {
+        if !std::mem::take(&mut first) && shutdown.is_cancelled() {
             stopped.append(&mut going);
             break;
         }

@@ -12,11 +12,12 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, Span};
 
 use crate::batch_handler::{Batch, BatchHandler};
-use crate::context::Context;
+use crate::context::{Context, SettleHooks};
 use crate::delivery::Delivery;
-use crate::error::{self, BoxError, ErrorKind};
+use crate::error::{self, BoxError};
 use crate::handler::Handler;
-use crate::lease::Lease;
+use crate::heartbeat::Keeper;
+use crate::lease::{Lease, Left};
 use crate::stats::{Counter, Measure};
 
 /// What a handler's `Ok` means for the deliveries it leaves unsettled (dropped without
@@ -156,10 +157,13 @@ fn panic_message(panic: &(dyn Any + Send)) -> &str {
 }
 
 /// The deliveries a handler was handed: while it runs, one it drops unsettled waits for its
-/// outcome. Settled by [`settle`](Handed::settle); if the handler's task is cancelled first
-/// (a shutdown past its timeout), dropping this settles them as a failure would.
+/// outcome, kept hidden by the keeper. Settled by [`settle`](Handed::settle); if the
+/// handler's task is cancelled first (a shutdown past its timeout), dropping this settles
+/// them as a failure would.
 struct Handed {
     ctx: Arc<Context>,
+    /// Keeps the deliveries hidden (all of one run's): told to let go of each one settled.
+    keeper: Option<Keeper>,
     items: Items,
     shutdown: CancellationToken,
     ack_mode: AckMode,
@@ -170,8 +174,6 @@ struct Handed {
 struct Item {
     lease: Arc<Lease>,
     span: Span,
-    /// Only in `AckMode::OnSuccess`: to remember a lost ack by its message.
-    message_id: Option<String>,
 }
 
 /// The items of a single handler without an allocation, or of a batch handler.
@@ -201,7 +203,6 @@ impl Handed {
             Item {
                 lease: d.lease().clone(),
                 span: d.span().clone(),
-                message_id: (ack_mode == AckMode::OnSuccess).then(|| d.message_id().to_owned()),
             }
         };
         let items = match deliveries {
@@ -210,6 +211,7 @@ impl Handed {
         };
         Self {
             ctx,
+            keeper: deliveries.first().map(|d| d.keeper().clone()),
             items,
             shutdown,
             ack_mode,
@@ -225,11 +227,12 @@ impl Handed {
     /// delivery it still holds elsewhere decides for itself from now on.
     async fn settle(mut self, outcome: Outcome) {
         self.settled = true;
-        let abandoned: Vec<&Item> = self
+        let abandoned: Vec<(&Item, Left)> = self
             .items
             .as_slice()
             .iter()
-            .filter(|item| item.lease.leave_handler())
+            .map(|item| (item, item.lease.leave_handler()))
+            .filter(|(_, left)| *left != Left::NotAbandoned)
             .collect();
         if abandoned.is_empty() {
             return;
@@ -237,7 +240,7 @@ impl Handed {
         match (outcome, self.ack_mode) {
             (Outcome::Ok, AckMode::OnSuccess) => self.ack(&abandoned).await,
             (Outcome::Ok, AckMode::Manual) => {
-                for item in abandoned {
+                for (item, _) in abandoned {
                     let n = self.ctx.count(Counter::Unsettled);
                     if n.is_power_of_two() {
                         tracing::warn!(
@@ -253,33 +256,37 @@ impl Handed {
                 }
             }
             _ => {
-                for item in abandoned {
+                for (item, _) in abandoned {
                     self.release(item);
                 }
             }
         }
     }
 
-    /// Acks the abandoned deliveries together.
-    async fn ack(&self, abandoned: &[&Item]) {
-        let receipts = abandoned
+    /// Acks the abandoned deliveries together, as `Delivery::ack` would: one lost meanwhile
+    /// is a lost ack, reported and never counted as acked.
+    async fn ack(&self, abandoned: &[(&Item, Left)]) {
+        let lost_before: Vec<_> = abandoned
             .iter()
-            .map(|item| (item.lease.receipt().to_owned(), None))
+            .map(|(item, _)| match item.lease.begin_abandoned_ack() {
+                true => None,
+                false => item.lease.lost_reason(),
+            })
             .collect();
-        let results = self.ctx.delete_all(receipts).await;
-        for (item, result) in abandoned.iter().zip(results) {
-            match result {
-                Ok(()) => {
-                    item.lease.acked();
-                    tracing::debug!(parent: &item.span, "acked (AckMode::OnSuccess)");
-                }
+        let entries = abandoned
+            .iter()
+            .map(|(item, _)| {
+                let hooks: Arc<dyn SettleHooks> = item.lease.clone();
+                (item.lease.receipt().to_owned(), Some(hooks))
+            })
+            .collect();
+        let results = self.ctx.delete_all(entries).await;
+        for (((item, _), result), lost_before) in abandoned.iter().zip(results).zip(lost_before) {
+            self.let_go(item);
+            match item.lease.finish_ack(result, lost_before) {
+                Ok(()) => tracing::debug!(parent: &item.span, "acked (AckMode::OnSuccess)"),
+                Err(err) if err.is_lost() => item.lease.end(),
                 Err(err) => {
-                    if let Some(ErrorKind::Lost(reason)) = err.kind() {
-                        item.lease.mark_lost(reason);
-                        if let Some(id) = &item.message_id {
-                            self.ctx.remember_lost_ack(id);
-                        }
-                    }
                     item.lease.end();
                     tracing::warn!(parent: &item.span, error = %err.chain(), "acking a delivery its handler left unsettled failed; the message comes back when its visibility lapses");
                 }
@@ -287,15 +294,24 @@ impl Handed {
         }
     }
 
-    /// Applies the retry policy to an abandoned delivery (at once during a shutdown). Without
-    /// a runtime (it is shutting down) the message comes back when its visibility lapses.
+    /// Applies the retry policy to an abandoned delivery (at once during a shutdown); one lost
+    /// meanwhile only ends. Without a runtime (it is shutting down) the message comes back
+    /// when its visibility lapses.
     fn release(&self, item: &Item) {
+        self.let_go(item);
         match item.lease.context().settle_runtime(None) {
-            Some(runtime) => {
+            Some(runtime) if item.lease.lost_reason().is_none() => {
                 item.lease
                     .release_unsettled(self.shutdown.is_cancelled(), &runtime, &item.span);
             }
-            None => item.lease.end(),
+            _ => item.lease.end(),
+        }
+    }
+
+    /// The keeper lets go of a delivery its handler dropped, now that it is settled.
+    fn let_go(&self, item: &Item) {
+        if let Some(keeper) = &self.keeper {
+            keeper.let_go(&item.lease);
         }
     }
 }
@@ -307,7 +323,7 @@ impl Drop for Handed {
         }
         // The handler's task was cancelled before its outcome: as for a failure.
         for item in self.items.as_slice() {
-            if item.lease.leave_handler() {
+            if item.lease.leave_handler() != Left::NotAbandoned {
                 self.release(item);
             }
         }

@@ -186,6 +186,13 @@ impl Keeper {
         self.post(Command::Forget(lease.clone()), None);
     }
 
+    /// Stops keeping `lease`, the first time only (whoever settles or drops it may ask).
+    pub(crate) fn let_go(&self, lease: &Arc<Lease>) {
+        if lease.timeout() != 0 && lease.let_go() {
+            self.forget(lease);
+        }
+    }
+
     /// Queues `command` (whose lease is first due at `due`, for a `Keep`), ringing the keeper
     /// if it would not take it in time by itself.
     fn post(&self, command: Command, due: Option<Instant>) {

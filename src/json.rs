@@ -101,6 +101,29 @@ impl Delivery {
     pub fn sns(&self) -> Result<SnsNotification, Error> {
         sns(self.message_id(), self.body())
     }
+
+    /// The body decoded from JSON as a `T`, whether it is the message itself or an SNS
+    /// notification envelope around it (a topic subscription without raw message delivery):
+    /// a body whose `Type` is `"Notification"` is read as an envelope and its `Message`
+    /// decoded; any other body is decoded as it is. One call for queues fed both ways.
+    ///
+    /// A body that does not decode is [`Error::Decode`], whose `expected` names `T` and the
+    /// form that was tried (the body itself, or the `Message` of an SNS notification), and
+    /// whose source says why.
+    ///
+    /// ```no_run
+    /// # async fn example(delivery: sqs_consumer::Delivery) -> Result<(), sqs_consumer::BoxError> {
+    /// #[derive(serde::Deserialize)]
+    /// struct Order { id: u64 }
+    ///
+    /// let order: Order = delivery.json_or_sns()?; // `{"id": 7}`, or an envelope around it
+    /// println!("order {}", order.id);
+    /// delivery.ack().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn json_or_sns<T: DeserializeOwned>(&self) -> Result<T, Error> {
+        json_or_sns(self.message_id(), self.body())
+    }
 }
 
 impl SnsNotification {
@@ -116,6 +139,29 @@ fn decode<T: DeserializeOwned>(message_id: &str, text: &str) -> Result<T, Error>
         expected: format!("JSON for {}", std::any::type_name::<T>()),
         source: Box::new(err),
     })
+}
+
+fn json_or_sns<T: DeserializeOwned>(message_id: &str, body: &str) -> Result<T, Error> {
+    let retag = |err: Error, form: &str| match err {
+        Error::Decode {
+            message_id, source, ..
+        } => Error::Decode {
+            message_id,
+            expected: format!("JSON for {} {form}", std::any::type_name::<T>()),
+            source,
+        },
+        other => other,
+    };
+    let notification = serde_json::from_str::<Envelope>(body)
+        .is_ok_and(|envelope| envelope.kind.as_deref() == Some("Notification"));
+    if notification {
+        let n = sns(message_id, body).map_err(|err| retag(err, "in an SNS notification"))?;
+        decode(message_id, &n.message)
+            .map_err(|err| retag(err, "in the `Message` of an SNS notification"))
+    } else {
+        decode(message_id, body)
+            .map_err(|err| retag(err, "in the body (not an SNS notification envelope)"))
+    }
 }
 
 fn sns(message_id: &str, body: &str) -> Result<SnsNotification, Error> {
@@ -212,6 +258,36 @@ mod tests {
         assert!(why.contains("SubscriptionConfirmation"), "{why}");
         let (_, why) = decode_error(sns("m-1", "not json"));
         assert!(why.contains("expected"), "{why}");
+    }
+
+    #[test]
+    fn json_or_sns_reads_a_plain_body_or_an_envelope_and_names_the_form_it_tried() {
+        assert_eq!(
+            json_or_sns::<Order>("m-1", r#"{"id": 7}"#).unwrap(),
+            Order { id: 7 }
+        );
+        assert_eq!(
+            json_or_sns::<Order>("m-1", ENVELOPE_BODY).unwrap(),
+            Order { id: 7 }
+        );
+        let (expected, why) = decode_error(json_or_sns::<Order>("m-1", r#"{"id": "x"}"#));
+        assert!(
+            expected.contains("Order") && expected.contains("not an SNS notification"),
+            "{expected}"
+        );
+        assert!(why.contains("invalid type"), "{why}");
+        let bad_message = ENVELOPE_BODY.replace(r#"{\"id\": 7}"#, "not json");
+        assert_ne!(bad_message, ENVELOPE_BODY);
+        let (expected, why) = decode_error(json_or_sns::<Order>("m-1", &bad_message));
+        assert!(
+            expected.contains("`Message` of an SNS notification"),
+            "{expected}"
+        );
+        assert!(why.contains("expected"), "{why}");
+        let no_topic = ENVELOPE_BODY.replace("\"TopicArn\"", "\"Topic\"");
+        let (expected, why) = decode_error(json_or_sns::<Order>("m-1", &no_topic));
+        assert!(expected.contains("in an SNS notification"), "{expected}");
+        assert!(why.contains("`TopicArn`"), "{why}");
     }
 
     #[test]

@@ -4,14 +4,15 @@
 //!
 //! ```text
 //!   Held <--> InHandler --dropped unsettled--> Abandoned --the handler's outcome decides:
-//!    |            |                                        acked (Acked), or released (Ended)
-//!    |            | ack/release starts
-//!    +------------+---------> Settling --delete succeeded--> Acked
-//!    |                        |   ^ a try failed: SettleWaiting until the next try
-//!    |                           |
-//!    | heartbeat: gone/lapsed    | the settle call: gone
-//!    v                           v
-//!   Lost(reason) <---------------+
+//!    |            |                              |         acked (Settling, then Acked), or
+//!    |            |                              |         released (Ended)
+//!    |            | ack/release starts           | heartbeat: gone/lapsed
+//!    +------------+---------> Settling           v
+//!    |                        |   ^          AbandonedLost(reason) --the outcome--> Ended
+//!    |                        |   | a try failed: SettleWaiting until the next try
+//!    | heartbeat: gone/lapsed | the settle call: gone
+//!    v                        v
+//!   Lost(reason) <------------+                 Settling --delete succeeded--> Acked
 //!
 //!   Drop: Held -> Ended { lost: None } (the retry policy applies at once); InHandler ->
 //!         Abandoned; Settling -> Ended { lost: None }; Lost(r) -> Ended { lost: Some(r) };
@@ -21,7 +22,10 @@
 //! Only a held lease can be lost by its heartbeat: once an ack or release has started, its
 //! own outcome decides (an extension that reaches SQS just after the delete fails, but the
 //! message was not lost). While its handler runs, a delivery dropped unsettled waits for the
-//! handler's outcome (`AckMode::OnSuccess` acks it on `Ok`); the handler's guard settles it.
+//! handler's outcome (`AckMode::OnSuccess` acks it on `Ok`), and the keeper keeps it hidden
+//! meanwhile: a slow handler's `Ok` then acks a message that is still this consumer's, never
+//! one handed to someone else. The handler's guard settles it. A delete that succeeds for a
+//! delivery already lost is not an ack: it is never counted in `acked`.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering as AtomicOrdering};
@@ -35,7 +39,7 @@ use tokio::time::Instant;
 use tracing::{Instrument, Span};
 
 use crate::context::{Context, SettleHooks};
-use crate::error::LostReason;
+use crate::error::{Error, ErrorKind, LostReason};
 use crate::limits::extension_limit;
 use crate::stats::Counter;
 
@@ -47,9 +51,12 @@ pub(crate) enum State {
     Held,
     /// Held, and handed to a handler whose outcome decides what an unsettled drop means.
     InHandler,
-    /// Dropped unsettled while its handler ran; the heartbeat has stopped; the handler's
-    /// outcome will settle it.
+    /// Dropped unsettled while its handler ran; still kept hidden by the keeper until the
+    /// handler's outcome settles it.
     Abandoned,
+    /// Abandoned, then lost (the message may be with another consumer); the handler's outcome
+    /// only ends it.
+    AbandonedLost(LostReason),
     /// `ack`, `release` or `release_after` is under way: queued or sent, not answered. The
     /// keeper does not extend it.
     Settling,
@@ -69,6 +76,18 @@ pub(crate) enum State {
 pub(crate) enum End {
     Acked,
     NotAcked,
+}
+
+/// What a handler's end finds of a delivery it was handed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Left {
+    /// Dropped unsettled in the handler: the handler's outcome settles it now.
+    Abandoned,
+    /// Dropped unsettled in the handler, and lost since: there is nothing left to settle,
+    /// and an ack the outcome asks for would be a stale one.
+    AbandonedLost(LostReason),
+    /// Settled by the handler, or still held elsewhere (it decides for itself).
+    NotAbandoned,
 }
 
 /// What dropping a delivery leaves to do.
@@ -169,7 +188,7 @@ impl Lease {
     pub(crate) fn is_extendable(&self) -> bool {
         matches!(
             self.state(),
-            State::Held | State::InHandler | State::SettleWaiting
+            State::Held | State::InHandler | State::Abandoned | State::SettleWaiting
         )
     }
 
@@ -263,12 +282,15 @@ impl Lease {
         self.transition(|s| s == State::Held, |_| State::InHandler);
     }
 
-    /// The handler has finished: `true` if it dropped the delivery unsettled (now
-    /// `Abandoned`: the caller must settle it); otherwise a delivery still held goes back to
-    /// deciding for itself.
-    pub(crate) fn leave_handler(&self) -> bool {
+    /// The handler has finished: whether it dropped the delivery unsettled (the caller must
+    /// then settle it); a delivery still held goes back to deciding for itself.
+    pub(crate) fn leave_handler(&self) -> Left {
         self.transition(|s| s == State::InHandler, |_| State::Held);
-        self.state() == State::Abandoned
+        match self.state() {
+            State::Abandoned => Left::Abandoned,
+            State::AbandonedLost(reason) => Left::AbandonedLost(reason),
+            _ => Left::NotAbandoned,
+        }
     }
 
     /// An ack or release starts: from now on its outcome decides.
@@ -276,10 +298,16 @@ impl Lease {
         self.transition(held, |_| State::Settling);
     }
 
+    /// The handler's outcome acks a delivery it dropped: from now on the delete decides.
+    /// `false` if it is no longer abandoned (lost meanwhile).
+    pub(crate) fn begin_abandoned_ack(&self) -> bool {
+        self.transition(|s| s == State::Abandoned, |_| State::Settling)
+    }
+
     /// The heartbeat found the delivery lost; it counts only while the lease is held.
     /// Returns whether it counted.
     pub(crate) fn heartbeat_lost(&self, reason: LostReason) -> bool {
-        self.lose(reason, held)
+        self.lose(reason, |s| held(s) || s == State::Abandoned)
     }
 
     /// A settle call found the delivery lost (or knew it already); the first reason wins.
@@ -293,21 +321,74 @@ impl Lease {
         // Counted before `lost()` wakes: whoever sees the delivery lost finds it in the stats.
         self.transition_then(
             from,
-            |_| State::Lost(reason),
+            |s| match s {
+                // Nobody holds it: its handler's outcome will end it.
+                State::Abandoned => State::AbandonedLost(reason),
+                _ => State::Lost(reason),
+            },
             || {
                 self.ctx.count(Counter::Lost);
             },
         )
     }
 
-    /// The delete succeeded (and the delivery was not lost). Counted before `ended()` wakes:
-    /// whoever sees the delivery end finds its ack in the stats.
-    pub(crate) fn acked(&self) {
-        self.ctx.count(Counter::Acked);
-        self.transition(
-            |s| matches!(s, State::Settling | State::SettleWaiting | State::Abandoned),
+    /// The delete succeeded: acked, unless the delivery was lost before (then the message may
+    /// be another consumer's, and the success proves nothing). Returns whether it counted;
+    /// counted before `ended()` wakes, so whoever sees the delivery end finds its ack in the
+    /// stats.
+    pub(crate) fn acked(&self) -> bool {
+        self.transition_then(
+            |s| matches!(s, State::Settling | State::SettleWaiting),
             |_| State::Acked,
+            || {
+                self.ctx.count(Counter::Acked);
+            },
+        )
+    }
+
+    /// Ends an ack (the caller's, or the one a handler's outcome asks for) with the delete's
+    /// `result`. `lost_before`: the delivery was lost before the delete was sent.
+    ///
+    /// A delete that succeeds for a delivery lost before is no ack: SQS answers a delete with
+    /// an old receipt handle with success and may not delete, and the message may be with
+    /// another consumer. Such an ack, like one the delete finds gone, is `Error::Lost`:
+    /// counted in `lost_acks` (never in `acked`), logged with the message id, and remembered,
+    /// so that the message is deleted without its handler if it comes back to this consumer.
+    pub(crate) fn finish_ack(
+        &self,
+        result: Result<(), Error>,
+        lost_before: Option<LostReason>,
+    ) -> Result<(), Error> {
+        let reason = match (result, lost_before) {
+            (Err(err), _) if err.is_lost() => match err.kind() {
+                Some(ErrorKind::Lost(reason)) => reason,
+                _ => LostReason::ReceiptHandleInvalid,
+            },
+            (Err(err), _) => return Err(err),
+            (Ok(()), Some(reason)) => reason,
+            (Ok(()), None) if self.acked() => {
+                tracing::debug!(parent: &self.span, "acked");
+                return Ok(());
+            }
+            (Ok(()), None) => self
+                .lost_reason()
+                .unwrap_or(LostReason::ReceiptHandleInvalid),
+        };
+        self.mark_lost(reason);
+        let reason = self.lost_reason().unwrap_or(reason);
+        let message_id = self.message.message_id().unwrap_or_default();
+        self.ctx.count(Counter::LostAcks);
+        self.ctx.remember_lost_ack(message_id);
+        tracing::warn!(
+            parent: &self.span,
+            %message_id,
+            %reason,
+            "ack of a lost delivery: not counted as acked; the message may be handled again"
         );
+        Err(Error::Lost {
+            message_id: message_id.to_owned(),
+            reason,
+        })
     }
 
     /// The delivery was dropped: what is left to do.
@@ -435,7 +516,10 @@ impl SettleHooks for Lease {
 
 /// A state that `lost()` or `ended()` waits for.
 fn watched(state: State) -> bool {
-    matches!(state, State::Lost(_) | State::Acked | State::Ended { .. })
+    matches!(
+        state,
+        State::Lost(_) | State::AbandonedLost(_) | State::Acked | State::Ended { .. }
+    )
 }
 
 /// Held, whoever decides about an unsettled drop.
@@ -445,7 +529,9 @@ fn held(state: State) -> bool {
 
 fn lost_reason(state: State) -> Option<LostReason> {
     match state {
-        State::Lost(reason) | State::Ended { lost: Some(reason) } => Some(reason),
+        State::Lost(reason)
+        | State::AbandonedLost(reason)
+        | State::Ended { lost: Some(reason) } => Some(reason),
         _ => None,
     }
 }
@@ -496,12 +582,16 @@ mod tests {
         assert!(l.heartbeat_lost(LostReason::NotInFlight));
         l.mark_lost(LostReason::ReceiptHandleInvalid);
         assert_eq!(l.lost_reason(), Some(LostReason::NotInFlight));
-        l.acked(); // an ack of a lost delivery does not make it acked
+        assert!(
+            !l.acked(),
+            "an ack of a lost delivery does not make it acked"
+        );
         assert_eq!(l.drop_delivery(), Dropped::Settled);
         assert_eq!(lost.await, LostReason::NotInFlight);
         assert_eq!(l.lost_reason(), Some(LostReason::NotInFlight));
         assert_eq!(l.ended().await, End::NotAcked);
         assert_eq!(l.context().stats(0).lost, 1, "counted once");
+        assert_eq!(l.context().stats(0).acked, 0, "not counted as acked");
     }
 
     /// A waker that reads a figure from the stats the moment it is woken, as a waiter on
@@ -555,7 +645,14 @@ mod tests {
 
         let l = lease();
         l.begin_settle();
-        let seen = seen_at_wake(&l, |s| s.acked, l.ended(), || l.acked());
+        let seen = seen_at_wake(
+            &l,
+            |s| s.acked,
+            l.ended(),
+            || {
+                l.acked();
+            },
+        );
         assert_eq!(seen, Some(1), "acked: counted when woken");
     }
 
@@ -575,20 +672,28 @@ mod tests {
         l.enter_handler();
         assert_eq!(l.drop_delivery(), Dropped::Deferred);
         assert_eq!(l.state(), State::Abandoned);
+        assert!(l.is_extendable(), "kept hidden until the outcome decides");
         let ended = l.ended();
-        assert!(
+        assert_eq!(
             l.leave_handler(),
+            Left::Abandoned,
             "abandoned: the handler's outcome settles it"
         );
-        l.acked(); // AckMode::OnSuccess and Ok
+        assert!(l.begin_abandoned_ack()); // AckMode::OnSuccess and Ok
+        assert!(l.acked());
         assert_eq!(ended.await, End::Acked);
+        assert_eq!(l.context().stats(0).acked, 1);
     }
 
     #[tokio::test]
     async fn a_delivery_still_held_when_its_handler_returns_decides_for_itself() {
         let l = lease();
         l.enter_handler();
-        assert!(!l.leave_handler(), "moved elsewhere, still held");
+        assert_eq!(
+            l.leave_handler(),
+            Left::NotAbandoned,
+            "moved elsewhere, still held"
+        );
         assert_eq!(l.state(), State::Held);
         assert_eq!(l.drop_delivery(), Dropped::Unsettled);
         assert_eq!(l.ended().await, End::NotAcked);
@@ -600,7 +705,31 @@ mod tests {
         l.enter_handler();
         assert!(l.heartbeat_lost(LostReason::ExtensionFailed));
         assert_eq!(l.drop_delivery(), Dropped::Settled);
-        assert!(!l.leave_handler());
+        assert_eq!(l.leave_handler(), Left::NotAbandoned);
         assert_eq!(l.lost_reason(), Some(LostReason::ExtensionFailed));
+    }
+
+    #[tokio::test]
+    async fn a_delivery_dropped_in_its_handler_and_lost_is_never_acked() {
+        let l = lease();
+        l.enter_handler();
+        assert_eq!(l.drop_delivery(), Dropped::Deferred);
+        let lost = l.lost();
+        assert!(l.heartbeat_lost(LostReason::ExtensionFailed));
+        assert_eq!(lost.await, LostReason::ExtensionFailed);
+        assert!(!l.is_extendable());
+        assert_eq!(
+            l.leave_handler(),
+            Left::AbandonedLost(LostReason::ExtensionFailed)
+        );
+        assert!(!l.begin_abandoned_ack(), "lost: no ack starts");
+        let err = l
+            .finish_ack(Ok(()), l.lost_reason())
+            .expect_err("a delete that succeeds for a lost delivery is no ack");
+        assert!(err.is_lost(), "{err}");
+        let stats = l.context().stats(0);
+        assert_eq!((stats.acked, stats.lost_acks, stats.lost), (0, 1, 1));
+        l.end();
+        assert_eq!(l.ended().await, End::NotAcked);
     }
 }

@@ -46,7 +46,7 @@
 
 // Modules sit on layers and import only from layers below them (`tests/layers.rs`
 // holds the crate to it):
-//   API      config, consumer, stream, json (feature `json`)
+//   API      config, consumer, consumer_handle, stream, json (feature `json`)
 //   engine   dispatch, handling, receiver, fifo, handler, batch_handler, in_flight_limit
 //   lease    delivery, heartbeat, lease, context, retry
 //   wire     batch, lease_thread, queue (the seam; queue::sdk maps it to the SDK)
@@ -57,6 +57,7 @@ mod batch;
 mod batch_handler;
 mod config;
 mod consumer;
+mod consumer_handle;
 mod context;
 mod delivery;
 mod dispatch;
@@ -82,6 +83,7 @@ mod stream;
 pub use batch_handler::{Batch, BatchHandler};
 pub use config::ConsumerBuilder;
 pub use consumer::Consumer;
+pub use consumer_handle::ConsumerHandle;
 pub use delivery::Delivery;
 pub use error::{BoxError, Error, ErrorKind, LostReason};
 pub use handler::Handler;

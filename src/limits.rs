@@ -62,6 +62,16 @@ pub(crate) fn visibility_secs(field: &'static str, d: Duration) -> Result<u32, E
         .ok_or_else(|| Error::invalid(field, d, "whole seconds in 0..=43200 (12 hours)"))
 }
 
+/// A consumer's visibility timeout: whole seconds in 1..=43200. SQS accepts 0, but a message
+/// received with it is visible to every other receive at once, so its delivery could never
+/// be kept (nor acked safely).
+pub(crate) fn consumer_visibility_secs(field: &'static str, d: Duration) -> Result<u32, Error> {
+    visibility_secs(field, d)
+        .ok()
+        .filter(|s| *s >= 1)
+        .ok_or_else(|| Error::invalid(field, d, "whole seconds in 1..=43200 (12 hours)"))
+}
+
 /// A long-poll wait: whole seconds in 0..=20.
 pub(crate) fn wait_time(field: &'static str, d: Duration) -> Result<Duration, Error> {
     match whole_secs(d) {

@@ -10,6 +10,7 @@ use aws_sdk_sqs::types::{Message, MessageSystemAttributeName};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::{watch, OnceCell, OwnedSemaphorePermit, Semaphore};
 use tokio::time::{sleep, Instant};
+use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
 use crate::delivery::Slot;
@@ -60,6 +61,25 @@ enum Answer {
     Nothing,
 }
 
+/// Whether a consumer receives: see `Consumer::pause`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Receiving {
+    Active,
+    Paused,
+}
+
+/// The receive loop's own state.
+struct LoopState {
+    /// How many receives it keeps under way.
+    target: usize,
+    /// The last receive came back full.
+    busy: bool,
+    /// A fatal error: no receive starts; the loop ends with it once the others are in.
+    fatal: Option<Error>,
+    /// "receiving paused" was logged, and "resumed" not yet.
+    paused_logged: bool,
+}
+
 /// The back-off states shared by the receives under way.
 struct Backoffs {
     failures: Backoff,
@@ -98,9 +118,10 @@ impl Receiver {
         self.settings.max_in_flight - self.permits.available_permits()
     }
 
-    /// Stops receiving (`true`): the receives under way are abandoned at once and none starts
-    /// until receiving resumes (`false`).
-    pub(crate) fn pause(&self, paused: bool) {
+    /// Pauses receiving (`Receiving::Paused`): no receive starts until it resumes; the ones
+    /// under way are awaited, and what they bring is handed on as usual.
+    pub(crate) fn set(&self, receiving: Receiving) {
+        let paused = receiving == Receiving::Paused;
         self.paused
             .send_if_modified(|p| std::mem::replace(p, paused) != paused);
     }
@@ -109,32 +130,36 @@ impl Receiver {
         *self.paused.borrow()
     }
 
-    /// Receives until a fatal error (or until the caller drops this future), handing each
-    /// non-empty answer to `on_batch`.
+    /// Receives until `stop` is cancelled or a fatal error, handing each non-empty answer to
+    /// `on_batch`.
     ///
     /// Several receives may be under way at once: one to start with, one more each time a
     /// receive comes back full while slots are still free (up to
     /// `max_concurrent_receives`), and back to one when a receive comes back empty. Each
     /// receive holds the slots for the messages it asks for.
-    pub(crate) async fn run(&self, mut on_batch: impl FnMut(ReceivedBatch)) -> Result<(), Error> {
-        let timeout = self.resolve_visibility_timeout().await?;
+    ///
+    /// No receive is abandoned while the server may still answer it (a long poll whose
+    /// client went away still takes the next message, hidden for a whole visibility
+    /// timeout): on `stop`, on a pause and on a fatal error, no receive starts, and the ones
+    /// under way are awaited (each ends within its wait time, or its request timeout after
+    /// that), what they bring handed to `on_batch`; their back-off waits are cut short.
+    pub(crate) async fn run(
+        &self,
+        stop: &CancellationToken,
+        mut on_batch: impl FnMut(ReceivedBatch),
+    ) -> Result<(), Error> {
+        let timeout = match self.resolve_visibility_timeout().await {
+            Ok(timeout) => timeout,
+            Err(err) => {
+                tracing::error!(queue = %self.queue.name(), error = %err.chain(), "cannot start receiving; stopping");
+                return Err(err);
+            }
+        };
         let backoffs = Mutex::new(Backoffs {
             failures: Backoff::new(Duration::from_millis(200), Duration::from_secs(20)),
             idle: Backoff::new(Duration::from_millis(50), Duration::from_secs(2)),
         });
         let settings = &self.settings;
-        let most = settings
-            .max_concurrent_receives
-            .min(
-                settings
-                    .max_in_flight
-                    .div_ceil(settings.batch_size as usize),
-            )
-            .max(1);
-        let mut target = 1;
-        let mut busy = false;
-        let mut receives = FuturesUnordered::new();
-        let mut paused = self.paused.subscribe();
         tracing::info!(
             queue = %self.queue.name(),
             visibility_timeout = timeout,
@@ -142,90 +167,155 @@ impl Receiver {
             fifo = self.queue.is_fifo(),
             "consumer started"
         );
+        let mut state = LoopState {
+            target: 1,
+            busy: false,
+            fatal: None,
+            paused_logged: false,
+        };
+        let mut receives = FuturesUnordered::new();
+        let mut paused = self.paused.subscribe();
         loop {
-            if *paused.borrow_and_update() {
-                // Abandon the receives under way (their long polls end on our side; their
-                // slots come free) and wait for `resume`.
-                receives = FuturesUnordered::new();
-                (target, busy) = (1, false);
-                tracing::info!(queue = %self.queue.name(), "receiving paused");
-                if paused.wait_for(|p| !*p).await.is_err() {
-                    return Ok(());
-                }
-                tracing::info!(queue = %self.queue.name(), "receiving resumed");
-                continue;
-            }
-            while receives.len() < target {
-                // The first receive waits for a slot (for a whole batch of them while the
-                // queue is busy: receives of 10 cost the least); more receives start only on
-                // a whole batch of slots free now.
-                let first = receives.is_empty();
-                let acquire = async {
-                    match (first, busy) {
-                        // A long poll on a quiet queue: with a budget shared with other
-                        // consumers, it holds back one slot of it, not a whole batch.
-                        (true, false) => self.acquire_slots(self.idle_slots()).await,
-                        (true, true) => {
-                            // Not for long: handlers that hold their slots a while must not
-                            // leave the queue unread.
-                            match tokio::time::timeout(GATHER_SLOTS, self.acquire_batch()).await {
-                                Ok(slots) => slots,
-                                Err(_) => self.acquire_slots(self.batch_slots()).await,
-                            }
+            let halted = stop.is_cancelled() || state.fatal.is_some();
+            let pausing = *paused.borrow_and_update();
+            if !halted && !pausing {
+                self.log_resumed(&mut state);
+                while receives.len() < state.target {
+                    let slots = tokio::select! {
+                        slots = self.acquire(receives.is_empty(), state.busy) => slots,
+                        _ = paused.wait_for(|p| *p) => break,
+                        () = stop.cancelled() => break,
+                    };
+                    let Some(slots) = slots else {
+                        if receives.is_empty() {
+                            return Ok(()); // the slots are gone: the consumer is being dropped
                         }
-                        (false, _) => self.try_acquire_batch(),
-                    }
-                };
-                let slots = tokio::select! {
-                    slots = acquire => slots,
-                    _ = paused.wait_for(|p| *p) => break,
-                };
-                let Some(slots) = slots else {
-                    if receives.is_empty() {
-                        return Ok(()); // the slots are gone: the consumer is being dropped
-                    }
-                    break;
-                };
-                receives.push(self.receive_once(slots, timeout, &backoffs));
+                        break;
+                    };
+                    receives.push(self.receive_once(slots, timeout, &backoffs, stop));
+                }
             }
             if receives.is_empty() {
-                continue; // paused while waiting for a slot
+                if let Some(err) = state.fatal.take() {
+                    return Err(err);
+                }
+                if stop.is_cancelled() {
+                    return Ok(());
+                }
+                if *paused.borrow_and_update() {
+                    self.log_paused(&mut state);
+                    tokio::select! {
+                        changed = paused.wait_for(|p| !*p) => if changed.is_err() { return Ok(()) },
+                        () = stop.cancelled() => {}
+                    }
+                }
+                continue;
             }
+            // While receiving goes on, a stop or a pause ends this wait (to start no more
+            // receives); once halted, only an answer does.
             let outcome = tokio::select! {
                 outcome = receives.next() => outcome,
-                _ = paused.wait_for(|p| *p) => continue,
+                _ = paused.wait_for(|p| *p), if !halted && !pausing => continue,
+                () = stop.cancelled(), if !halted => continue,
             };
             let Some(outcome) = outcome else {
                 continue;
             };
-            match outcome? {
-                Answer::Batch(batch) => {
-                    // Full: as many as asked for (a whole batch, without a shared budget).
-                    busy = match settings.in_flight_limit {
-                        Some(_) => batch.messages.len() >= batch.slots.len(),
-                        None => batch.messages.len() == settings.batch_size as usize,
-                    };
-                    if busy && target < most && self.slot_free() {
-                        target += 1;
-                    }
-                    on_batch(batch);
+            match outcome {
+                Ok(answer) => self.take(answer, &mut state, &mut on_batch),
+                Err(err) => {
+                    // The first fatal error ends the loop, once the other receives are in.
+                    state.fatal.get_or_insert(err);
                 }
-                Answer::Empty => {
-                    target = 1;
-                    busy = false;
-                }
-                Answer::Nothing => {}
             }
         }
     }
 
+    /// What one receive came back with: its batch goes on; the number of receives follows
+    /// how busy the queue is.
+    fn take(
+        &self,
+        answer: Answer,
+        state: &mut LoopState,
+        on_batch: &mut impl FnMut(ReceivedBatch),
+    ) {
+        let settings = &self.settings;
+        match answer {
+            Answer::Batch(batch) => {
+                // Full: as many as asked for (a whole batch, without a shared budget).
+                state.busy = match settings.in_flight_limit {
+                    Some(_) => batch.messages.len() >= batch.slots.len(),
+                    None => batch.messages.len() == settings.batch_size as usize,
+                };
+                if state.busy && state.target < self.most_receives() && self.slot_free() {
+                    state.target += 1;
+                }
+                on_batch(batch);
+            }
+            Answer::Empty => {
+                state.target = 1;
+                state.busy = false;
+            }
+            Answer::Nothing => {}
+        }
+    }
+
+    /// The most receives under way at once.
+    fn most_receives(&self) -> usize {
+        let settings = &self.settings;
+        settings
+            .max_concurrent_receives
+            .min(
+                settings
+                    .max_in_flight
+                    .div_ceil(settings.batch_size as usize),
+            )
+            .max(1)
+    }
+
+    fn log_paused(&self, state: &mut LoopState) {
+        if !state.paused_logged {
+            state.paused_logged = true;
+            (state.target, state.busy) = (1, false);
+            tracing::info!(queue = %self.queue.name(), "receiving paused");
+        }
+    }
+
+    fn log_resumed(&self, state: &mut LoopState) {
+        if std::mem::take(&mut state.paused_logged) {
+            tracing::info!(queue = %self.queue.name(), "receiving resumed");
+        }
+    }
+
+    /// The slots for the next receive. The first receive waits for a slot (for a whole batch
+    /// of them while the queue is busy: receives of 10 cost the least); more receives start
+    /// only on a whole batch of slots free now.
+    async fn acquire(&self, first: bool, busy: bool) -> Option<Vec<Slot>> {
+        match (first, busy) {
+            // A long poll on a quiet queue: with a budget shared with other consumers, it
+            // holds back one slot of it, not a whole batch.
+            (true, false) => self.acquire_slots(self.idle_slots()).await,
+            (true, true) => {
+                // Not for long: handlers that hold their slots a while must not leave the
+                // queue unread.
+                match tokio::time::timeout(GATHER_SLOTS, self.acquire_batch()).await {
+                    Ok(slots) => slots,
+                    Err(_) => self.acquire_slots(self.batch_slots()).await,
+                }
+            }
+            (false, _) => self.try_acquire_batch(),
+        }
+    }
+
     /// One receive with the slots it holds; on an empty answer or a transient failure, it
-    /// also waits out the back-off before it completes. An error only when it is fatal.
+    /// also waits out the back-off before it completes (cut short by `stop` or a pause: no
+    /// request is under way then). An error only when it is fatal.
     async fn receive_once(
         &self,
         slots: Vec<Slot>,
         timeout: u32,
         backoffs: &Mutex<Backoffs>,
+        stop: &CancellationToken,
     ) -> Result<Answer, Error> {
         let settings = &self.settings;
         let received_at = Instant::now();
@@ -249,7 +339,7 @@ impl Receiver {
                     early.then(|| b.idle.next_delay())
                 };
                 if let Some(wait) = wait {
-                    sleep(wait).await;
+                    self.back_off(wait, stop).await;
                 }
                 Ok(Answer::Empty)
             }
@@ -276,9 +366,19 @@ impl Receiver {
                 drop(slots);
                 let wait = backoffs().failures.next_delay();
                 tracing::warn!(error = %err.chain(), retry_in = ?wait, "receive failed; retrying");
-                sleep(wait).await;
+                self.back_off(wait, stop).await;
                 Ok(Answer::Nothing)
             }
+        }
+    }
+
+    /// Waits `wait`, or less if receiving stops or pauses meanwhile.
+    async fn back_off(&self, wait: Duration, stop: &CancellationToken) {
+        let mut paused = self.paused.subscribe();
+        tokio::select! {
+            () = sleep(wait) => {}
+            () = stop.cancelled() => {}
+            _ = paused.wait_for(|p| *p) => {}
         }
     }
 
@@ -392,6 +492,14 @@ impl Receiver {
                 let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(20));
                 loop {
                     match self.queue.visibility_timeout().await {
+                        Ok(0) => {
+                            return Err(Error::InvalidConfig {
+                                field: "visibility_timeout",
+                                got: "none, and the queue's own VisibilityTimeout is 0".into(),
+                                allowed: "1..=43200 s: set the consumer's visibility_timeout, \
+                                          or the queue's VisibilityTimeout",
+                            })
+                        }
                         Ok(t) => return Ok(t),
                         Err(err) if err.is_fatal() => return Err(err),
                         Err(err) => {

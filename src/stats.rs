@@ -54,6 +54,12 @@ pub struct Stats {
     /// Redeliveries of messages whose ack had failed because their delivery was lost: deleted
     /// on arrival without calling the handler again.
     pub skipped_redeliveries: u64,
+    /// Acks of deliveries already lost, by [`Delivery::ack`](crate::Delivery::ack),
+    /// [`Batch::ack_all`](crate::Batch::ack_all) or [`AckMode::OnSuccess`](crate::AckMode):
+    /// never counted in `acked` (the message may be with another consumer, and SQS answers a
+    /// delete with an old receipt handle with success), each logged at `warn` with its message
+    /// id. The work may be done again.
+    pub lost_acks: u64,
 }
 
 /// The events [`Stats`] counts.
@@ -72,10 +78,11 @@ pub(crate) enum Counter {
     HandlerTimeouts,
     Unsettled,
     SkippedRedeliveries,
+    LostAcks,
 }
 
 /// How many counters there are: one per [`Counter`].
-const COUNTERS: usize = Counter::SkippedRedeliveries as usize + 1;
+const COUNTERS: usize = Counter::LostAcks as usize + 1;
 
 /// The names the counters are exported under with feature `metrics`, in [`Counter`] order.
 #[cfg(feature = "metrics")]
@@ -93,6 +100,7 @@ const COUNTER_NAMES: [&str; COUNTERS] = [
     "sqs_consumer_handler_timeouts_total",
     "sqs_consumer_unsettled_total",
     "sqs_consumer_skipped_redeliveries_total",
+    "sqs_consumer_lost_acks_total",
 ];
 
 /// What is measured per event, for the histograms of feature `metrics`.
@@ -238,6 +246,7 @@ impl Counters {
             in_flight,
             reserved: slots.saturating_sub(in_flight),
             skipped_redeliveries: get(Counter::SkippedRedeliveries),
+            lost_acks: get(Counter::LostAcks),
         }
     }
 }

@@ -10,7 +10,6 @@ use std::task::{Context, Poll};
 use futures_util::future::BoxFuture;
 use futures_util::task::AtomicWaker;
 use futures_util::Stream;
-use tokio::task::AbortHandle;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::delivery::Delivery;
@@ -22,7 +21,8 @@ use crate::error::Error;
 /// [`Consumer::stream_until`](crate::Consumer::stream_until).
 pub struct DeliveryStream {
     inbox: Arc<Inbox>,
-    pump: AbortHandle,
+    /// Cancelled when the stream is dropped: the pump receives no more, and releases what
+    /// the receives under way bring.
     _shutdown: DropGuard,
 }
 
@@ -85,28 +85,40 @@ impl DeliveryStream {
                     None => std::future::pending().await,
                 }
             };
-            let mut run = engine.new_run(token.clone());
-            let result = tokio::select! {
-                () = token.cancelled() => Ok(()),
-                () = signal => {
-                    tracing::info!(queue = %engine.queue_name(), "shutdown signal: receiving stopped");
-                    Ok(())
+            // The signal, `ConsumerHandle::shutdown`, or the stream dropped (`token`): no new
+            // receive. Only the first two hand out what the receives under way bring.
+            let signal = async {
+                tokio::select! {
+                    () = signal => {}
+                    () = token.cancelled() => {}
                 }
-                result = engine.receive(&mut run, &dispatch) => result,
+            };
+            let stop = CancellationToken::new();
+            // Dropping the stream makes whatever the receives under way bring late at once.
+            let mut run = engine.new_run(token.clone(), token.child_token());
+            let late = run.late().clone();
+            let (result, deadline) = {
+                let receiving = engine.receive(&mut run, &dispatch, &stop);
+                engine.receive_until(receiving, signal, &stop, &late).await
             };
             if let Err(err) = result {
                 sink.push(Err(err));
             }
-            if graceful && !token.is_cancelled() {
-                engine.drain_stream(run, || sink.release_buffered()).await;
+            if (graceful || stop.is_cancelled()) && !token.is_cancelled() {
+                engine
+                    .drain_stream(run, deadline, || sink.release_buffered())
+                    .await;
             } else {
+                token.cancel();
+                sink.release_buffered();
                 engine.finish_groups(&mut run).await;
+                sink.release_buffered();
             }
             sink.close();
         });
+        drop(pump); // detached: it ends by itself once the receives under way are in
         Self {
             inbox,
-            pump: pump.abort_handle(),
             _shutdown: shutdown.drop_guard(),
         }
     }
@@ -126,13 +138,6 @@ impl Stream for DeliveryStream {
             return Poll::Ready(inbox.lock().pop_front());
         }
         Poll::Pending
-    }
-}
-
-impl Drop for DeliveryStream {
-    fn drop(&mut self) {
-        // Only a signal; the drop guard then marks the remaining deliveries for release.
-        self.pump.abort();
     }
 }
 

@@ -313,30 +313,6 @@ async fn sleep_until_after(t: Instant) {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_visibility_timeout_of_zero_runs_without_heartbeats() {
-    let q = queue(30);
-    q.send("m").unwrap();
-    // One slot: with a timeout of 0 the message is visible again at once, and with more
-    // slots it would be received again meanwhile; only the latest receipt handle deletes.
-    let consumer = Consumer::in_memory(&q)
-        .visibility_timeout(Duration::ZERO)
-        .max_in_flight(1)
-        .build()
-        .unwrap();
-    let handler = |d: Delivery| async move {
-        sleep(secs(5)).await;
-        d.ack().await
-    };
-    run_while(
-        &consumer,
-        handler,
-        eventually("acked", LIMIT, || q.is_empty()),
-    )
-    .await;
-    assert_eq!(q.requests().visibility_changes(), 0);
-}
-
-#[tokio::test(start_paused = true)]
 async fn a_redriven_message_leaves_and_the_consumer_carries_on() {
     let dlq = MemoryQueue::new();
     let q = MemoryQueue::builder()

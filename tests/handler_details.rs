@@ -199,8 +199,10 @@ async fn a_handler_cancelled_by_the_shutdown_after_dropping_its_delivery_release
     let (logs, _guard) = capture_logs();
     let q = queue(600);
     q.send("dropped early").unwrap();
+    // The long poll under way at the signal ends with the shutdown timeout.
     let consumer = Consumer::in_memory(&q)
         .shutdown_timeout(secs(1))
+        .wait_time(secs(1))
         .build()
         .unwrap();
     let (started_tx, mut started) = mpsc::unbounded_channel::<()>();

@@ -503,7 +503,8 @@ async fn stream_until_drains_like_run_until(kind: Kind) {
         if let Some(tx) = tx.take() {
             let _ = tx.send(());
         }
-        // Sent after the signal: receiving has stopped, so the stream must not yield it.
+        // Sent after the signal: no receive starts, but the one under way (if any) may take
+        // it, and then the stream yields it; either way it is never left hidden.
         q.send("after the signal").await;
         Instant::now()
     };
@@ -517,11 +518,15 @@ async fn stream_until_drains_like_run_until(kind: Kind) {
         "{:?}",
         ended - signalled_at
     );
-    assert_eq!(
-        *taken.lock().unwrap(),
-        3,
-        "nothing yielded after the signal"
+    let taken = *taken.lock().unwrap();
+    assert!(
+        (3..=4).contains(&taken),
+        "at most the late message yielded after the signal: {taken}"
     );
     assert!(ended - start < LIMIT);
-    assert_eq!(q.counts().await, (1, 0), "only the late message is left");
+    assert_eq!(
+        q.counts().await,
+        (4 - taken as u64, 0),
+        "the late message handled or visible, never hidden"
+    );
 }

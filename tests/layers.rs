@@ -66,7 +66,14 @@ const LAYERS: &[(&str, &[&str])] = &[
     ),
     (
         "API",
-        &["config.rs", "consumer.rs", "stream.rs", "json.rs", "lib.rs"],
+        &[
+            "config.rs",
+            "consumer.rs",
+            "consumer_handle.rs",
+            "stream.rs",
+            "json.rs",
+            "lib.rs",
+        ],
     ),
 ];
 

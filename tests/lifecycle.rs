@@ -71,7 +71,7 @@ async fn running_handlers_finish_and_ack_and_no_receive_starts_after_the_signal(
 }
 
 #[tokio::test(start_paused = true)]
-async fn the_signal_abandons_a_pending_long_poll_at_once() {
+async fn the_signal_sends_no_new_receive_and_awaits_the_one_under_way() {
     let q = queue(30);
     let consumer = Consumer::in_memory(&q).build().unwrap();
     let at_signal = Arc::new(AtomicU64::new(0));
@@ -83,8 +83,8 @@ async fn the_signal_abandons_a_pending_long_poll_at_once() {
         )
         .await
         .unwrap();
-    // The long poll (20 s) had started at 0 s; the signal came at 3 s.
-    assert_eq!(start.elapsed(), secs(3));
+    // The long poll (20 s) had started at 0 s; the signal came at 3 s; nothing arrived.
+    assert_eq!(start.elapsed(), secs(20), "the poll's wait: not abandoned");
     assert_eq!(q.requests().requests(Action::ReceiveMessage), 1);
     assert_eq!(at_signal.load(Ordering::SeqCst), 1);
     // A message sent now stays with the queue: nothing is receiving.
@@ -94,13 +94,73 @@ async fn the_signal_abandons_a_pending_long_poll_at_once() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_message_the_awaited_poll_brings_after_the_signal_is_handled() {
+    let q = queue(30);
+    let consumer = Consumer::in_memory(&q).build().unwrap();
+    let send_later = async {
+        sleep(secs(5)).await;
+        q.send("after the signal").unwrap();
+    };
+    let start = Instant::now();
+    let (result, ()) = tokio::join!(
+        consumer.run_until(|d: Delivery| d.ack(), sleep(secs(3))),
+        send_later
+    );
+    result.unwrap();
+    let took = start.elapsed();
+    assert!(took >= secs(5) && took < secs(6), "{took:?}");
+    assert_eq!(q.requests().requests(Action::ReceiveMessage), 1);
+    assert_eq!(consumer.stats().acked, 1);
+    assert!(q.is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn what_the_awaited_poll_brings_after_the_shutdown_timeout_is_released_not_handled() {
+    let q = queue(30);
+    q.send("held").unwrap();
+    let consumer = Consumer::in_memory(&q)
+        .shutdown_timeout(secs(1))
+        .build()
+        .unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let c = calls.clone();
+    let handler = move |d: Delivery| {
+        c.fetch_add(1, Ordering::SeqCst);
+        async move {
+            sleep(secs(3600)).await;
+            d.ack().await
+        }
+    };
+    // Signal at 1 s, so the shutdown timeout ends at 2 s; the poll under way brings one more
+    // message at 5 s.
+    let send_later = async {
+        sleep(secs(5)).await;
+        q.send("late").unwrap();
+    };
+    let start = Instant::now();
+    let (result, ()) = tokio::join!(consumer.run_until(handler, sleep(secs(1))), send_later);
+    result.unwrap();
+    let took = start.elapsed();
+    assert!(took >= secs(5) && took < secs(6), "{took:?}");
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        1,
+        "the late one reached no handler"
+    );
+    assert_eq!((q.visible_len(), q.in_flight_len()), (2, 0));
+    assert_eq!(consumer.stats().released, 2);
+}
+
+#[tokio::test(start_paused = true)]
 async fn at_the_shutdown_timeout_held_messages_are_released_and_visible_at_once() {
     let q = queue(30);
     for i in 0..4 {
         q.send(format!("m{i}")).unwrap();
     }
+    // The poll under way at the signal ends (at 2 s) before the shutdown timeout (at 3 s).
     let consumer = Consumer::in_memory(&q)
         .shutdown_timeout(secs(2))
+        .wait_time(secs(2))
         .build()
         .unwrap();
     let finished = Arc::new(AtomicUsize::new(0));
@@ -208,7 +268,8 @@ async fn fifo_deliveries_waiting_their_turn_are_released_at_shutdown() {
     for body in ["a", "b", "c"] {
         q.send_with(body, SendOptions::new().group_id("g")).unwrap();
     }
-    let consumer = Consumer::in_memory(&q).build().unwrap();
+    // The poll under way at the signal (1 s) ends at 2 s, while "a" is still handled.
+    let consumer = Consumer::in_memory(&q).wait_time(secs(2)).build().unwrap();
     let handled = Arc::new(Mutex::new(Vec::new()));
     let h = handled.clone();
     let handler = move |d: Delivery| {

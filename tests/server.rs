@@ -4,7 +4,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{secs, server_client, unique_name};
+use common::{capture_logs, secs, server_client, unique_name};
 use sqs_consumer::{Consumer, Delivery, Error};
 use tokio::time::Instant;
 
@@ -33,6 +33,7 @@ async fn a_missing_queue_makes_run_return_an_error_within_seconds() {
             builder = builder.visibility_timeout(v);
         }
         let consumer = builder.build().unwrap();
+        let (logs, _guard) = capture_logs();
         let start = Instant::now();
         let result = tokio::time::timeout(secs(10), consumer.run(|d: Delivery| d.ack())).await;
         let err = result
@@ -52,6 +53,13 @@ async fn a_missing_queue_makes_run_return_an_error_within_seconds() {
             "GetQueueAttributes"
         };
         assert!(text.contains(operation), "{text}");
+        // Logged at error whatever the settings, with the queue's code.
+        let logs = String::from_utf8(logs.lock().unwrap().clone()).unwrap();
+        assert!(
+            logs.lines()
+                .any(|l| l.contains("ERROR") && l.contains(code)),
+            "visibility {visibility:?}: {logs}"
+        );
     }
 }
 

@@ -234,14 +234,24 @@ impl MemoryQueue {
 
     /// Like [`receive`](MemoryQueue::receive), with the visibility timeout (whole seconds,
     /// at most 12 hours) the received messages get; `None` uses the queue's.
+    ///
+    /// As on SQS, a receive whose caller goes away (its future dropped, say by a timeout or a
+    /// `select!`) is still served until its wait ends: the first messages that arrive are
+    /// taken, hidden for their visibility timeout, their receive counts raised, and nobody
+    /// sees them until that timeout lapses.
     pub async fn receive_with_visibility(
         &self,
         max_messages: u32,
         wait: Duration,
         visibility: Option<Duration>,
     ) -> Result<Vec<Message>, Error> {
-        self.receive_selected(max_messages, wait, visibility, Selection::ALL)
-            .await
+        let queue = self.clone();
+        seam::served(async move {
+            queue
+                .receive_selected(max_messages, wait, visibility, Selection::ALL)
+                .await
+        })
+        .await
     }
 
     /// A receive that returns only the attributes `select` names.

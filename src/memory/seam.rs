@@ -44,6 +44,25 @@ impl MemoryQueue {
     }
 }
 
+/// A receive served to its end even if its caller goes away, as SQS serves a long poll whose
+/// client has gone: the messages it takes stay hidden for their visibility timeout, their
+/// receive counts raised. Runs on a task of its own (outside a runtime, in place).
+pub(crate) async fn served<F>(receive: F) -> Result<Vec<Message>, Error>
+where
+    F: Future<Output = Result<Vec<Message>, Error>> + Send + 'static,
+{
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => runtime.spawn(receive).await.unwrap_or_else(|_| {
+            Err(refuse(
+                Action::ReceiveMessage,
+                "InternalError",
+                "the receive ended without an answer (its runtime is shutting down)",
+            ))
+        }),
+        Err(_) => receive.await,
+    }
+}
+
 impl Transport for MemoryQueue {
     fn describe(&self) -> String {
         format!("memory:{}", self.name())
@@ -57,12 +76,19 @@ impl Transport for MemoryQueue {
         let visibility = req
             .visibility
             .map(|secs| Duration::from_secs(u64::from(secs)));
-        let select = Selection {
-            message: Some(req.message_attribute_names),
-            system: Some(req.system_attribute_names),
-        };
-        let call = self.receive_selected(req.max_messages, req.wait, visibility, select);
-        Box::pin(self.disturbed(Action::ReceiveMessage, call))
+        let (queue, max, wait) = (self.clone(), req.max_messages, req.wait);
+        let (message, system) = (
+            req.message_attribute_names.to_vec(),
+            req.system_attribute_names.to_vec(),
+        );
+        Box::pin(served(async move {
+            let select = Selection {
+                message: Some(&message),
+                system: Some(&system),
+            };
+            let call = queue.receive_selected(max, wait, visibility, select);
+            queue.disturbed(Action::ReceiveMessage, call).await
+        }))
     }
 
     fn delete_batch<'a>(&'a self, entries: &'a [BatchEntry<'a>]) -> BoxFuture<'a, BatchResult> {
