@@ -209,6 +209,19 @@ async fn a_long_poll_returns_when_a_message_arrives(kind: Kind) {
     assert!(at - sent < secs(2), "{:?} after the send", at - sent);
 }
 
+/// A long poll whose client went away is still served: it takes the next message, hidden
+/// for the whole visibility timeout, and no one reads the answer. (AWS: aws-sdk-js #2350,
+/// aws-sdk-java #2083.) Why the consumer never abandons a receive.
+async fn a_long_poll_whose_caller_went_away_still_takes_a_message(kind: Kind) {
+    let q = TestQueue::new(kind, 30).await;
+    let wait = secs(4);
+    let abandoned = tokio::time::timeout(secs(1), q.receive_up_to(10, wait)).await;
+    assert!(abandoned.is_err(), "the caller gave up on the poll");
+    q.send("taken by a poll no one reads").await;
+    sleep(wait).await;
+    assert_eq!(q.counts().await, (0, 1), "(visible, hidden)");
+}
+
 async fn a_fifo_long_poll_and_the_delete_that_unlocks_its_group(kind: Kind) {
     let q = TestQueue::new_fifo(kind, 30).await;
     q.send_to_group("first", "g").await;
@@ -265,6 +278,7 @@ on_both!(
     an_extension_and_a_delete_with_an_old_handle,
     visibility_limits,
     a_long_poll_returns_when_a_message_arrives,
+    a_long_poll_whose_caller_went_away_still_takes_a_message,
     a_fifo_long_poll_and_the_delete_that_unlocks_its_group,
     redrive_moves_a_message_at_the_receive_after_max_receive_count,
 );
