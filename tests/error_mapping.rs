@@ -335,6 +335,35 @@ async fn an_unanswered_receive_times_out_and_is_retried() {
     assert!((4..=6).contains(&tries), "{tries} tries");
 }
 
+/// A stop waits for the receive under way, but not for ever: a server that never answers
+/// loses it at its bound (wait time + request timeout), and no receive follows.
+#[tokio::test(start_paused = true)]
+async fn a_stop_while_a_receive_goes_unanswered_ends_at_its_request_timeout() {
+    let http = Silent {
+        hang_receives: true,
+        ..Silent::default()
+    };
+    let (wait, request_timeout) = (Duration::from_secs(2), Duration::from_secs(3));
+    let consumer = silent_consumer(&http, |b| {
+        b.visibility_timeout(Duration::from_secs(10))
+            .wait_time(wait)
+            .request_timeout(request_timeout)
+    });
+    let start = tokio::time::Instant::now();
+    let signal = tokio::time::sleep(Duration::from_secs(1));
+    consumer
+        .run_until(|d: Delivery| d.ack(), signal)
+        .await
+        .unwrap();
+    let took = start.elapsed();
+    let bound = wait + request_timeout;
+    assert!(
+        took >= bound && took < bound + Duration::from_millis(100),
+        "{took:?}, the receive's bound {bound:?}"
+    );
+    assert_eq!(http.receives.load(SeqCst), 1, "no receive after the signal");
+}
+
 #[tokio::test(start_paused = true)]
 async fn an_unanswered_ack_times_out_as_a_retryable_error() {
     let http = Silent::default();

@@ -73,6 +73,11 @@ async fn bad_settings_are_refused_before_anything_is_sent() {
                 .visibility_timeout(secs(43_201)),
         ),
         (
+            "visibility_timeout",
+            Consumer::builder(client.clone(), "http://127.0.0.1:1/q")
+                .visibility_timeout(Duration::ZERO),
+        ),
+        (
             "wait_time",
             Consumer::builder(client.clone(), "http://127.0.0.1:1/q").wait_time(secs(21)),
         ),
