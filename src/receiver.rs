@@ -148,8 +148,9 @@ impl Receiver {
         stop: &CancellationToken,
         mut on_batch: impl FnMut(ReceivedBatch),
     ) -> Result<(), Error> {
-        let timeout = match self.resolve_visibility_timeout().await {
-            Ok(timeout) => timeout,
+        let timeout = match self.resolve_visibility_timeout(stop).await {
+            Ok(Some(timeout)) => timeout,
+            Ok(None) => return Ok(()), // stopped before the first receive
             Err(err) => {
                 tracing::error!(queue = %self.queue.name(), error = %err.chain(), "cannot start receiving; stopping");
                 return Err(err);
@@ -482,36 +483,47 @@ impl Receiver {
     }
 
     /// The builder's visibility timeout, or the queue's own, read once (retrying transient
-    /// failures with back-off; each read bounded by the request timeout).
-    async fn resolve_visibility_timeout(&self) -> Result<u32, Error> {
+    /// failures with back-off; each read bounded by the request timeout). `None` if `stop`
+    /// comes first.
+    async fn resolve_visibility_timeout(
+        &self,
+        stop: &CancellationToken,
+    ) -> Result<Option<u32>, Error> {
         if let Some(t) = self.settings.visibility_timeout {
-            return Ok(t);
+            return Ok(Some(t));
         }
-        self.visibility
-            .get_or_try_init(|| async {
-                let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(20));
-                loop {
-                    match self.queue.visibility_timeout().await {
-                        Ok(0) => {
-                            return Err(Error::InvalidConfig {
-                                field: "visibility_timeout",
-                                got: "none, and the queue's own VisibilityTimeout is 0".into(),
-                                allowed: "1..=43200 s: set the consumer's visibility_timeout, \
-                                          or the queue's VisibilityTimeout",
-                            })
-                        }
-                        Ok(t) => return Ok(t),
-                        Err(err) if err.is_fatal() => return Err(err),
-                        Err(err) => {
-                            let wait = backoff.next_delay();
-                            tracing::warn!(error = %err.chain(), retry_in = ?wait, "reading the queue's visibility timeout failed; retrying");
-                            sleep(wait).await;
-                        }
-                    }
+        let read = self
+            .visibility
+            .get_or_try_init(|| self.read_queue_visibility());
+        tokio::select! {
+            read = read => read.map(|t| Some(*t)),
+            () = stop.cancelled() => Ok(None),
+        }
+    }
+
+    /// The queue's own visibility timeout (retrying transient failures with back-off; each
+    /// read bounded by the request timeout); 0 is refused.
+    async fn read_queue_visibility(&self) -> Result<u32, Error> {
+        let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(20));
+        loop {
+            match self.queue.visibility_timeout().await {
+                Ok(0) => {
+                    return Err(Error::InvalidConfig {
+                        field: "visibility_timeout",
+                        got: "none, and the queue's own VisibilityTimeout is 0".into(),
+                        allowed: "1..=43200 s: set the consumer's visibility_timeout, \
+                                  or the queue's VisibilityTimeout",
+                    })
                 }
-            })
-            .await
-            .copied()
+                Ok(t) => return Ok(t),
+                Err(err) if err.is_fatal() => return Err(err),
+                Err(err) => {
+                    let wait = backoff.next_delay();
+                    tracing::warn!(error = %err.chain(), retry_in = ?wait, "reading the queue's visibility timeout failed; retrying");
+                    sleep(wait).await;
+                }
+            }
+        }
     }
 }
 

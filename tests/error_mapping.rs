@@ -436,6 +436,22 @@ async fn an_unanswered_queue_attribute_read_times_out_and_is_retried() {
     assert_eq!(http.receives.load(SeqCst), 0);
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_stop_while_the_queue_attribute_read_goes_unanswered_ends_at_once() {
+    let http = Silent::default();
+    let consumer = silent_consumer(&http, |b| b);
+    let start = tokio::time::Instant::now();
+    let signal = tokio::time::sleep(Duration::from_secs(3));
+    let run = timeout(
+        Duration::from_secs(60),
+        consumer.run_until(|d: Delivery| d.ack(), signal),
+    );
+    run.await.expect("the stop ends the start-up").unwrap();
+    // Nothing is taken by a read of the queue's attributes: no need to wait for its answer.
+    assert_eq!(start.elapsed(), Duration::from_secs(3));
+    assert_eq!(http.receives.load(SeqCst), 0, "no receive ever started");
+}
+
 #[derive(Debug)]
 struct NoCredentials;
 
