@@ -6,6 +6,11 @@
 //! connection instead of answering (the call took effect, the client saw a failure), or
 //! forward it and hold the answer longer than the client waits. Everything else is passed
 //! through unchanged. A fresh connection to the server serves each request.
+//!
+//! Deletes reach the server one at a time: moto rebuilds its list of messages on each delete
+//! without a lock, so two deletes at once can bring back messages the first one deleted (the
+//! client was told they were deleted, and they are handed out again a timeout later). AWS
+//! does not; the proxy keeps that race of the server's out of what the tests count.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -85,12 +90,19 @@ impl FaultProxy {
         let log = Arc::new(Mutex::new(FaultLog::default()));
         let rng = Arc::new(Mutex::new(seed | 1));
         let faults = Arc::new(faults);
+        let deletes = Arc::new(tokio::sync::Mutex::new(()));
         let task = {
             let log = log.clone();
             tokio::spawn(async move {
                 while let Ok((client, _)) = listener.accept().await {
                     let (log, rng, faults) = (log.clone(), rng.clone(), faults.clone());
-                    tokio::spawn(serve(client, upstream, faults, rng, log));
+                    let shared = Shared {
+                        faults,
+                        rng,
+                        log,
+                        deletes: deletes.clone(),
+                    };
+                    tokio::spawn(serve(client, upstream, shared));
                 }
             })
         };
@@ -232,13 +244,22 @@ async fn forward(upstream: SocketAddr, request: &Http) -> Option<Http> {
     read_http(&mut server, &mut Vec::new(), true).await
 }
 
-async fn serve(
-    mut client: TcpStream,
-    upstream: SocketAddr,
+/// What the connections of one proxy share.
+struct Shared {
     faults: Arc<Faults>,
     rng: Arc<Mutex<u64>>,
     log: Arc<Mutex<FaultLog>>,
-) {
+    /// Held while a delete is forwarded: one at a time (see the module docs).
+    deletes: Arc<tokio::sync::Mutex<()>>,
+}
+
+async fn serve(mut client: TcpStream, upstream: SocketAddr, shared: Shared) {
+    let Shared {
+        faults,
+        rng,
+        log,
+        deletes,
+    } = shared;
     let mut buf = Vec::new();
     let mut throttles = 0u64;
     while let Some(request) = read_http(&mut client, &mut buf, false).await {
@@ -290,7 +311,13 @@ async fn serve(
             }
             _ => {}
         }
-        let Some(answer) = forward(upstream, &request).await else {
+        let one_delete = match action.as_str() {
+            "DeleteMessage" | "DeleteMessageBatch" => Some(deletes.lock().await),
+            _ => None,
+        };
+        let answer = forward(upstream, &request).await;
+        drop(one_delete);
+        let Some(answer) = answer else {
             return;
         };
         match fault {
