@@ -420,7 +420,7 @@ async fn pause_stops_receiving_and_resume_starts_again_with_leases_untouched(kin
     let paused_at = Instant::now();
     consumer.pause();
     assert!(consumer.is_paused());
-    // A long poll abandoned on the client goes on on the test server until its wait ends
+    // The pause starts no receive; the one under way is awaited and ends within its wait
     // (1 s): let it end before sending what the paused consumer must not take.
     sleep(Duration::from_millis(1_500)).await;
     for i in 0..3 {
