@@ -152,6 +152,54 @@ async fn what_the_awaited_poll_brings_after_the_shutdown_timeout_is_released_not
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_late_arrival_reaches_no_handler_and_waits_for_the_other_receives() {
+    let q = queue(30);
+    for i in 0..10 {
+        q.send(format!("m{i}")).unwrap();
+    }
+    // The first receive comes back full: two receives wait on the empty queue after it.
+    let consumer = Consumer::in_memory(&q)
+        .shutdown_timeout(secs(1))
+        .build()
+        .unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let c = calls.clone();
+    let handler = move |d: Delivery| {
+        c.fetch_add(1, Ordering::SeqCst);
+        async move {
+            sleep(secs(3600)).await;
+            d.ack().await
+        }
+    };
+    // Signal at 1 s, shutdown timeout over at 2 s; one message at 5 s, taken by one of the
+    // two polls while the other still waits (until 20 s).
+    let late = async {
+        sleep(secs(5)).await;
+        q.send("late").unwrap();
+        sleep(secs(1)).await;
+        q.visible_len()
+    };
+    let (result, visible_meanwhile) =
+        tokio::join!(consumer.run_until(handler, sleep(secs(1))), late);
+    result.unwrap();
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        10,
+        "the late one reached no handler"
+    );
+    assert_eq!(
+        visible_meanwhile, 0,
+        "kept hidden while the other poll waits: released, it would be taken again"
+    );
+    assert_eq!((q.visible_len(), q.in_flight_len()), (11, 0));
+    assert_eq!(
+        q.requests().requests(Action::ReceiveMessage),
+        3,
+        "no receive after the signal"
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn at_the_shutdown_timeout_held_messages_are_released_and_visible_at_once() {
     let q = queue(30);
     for i in 0..4 {
