@@ -40,7 +40,8 @@ use aws_smithy_runtime_api::client::interceptors::Intercept;
 use aws_smithy_runtime_api::client::orchestrator::Metadata;
 use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
 use aws_smithy_types::config_bag::ConfigBag;
-use sqs_consumer::{Action, Consumer, Delivery, Error, MemoryQueue, RequestCounts};
+use sqs_consumer::memory::{Action, RequestCounts};
+use sqs_consumer::{Consumer, Delivery, Error, MemoryQueue};
 use tokio::time::{sleep, Instant};
 
 /// Counts the bytes allocated and not yet freed, to measure memory per held delivery

@@ -14,7 +14,8 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use sqs_consumer::{BoxError, Consumer, Delivery, MemoryQueue, RetryPolicy, SendOptions};
+use sqs_consumer::memory::SendOptions;
+use sqs_consumer::{BoxError, Consumer, Delivery, MemoryQueue, RetryPolicy};
 
 /// The entries each account had applied, in the order they were applied.
 pub type Ledger = BTreeMap<String, Vec<u32>>;

@@ -19,7 +19,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqs_consumer::{Action, BoxError, Consumer, Delivery, MemoryQueue, Stats};
+use sqs_consumer::memory::Action;
+use sqs_consumer::{BoxError, Consumer, Delivery, MemoryQueue, Stats};
 
 /// The example itself: writes its summary to `out` and returns the consumer's stats.
 pub async fn run(out: &mut impl Write) -> Result<Stats, BoxError> {

@@ -5,10 +5,18 @@
 # server scenario, the fault and crash tests and the server tests run against both.
 # LocalStack needs Python >= 3.13: without one the second half is skipped with a message,
 # except under CI (CI=true), which requires both. Arguments go to every `cargo test` run.
+# Between the two halves: the docs (warnings are errors) and the package a user would get.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Every server test runs here: one that finds no server fails rather than skipping.
+export SQS_TEST_REQUIRE_SERVER=1
 scripts/with-sqs-server.sh bash -c \
   'cargo test --all-features "$@" && cargo test --no-default-features "$@"' test.sh "$@"
+
+echo "== the docs and the package =="
+RUSTDOCFLAGS="-D warnings" cargo doc --all-features --no-deps
+cargo package --allow-dirty
+ls -l target/package/sqs-consumer-*.crate
 
 echo "== the suite again, against LocalStack =="
 status=0

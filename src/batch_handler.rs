@@ -59,6 +59,10 @@ impl Batch {
     /// for up to 10), each retried as [`Delivery::ack`] retries. `Ok` when all were acked;
     /// otherwise the first error (the others were still attempted; a lost delivery is
     /// remembered as [`Delivery::ack`] remembers it).
+    ///
+    /// # Errors
+    ///
+    /// The first delivery's error, as [`Delivery::ack`] returns it.
     pub async fn ack_all(self) -> Result<(), Error> {
         let Some(first) = self.deliveries.first() else {
             return Ok(());
@@ -79,6 +83,10 @@ impl Batch {
     /// Makes every message of the batch visible again at once, their visibility changes
     /// together, each retried as [`Delivery::release`] retries. `Ok` when all were released;
     /// otherwise the first error.
+    ///
+    /// # Errors
+    ///
+    /// The first delivery's error, as [`Delivery::release`] returns it.
     pub async fn release_all(self) -> Result<(), Error> {
         let Some(first) = self.deliveries.first() else {
             return Ok(());

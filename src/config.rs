@@ -101,6 +101,23 @@ impl Consumer {
     }
 
     /// A consumer of an in-memory queue, for tests and examples.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), sqs_consumer::Error> {
+    /// use std::time::Duration;
+    /// use sqs_consumer::{Consumer, MemoryQueue};
+    ///
+    /// let queue = MemoryQueue::new();
+    /// queue.send("hello")?;
+    /// let consumer = Consumer::in_memory(&queue)
+    ///     .wait_time(Duration::from_secs(1))
+    ///     .build()?;
+    /// assert!(!consumer.has_isolated_keeper()); // all on your runtime, paused clock included
+    /// # Ok(()) }
+    /// ```
     pub fn in_memory(queue: &MemoryQueue) -> ConsumerBuilder {
         ConsumerBuilder::new(Source::Memory(queue.clone()))
     }
@@ -218,7 +235,7 @@ impl ConsumerBuilder {
     }
 
     /// How long any SQS call may go unanswered before it counts as a transient failure (and
-    /// is retried by whoever owns its retries: see the README), 100 ms..=300 s. A receive
+    /// is retried by whoever owns its retries: see [the guide](crate::guide::errors#who-retries-who-times-out)), 100 ms..=300 s. A receive
     /// may take its [`wait_time`](ConsumerBuilder::wait_time) on top. An extension is cut
     /// short at its delivery's deadline anyway. Defaults to 10 s.
     pub fn request_timeout(mut self, timeout: Duration) -> Self {
@@ -315,6 +332,12 @@ impl ConsumerBuilder {
     }
 
     /// Checks the settings and creates the consumer. Nothing is sent to SQS yet.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] naming the first setting out of its range (`field`), the value
+    /// given (`got`) and what is allowed (`allowed`); the guide's
+    /// [settings](crate::guide::settings) page lists every range.
     pub fn build(self) -> Result<Consumer, Error> {
         let visibility_timeout = self
             .visibility_timeout

@@ -91,6 +91,37 @@ impl Consumer {
     /// Receives messages and calls `handler` for each, until a fatal error.
     ///
     /// The same as [`run_until`](Consumer::run_until) with a signal that never comes.
+    ///
+    /// # Errors
+    ///
+    /// As [`run_until`](Consumer::run_until): only a fatal error ends it (a missing queue,
+    /// access denied, no credentials), with that error.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), sqs_consumer::Error> {
+    /// use sqs_consumer::{Consumer, Delivery, MemoryQueue};
+    ///
+    /// let queue = MemoryQueue::new();
+    /// queue.send("job 1")?;
+    /// let consumer = Consumer::in_memory(&queue).build()?;
+    /// let handle = consumer.handle();
+    /// consumer
+    ///     .run(move |delivery: Delivery| {
+    ///         let handle = handle.clone();
+    ///         async move {
+    ///             println!("{}", delivery.body());
+    ///             delivery.ack().await?;
+    ///             handle.shutdown(); // only for this example: stop after one message
+    ///             Ok::<(), sqs_consumer::Error>(())
+    ///         }
+    ///     })
+    ///     .await?;
+    /// assert!(queue.is_empty());
+    /// # Ok(()) }
+    /// ```
     pub async fn run<H: Handler>(&self, handler: H) -> Result<(), Error> {
         self.run_until(handler, std::future::pending()).await
     }
@@ -141,6 +172,13 @@ impl Consumer {
     /// consumer.run_until(|d: Delivery| d.ack(), ctrl_c).await?;
     /// # Ok(()) }
     /// ```
+    ///
+    /// # Errors
+    ///
+    /// A fatal error, at once: the queue does not exist, access is denied, no credentials or
+    /// region, or (with no `visibility_timeout` set) a queue whose own timeout is 0
+    /// ([`Error::InvalidConfig`]). Transient failures are retried and never end it; see the
+    /// guide's [errors](crate::guide::errors) page.
     pub async fn run_until<H, S>(&self, handler: H, signal: S) -> Result<(), Error>
     where
         H: Handler,
@@ -156,6 +194,38 @@ impl Consumer {
     ///
     /// The same as [`run_batch_until`](Consumer::run_batch_until) with a signal that never
     /// comes.
+    ///
+    /// # Errors
+    ///
+    /// As [`run_until`](Consumer::run_until).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), sqs_consumer::Error> {
+    /// use sqs_consumer::{Batch, Consumer, MemoryQueue};
+    ///
+    /// let queue = MemoryQueue::new();
+    /// for i in 0..3 {
+    ///     queue.send(format!("row {i}"))?;
+    /// }
+    /// let consumer = Consumer::in_memory(&queue).build()?;
+    /// let handle = consumer.handle();
+    /// consumer
+    ///     .run_batch(move |batch: Batch| {
+    ///         let handle = handle.clone();
+    ///         async move {
+    ///             println!("{} rows", batch.len());
+    ///             batch.ack_all().await?; // one DeleteMessageBatch
+    ///             handle.shutdown(); // only for this example
+    ///             Ok::<(), sqs_consumer::Error>(())
+    ///         }
+    ///     })
+    ///     .await?;
+    /// assert!(queue.is_empty());
+    /// # Ok(()) }
+    /// ```
     pub async fn run_batch<H: BatchHandler>(&self, handler: H) -> Result<(), Error> {
         self.run_batch_until(handler, std::future::pending()).await
     }
@@ -187,6 +257,10 @@ impl Consumer {
     ///     .await?;
     /// # Ok(()) }
     /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`run_until`](Consumer::run_until).
     pub async fn run_batch_until<H, S>(&self, handler: H, signal: S) -> Result<(), Error>
     where
         H: BatchHandler,

@@ -298,6 +298,31 @@ impl Delivery {
     /// it), but the result is [`Error::Lost`]: the message may have been handed to another
     /// consumer, so your work may be repeated. The consumer remembers such a message and, if
     /// it comes back to it, deletes it without calling the handler again.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Lost`] when the lease was lost (`is_lost()` on the error); a retryable error
+    /// when transient failures went on for 20 s; a fatal one (access denied, ...) at once.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), sqs_consumer::Error> {
+    /// # use sqs_consumer::{Consumer, MemoryQueue};
+    /// # let queue = MemoryQueue::new();
+    /// # queue.send("hello")?;
+    /// # let consumer = Consumer::in_memory(&queue).build()?;
+    /// # let mut stream = consumer.stream();
+    /// # let delivery = futures::StreamExt::next(&mut stream).await.unwrap()?;
+    /// match delivery.ack().await {
+    ///     Ok(()) => {}
+    ///     Err(err) if err.is_lost() => eprintln!("another consumer may redo this: {err}"),
+    ///     Err(err) => return Err(err),
+    /// }
+    /// # assert!(queue.is_empty());
+    /// # Ok(()) }
+    /// ```
     pub async fn ack(self) -> Result<(), Error> {
         let lost_before = self.begin_ack();
         let lease = &self.lease;
@@ -336,6 +361,27 @@ impl Delivery {
     ///
     /// Transient failures are retried, 4 tries in all; if they all fail the message still
     /// returns, when its current visibility timeout lapses.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Lost`] when the lease was lost; otherwise the last try's error (the message
+    /// then returns when its current timeout lapses).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), sqs_consumer::Error> {
+    /// # use sqs_consumer::{Consumer, MemoryQueue};
+    /// # let queue = MemoryQueue::new();
+    /// # queue.send("not for me")?;
+    /// # let consumer = Consumer::in_memory(&queue).build()?;
+    /// # let mut stream = consumer.stream();
+    /// # let delivery = futures::StreamExt::next(&mut stream).await.unwrap()?;
+    /// delivery.release().await?; // visible to every consumer again, at once
+    /// # assert_eq!(queue.requests().visibility_changes(), 1);
+    /// # Ok(()) }
+    /// ```
     pub async fn release(self) -> Result<(), Error> {
         self.change_and_settle(0).await
     }
@@ -346,6 +392,29 @@ impl Delivery {
     /// SQS refuses a visibility that ends more than 12 hours after the receive; such a delay
     /// is refused here with [`Error::PastHardDeadline`] before anything is sent, and the
     /// delivery is then dropped (the retry policy applies).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] for a delay over 43,200 s and [`Error::PastHardDeadline`] for
+    /// one that ends past the 12-hour limit, both before anything is sent; otherwise as
+    /// [`release`](Delivery::release).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), sqs_consumer::Error> {
+    /// # use sqs_consumer::{Consumer, MemoryQueue};
+    /// use std::time::Duration;
+    /// # let queue = MemoryQueue::new();
+    /// # queue.send("try later")?;
+    /// # let consumer = Consumer::in_memory(&queue).build()?;
+    /// # let mut stream = consumer.stream();
+    /// # let delivery = futures::StreamExt::next(&mut stream).await.unwrap()?;
+    /// // Back off: this message returns in 5 minutes, for this consumer or another.
+    /// delivery.release_after(Duration::from_secs(300)).await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn release_after(self, delay: Duration) -> Result<(), Error> {
         let secs = match u32::try_from(secs_rounded_up(delay)) {
             Ok(s) if s <= MAX_VISIBILITY_SECS => s,

@@ -370,7 +370,7 @@ const fn rule(code: &'static str, class: Class) -> Rule {
 
 /// Every SQS error code the crate knows, first match wins. Codes not listed are retryable on
 /// 5xx, 408 and 429, and fatal on other 4xx answers, so a misconfiguration surfaces instead
-/// of being retried for ever. See the README's "Errors" table.
+/// of being retried for ever. See the guide's [errors](crate::guide::errors) page.
 const RULES: &[Rule] = &[
     rule(
         "ReceiptHandleIsInvalid",

@@ -22,10 +22,12 @@ use crate::error::BoxError;
 /// [`handler_timeout`](crate::ConsumerBuilder::handler_timeout) is stopped, as if it had
 /// failed.
 ///
-/// Handlers run on your runtime's threads, next to the heartbeats that keep their messages
-/// hidden. Do CPU-bound or blocking work in [`tokio::task::spawn_blocking`]: a handler that
-/// blocks its thread delays every heartbeat on it, and enough of them lose messages (see
-/// [`Stats::late_heartbeats`](crate::Stats::late_heartbeats)).
+/// Handlers run on your runtime's threads. Do CPU-bound or blocking work in
+/// [`tokio::task::spawn_blocking`]: a handler that blocks its thread stalls every task on it.
+/// The heartbeats that keep messages hidden run on a thread of their own for a client on the
+/// SDK's default HTTP client, and on your runtime otherwise, where blocked handlers delay
+/// them and enough of them lose messages (see the guide's [keeper](crate::guide::keeper)
+/// page and [`Stats::late_heartbeats`](crate::Stats::late_heartbeats)).
 ///
 /// Move the delivery into the returned future. A closure whose `async move` block does not
 /// use the delivery (`|_d| async move { .. }`) drops it before the work starts, which stops

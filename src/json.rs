@@ -87,6 +87,11 @@ impl Delivery {
     /// delivery.ack().await?;
     /// # Ok(()) }
     /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Decode`] when the body is not JSON for a `T`: it names the message, what was
+    /// asked for (`JSON for my_app::Order`) and the decoder's reason.
     pub fn json<T: DeserializeOwned>(&self) -> Result<T, Error> {
         decode(self.message_id(), self.body())
     }
@@ -98,6 +103,21 @@ impl Delivery {
     /// (`TopicArn`, ...), or, for a body without the envelope at all (a subscription with raw
     /// message delivery on, or a message sent to the queue directly), saying so: read the
     /// body itself then, for example with [`json`](Delivery::json).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Decode`] naming the missing envelope field, or saying the body has no
+    /// envelope at all.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # async fn example(delivery: sqs_consumer::Delivery) -> Result<(), sqs_consumer::Error> {
+    /// let notification = delivery.sns()?;
+    /// println!("from {}: {}", notification.topic_arn, notification.message);
+    /// delivery.ack().await
+    /// # }
+    /// ```
     pub fn sns(&self) -> Result<SnsNotification, Error> {
         sns(self.message_id(), self.body())
     }
@@ -121,6 +141,11 @@ impl Delivery {
     /// delivery.ack().await?;
     /// # Ok(()) }
     /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Decode`] naming the form it tried (the body, or an SNS notification's
+    /// `Message`) and why that failed.
     pub fn json_or_sns<T: DeserializeOwned>(&self) -> Result<T, Error> {
         json_or_sns(self.message_id(), self.body())
     }
@@ -128,6 +153,10 @@ impl Delivery {
 
 impl SnsNotification {
     /// The published message, decoded from JSON as a `T`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Decode`] when `Message` is not JSON for a `T`.
     pub fn json<T: DeserializeOwned>(&self) -> Result<T, Error> {
         decode(&self.message_id, &self.message)
     }

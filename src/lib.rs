@@ -35,23 +35,53 @@
 //! # Ok(()) }
 //! ```
 //!
-//! See the README for the delivery lifecycle, the settings and the exact semantics.
+//! # Where to read on
+//!
+//! The [`guide`] is the manual, one page per topic:
+//!
+//! - [`guide::lifecycle`]: a delivery's life from the receive to its ack, release, drop or loss;
+//! - [`guide::handlers`]: handler outcomes, [`AckMode`], batches, [`Delivery::fail`], pause,
+//!   the [`RetryPolicy`], [`Stats`] and streams;
+//! - [`guide::settings`]: every [`ConsumerBuilder`] setting with its default and range;
+//! - [`guide::semantics`]: the guarantees, exactly, and how each is tested;
+//! - [`guide::keeper`]: the keeper that extends visibility, and blocking work in handlers;
+//! - [`guide::fifo`], [`guide::shutdown`], [`guide::errors`] (who retries what),
+//!   [`guide::bad_input`], [`guide::cost`];
+//! - `guide::integrations` (features `json` and `from-env`): SNS envelopes, typed bodies,
+//!   one in-flight budget for several queues, trace context, metrics;
+//! - [`guide::testing`]: the in-memory queue ([`memory`]), local servers, and what they
+//!   answer differently from AWS.
+//!
+//! # The types
+//!
+//! [`Consumer`] is built by a [`ConsumerBuilder`] ([`Consumer::builder`] for your own
+//! `aws_sdk_sqs::Client`, `Consumer::from_env` with the standard AWS configuration,
+//! [`Consumer::in_memory`] for a [`MemoryQueue`]). It hands each message to a [`Handler`]
+//! (any async closure taking a [`Delivery`]), a [`BatchHandler`] (a [`Batch`] per receive) or
+//! a [`DeliveryStream`]. A [`ConsumerHandle`] pauses, resumes and stops it from elsewhere;
+//! [`InFlightLimit`] shares one budget of held deliveries between consumers. Failures are an
+//! [`Error`] with an [`ErrorKind`] and, for a lost lease, a [`LostReason`].
+//!
+//! # Cargo features
+//!
+//! - `from-env` (default): `Consumer::from_env`, through `aws-config`.
+//! - `json`: `Delivery::json`, `Delivery::sns`, `Delivery::json_or_sns`, `SnsNotification`.
+//! - `metrics`: counters and histograms through the `metrics` facade.
+//!
+//! With none of them the crate needs no HTTP client, TLS stack or `aws-config`: you pass the
+//! client you built. Items that need a feature say so.
 #![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(
     missing_docs,
     missing_debug_implementations,
     unreachable_pub,
-    rustdoc::broken_intra_doc_links
+    rustdoc::broken_intra_doc_links,
+    clippy::missing_errors_doc
 )]
 
-// Modules sit on layers and import only from layers below them (`tests/layers.rs`
-// holds the crate to it):
-//   API      config, consumer, consumer_handle, stream, json (feature `json`)
-//   engine   dispatch, handling, receiver, fifo, handler, batch_handler, in_flight_limit
-//   lease    delivery, heartbeat, lease, context, retry
-//   wire     batch, lease_thread, queue (the seam; queue::sdk maps it to the SDK)
-//   fake     memory (serves the seam)
-//   ground   limits, error, stats, backoff, lost_acks
+// Every file sits on a layer and imports only from layers below it: the table is in
+// CONTRIBUTING.md, "Layers", and `tests/layers.rs` reads it and holds the crate to it.
 mod backoff;
 mod batch;
 mod batch_handler;
@@ -63,6 +93,7 @@ mod delivery;
 mod dispatch;
 mod error;
 mod fifo;
+pub mod guide;
 mod handler;
 mod handling;
 mod heartbeat;
@@ -73,7 +104,7 @@ mod lease;
 mod lease_thread;
 mod limits;
 mod lost_acks;
-mod memory;
+pub mod memory;
 mod queue;
 mod receiver;
 mod retry;
@@ -91,10 +122,7 @@ pub use handling::AckMode;
 pub use in_flight_limit::InFlightLimit;
 #[cfg(feature = "json")]
 pub use json::{SnsMessageAttribute, SnsNotification};
-pub use memory::builder::MemoryQueueBuilder;
-pub use memory::counts::{Action, RequestCounts};
-pub use memory::faults::{Faults, InjectedFaults};
-pub use memory::{MemoryQueue, SendOptions};
+pub use memory::MemoryQueue;
 pub use retry::RetryPolicy;
 pub use stats::Stats;
 pub use stream::DeliveryStream;

@@ -7,7 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{eventually, memory_queue as queue, run_while, secs, take_one};
-use sqs_consumer::{Action, Consumer, Delivery, Error, MemoryQueue};
+use sqs_consumer::memory::Action;
+use sqs_consumer::{Consumer, Delivery, Error, MemoryQueue};
 use tokio::sync::mpsc;
 use tokio::time::{sleep, Instant};
 

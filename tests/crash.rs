@@ -27,6 +27,7 @@ const CHILD_QUEUE: &str = "SQS_CONSUMER_CRASH_CHILD_QUEUE";
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "the child process of `a_consumer_killed_mid_work_loses_nothing`, not a test"]
 async fn crash_child() {
+    crate::require_server!("crash_child");
     let url = std::env::var(CHILD_QUEUE)
         .expect("run only as the child of a_consumer_killed_mid_work_loses_nothing");
     let consumer = Consumer::builder(server_client(), url)
@@ -57,6 +58,7 @@ fn bodies(lines: &[String], prefix: &str) -> BTreeSet<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_consumer_killed_mid_work_loses_nothing() {
+    crate::require_server!("a_consumer_killed_mid_work_loses_nothing");
     let client = server_client();
     let url = server_queue_with(&client, MESSAGES).await;
 

@@ -14,7 +14,8 @@ use std::time::Duration;
 
 use common::{capture_logs, eventually, secs, Kind, TestQueue};
 use futures::StreamExt;
-use sqs_consumer::{AckMode, Action, Batch, Consumer, Delivery, Error, MemoryQueue, RetryPolicy};
+use sqs_consumer::memory::Action;
+use sqs_consumer::{AckMode, Batch, Consumer, Delivery, Error, MemoryQueue, RetryPolicy};
 use tokio::time::{sleep, Instant};
 
 /// The long polls' wait: short, so the server runs the scenarios quickly. The promise is the

@@ -1,5 +1,5 @@
 //! Every SQS error the crate classifies, sent through the real SDK, leads to the behaviour the
-//! README's "Errors" table documents: lost, retried with back-off, or fatal. Service errors
+//! guide's errors page (`docs/errors.md`) documents: lost, retried with back-off, or fatal. Service errors
 //! come from `aws-smithy-mocks`; timeouts from a connector that never answers; credential and
 //! region failures from the SDK's own configuration. All on the paused clock.
 

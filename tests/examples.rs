@@ -98,6 +98,7 @@ async fn fifo_prints_each_ledger_in_send_order() {
 #[cfg(feature = "from-env")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn consume_against_the_test_server_prints_its_stats() {
+    crate::require_server!("consume_against_the_test_server_prints_its_stats");
     const MESSAGES: usize = 30;
     let client = server_client();
     let url = server_queue_with(&client, MESSAGES).await;

@@ -15,7 +15,8 @@ use futures::future::BoxFuture;
 use aws_sdk_sqs::types::QueueAttributeName;
 use common::faults::{Fault, FaultProxy, Faults};
 use common::{client_for, left_on_server, secs, server_client, server_endpoint, server_queue_with};
-use sqs_consumer::{Consumer, Delivery, Faults as MemoryFaults, MemoryQueue};
+use sqs_consumer::memory::Faults as MemoryFaults;
+use sqs_consumer::{Consumer, Delivery, MemoryQueue};
 use tokio::time::{sleep, Instant};
 
 /// What happened to one delivery, as its handler saw it.
@@ -116,6 +117,7 @@ fn duplicates(log: &Log, server_may_duplicate: bool) -> Duplicates {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn under_injected_faults_every_message_is_handled_and_deleted() {
+    crate::require_server!("under_injected_faults_every_message_is_handled_and_deleted");
     const MESSAGES: usize = 500;
     const LIMIT: Duration = Duration::from_secs(300);
     let direct = server_client();
@@ -285,6 +287,7 @@ async fn under_injected_faults_on_an_atomic_queue_every_duplicate_is_a_failed_or
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_held_message_whose_extensions_fail_transiently_stays_held() {
+    crate::require_server!("a_held_message_whose_extensions_fail_transiently_stays_held");
     let direct = server_client();
     let url = server_queue_with(&direct, 1).await;
     let proxy = FaultProxy::start(

@@ -1,6 +1,6 @@
 //! What each implementation of SQS answers where AWS is subtle, pinned: `MemoryQueue` (which
 //! follows AWS) on the paused clock, and the test server at hand, moto or LocalStack (the test
-//! command runs this file against both). The README's table "Test servers and AWS" summarises
+//! command runs this file against both). The table "Test servers and AWS" in `docs/testing.md` summarises
 //! these tests: a server that starts answering differently fails here, and the table (and
 //! what the crate's own tests may rely on) is looked at again.
 //!
@@ -287,6 +287,7 @@ on_both!(
 /// checked in `src/memory/seam.rs`).
 #[tokio::test]
 async fn batch_entry_ids_duplicates_and_partial_failures() {
+    crate::require_server!("batch_entry_ids_duplicates_and_partial_failures");
     let server = implementation(Kind::Server);
     let client = server_client();
     let url = server_queue_with(&client, 3).await;
@@ -391,15 +392,14 @@ fn accepted_only_by<T: std::fmt::Debug, E: ProvideErrorMetadata + std::fmt::Debu
     }
 }
 
-/// Every row of the README's table "Test servers and AWS" names tests, and each one exists.
+/// Every row of the guide's table "Test servers and AWS" (`docs/testing.md`) names tests,
+/// and each one exists.
 #[test]
-fn every_row_of_the_readme_table_names_tests_that_exist() {
+fn every_row_of_the_guide_table_names_tests_that_exist() {
     let root = env!("CARGO_MANIFEST_DIR");
-    let readme = std::fs::read_to_string(format!("{root}/README.md")).unwrap();
-    let start = readme
-        .find("### Test servers and AWS")
-        .expect("the section");
-    let section = &readme[start..];
+    let page = std::fs::read_to_string(format!("{root}/docs/testing.md")).unwrap();
+    let start = page.find("## Test servers and AWS").expect("the section");
+    let section = &page[start..];
     let section = &section[..section[4..].find("\n#").map_or(section.len(), |i| i + 4)];
     let mut sources = String::new();
     let mut dirs = vec![format!("{root}/src"), format!("{root}/tests")];
@@ -431,7 +431,7 @@ fn every_row_of_the_readme_table_names_tests_that_exist() {
             let name = test.rsplit("::").next().unwrap();
             assert!(
                 sources.contains(&format!("fn {name}(")),
-                "{test}, named in the README's table, is no test"
+                "{test}, named in the table of docs/testing.md, is no test"
             );
         }
     }

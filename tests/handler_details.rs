@@ -8,9 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{capture_logs, eventually, memory_fifo, memory_queue as queue, run_while, secs};
-use sqs_consumer::{
-    AckMode, Action, Batch, Consumer, Delivery, MemoryQueue, RetryPolicy, SendOptions,
-};
+use sqs_consumer::memory::{Action, SendOptions};
+use sqs_consumer::{AckMode, Batch, Consumer, Delivery, MemoryQueue, RetryPolicy};
 use tokio::sync::mpsc;
 use tokio::time::{sleep, Instant};
 

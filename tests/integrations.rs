@@ -339,6 +339,7 @@ async fn from_env_child() {
 #[cfg(feature = "from-env")]
 #[test]
 fn from_env_reaches_the_server_through_the_environment_alone() {
+    crate::require_server!("from_env_reaches_the_server_through_the_environment_alone");
     let rt = tokio::runtime::Runtime::new().unwrap();
     let url = rt.block_on(async {
         let q = TestQueue::new(Kind::Server, 30).await;

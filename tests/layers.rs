@@ -10,72 +10,40 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-/// The layers, from the ground up (see the table in `lib.rs` and the README's "Layout").
-const LAYERS: &[(&str, &[&str])] = &[
-    (
-        "ground",
-        &[
-            "limits.rs",
-            "error.rs",
-            "stats.rs",
-            "backoff.rs",
-            "lost_acks.rs",
-        ],
-    ),
-    (
-        "wire",
-        &[
-            "queue/mod.rs",
-            "queue/sdk.rs",
-            "batch.rs",
-            "lease_thread.rs",
-        ],
-    ),
-    (
-        "fake",
-        &[
-            "memory/mod.rs",
-            "memory/model.rs",
-            "memory/builder.rs",
-            "memory/counts.rs",
-            "memory/faults.rs",
-            "memory/seam.rs",
-        ],
-    ),
-    (
-        "lease",
-        &[
-            "retry.rs",
-            "context.rs",
-            "lease.rs",
-            "heartbeat.rs",
-            "delivery.rs",
-        ],
-    ),
-    (
-        "engine",
-        &[
-            "handler.rs",
-            "batch_handler.rs",
-            "handling.rs",
-            "in_flight_limit.rs",
-            "fifo.rs",
-            "receiver.rs",
-            "dispatch.rs",
-        ],
-    ),
-    (
-        "API",
-        &[
-            "config.rs",
-            "consumer.rs",
-            "consumer_handle.rs",
-            "stream.rs",
-            "json.rs",
-            "lib.rs",
-        ],
-    ),
-];
+/// The layers, from the ground up: read from the table in `CONTRIBUTING.md`, "Layers" (the
+/// one place they are written down), whose rows go from the top down. A row names its files
+/// as paths under `src/` in backquotes.
+fn layers() -> Vec<(String, Vec<String>)> {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let text = std::fs::read_to_string(format!("{root}/CONTRIBUTING.md")).unwrap();
+    let section = text
+        .split("\n## Layers\n")
+        .nth(1)
+        .expect("CONTRIBUTING.md has a section \"## Layers\"");
+    let section = section.split("\n## ").next().unwrap_or(section);
+    let mut layers: Vec<(String, Vec<String>)> = section
+        .lines()
+        .filter(|l| l.starts_with("| ") && !l.starts_with("| layer |"))
+        .map(|row| {
+            let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+            let files = cells[2]
+                .split('`')
+                .skip(1)
+                .step_by(2)
+                .filter(|f| f.ends_with(".rs"))
+                .map(str::to_owned)
+                .collect();
+            (cells[1].to_owned(), files)
+        })
+        .collect();
+    assert!(
+        layers.len() >= 5,
+        "the layer table has {} rows",
+        layers.len()
+    );
+    layers.reverse();
+    layers
+}
 
 /// One file's reaches into other files: (target, from a test module).
 type Reaches = BTreeMap<String, BTreeSet<(String, bool)>>;
@@ -84,15 +52,16 @@ type Reaches = BTreeMap<String, BTreeSet<(String, bool)>>;
 fn every_file_sits_on_a_layer_and_reaches_only_down_with_no_loop() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let files = rust_files(&src);
-    let layer_of: BTreeMap<&str, usize> = LAYERS
+    let layers = layers();
+    let layer_of: BTreeMap<&str, usize> = layers
         .iter()
         .enumerate()
-        .flat_map(|(i, (_, files))| files.iter().map(move |f| (*f, i)))
+        .flat_map(|(i, (_, files))| files.iter().map(move |f| (f.as_str(), i)))
         .collect();
     for f in &files {
         assert!(
             layer_of.contains_key(f.as_str()),
-            "src/{f} is on no layer: add it to LAYERS (and to the README's layout table)"
+            "src/{f} is on no layer: add it to the table in CONTRIBUTING.md, \"Layers\""
         );
     }
     let sources: BTreeMap<String, String> = files
@@ -107,8 +76,8 @@ fn every_file_sits_on_a_layer_and_reaches_only_down_with_no_loop() {
             if !in_test && layer_of[to.as_str()] > layer_of[from.as_str()] {
                 upward.push(format!(
                     "{from} ({}) -> {to} ({})",
-                    LAYERS[layer_of[from.as_str()]].0,
-                    LAYERS[layer_of[to.as_str()]].0
+                    layers[layer_of[from.as_str()]].0,
+                    layers[layer_of[to.as_str()]].0
                 ));
             }
         }

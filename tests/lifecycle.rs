@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use common::{eventually, memory_fifo as fifo, memory_queue as queue, run_while, secs};
 use futures::StreamExt;
-use sqs_consumer::{Action, Consumer, Delivery, Error, MemoryQueue, RetryPolicy, SendOptions};
+use sqs_consumer::memory::{Action, SendOptions};
+use sqs_consumer::{Consumer, Delivery, Error, MemoryQueue, RetryPolicy};
 use tokio::sync::mpsc;
 use tokio::time::{sleep, sleep_until, Instant};
 

@@ -3,7 +3,8 @@
 use std::time::Duration;
 
 use aws_sdk_sqs::types::{Message, MessageSystemAttributeName as Attr};
-use sqs_consumer::{Action, Error, MemoryQueue, SendOptions};
+use sqs_consumer::memory::{Action, SendOptions};
+use sqs_consumer::{Error, MemoryQueue};
 use tokio::time::{sleep, sleep_until, Instant};
 
 fn secs(s: u64) -> Duration {
@@ -403,7 +404,7 @@ async fn a_long_poll_sees_a_visibility_shortened_meanwhile() {
 
 #[test]
 fn out_of_range_memory_queue_settings_are_refused() {
-    let field_of = |b: sqs_consumer::MemoryQueueBuilder| match b.build() {
+    let field_of = |b: sqs_consumer::memory::MemoryQueueBuilder| match b.build() {
         Err(Error::InvalidConfig { field, .. }) => field,
         other => panic!("expected InvalidConfig, got {other:?}"),
     };

@@ -510,7 +510,7 @@ async fn a_message_deleted_elsewhere_is_lost_at_the_next_round_and_its_batch_nei
         "{stats:?}"
     );
     if let TestQueue::Memory(m) = &q {
-        let action = sqs_consumer::Action::ChangeMessageVisibilityBatch;
+        let action = sqs_consumer::memory::Action::ChangeMessageVisibilityBatch;
         assert_eq!(m.requests().requests(action), 1, "one request for both");
     }
     kept.ack().await.expect("still ours");

@@ -25,6 +25,7 @@ async fn missing_queue_url() -> String {
 
 #[tokio::test]
 async fn a_missing_queue_makes_run_return_an_error_within_seconds() {
+    crate::require_server!("a_missing_queue_makes_run_return_an_error_within_seconds");
     let url = missing_queue_url().await;
     for visibility in [None, Some(secs(5))] {
         let mut builder = Consumer::builder(server_client(), url.clone());
@@ -65,6 +66,7 @@ async fn a_missing_queue_makes_run_return_an_error_within_seconds() {
 
 #[tokio::test]
 async fn bad_settings_are_refused_before_anything_is_sent() {
+    crate::require_server!("bad_settings_are_refused_before_anything_is_sent");
     let client = server_client();
     let cases: Vec<(&str, sqs_consumer::ConsumerBuilder)> = vec![
         (
@@ -101,6 +103,7 @@ async fn bad_settings_are_refused_before_anything_is_sent() {
 
 #[tokio::test]
 async fn the_queue_timeout_is_read_from_the_server() {
+    crate::require_server!("the_queue_timeout_is_read_from_the_server");
     let client = server_client();
     let url = client
         .create_queue()
@@ -140,6 +143,7 @@ async fn the_queue_timeout_is_read_from_the_server() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_purged_queue_loses_the_held_delivery_at_its_next_round() {
+    crate::require_server!("a_purged_queue_loses_the_held_delivery_at_its_next_round");
     // AWS answers the extension of a purged message `InvalidParameterValue` "does not exist or
     // is not available" (LocalStack too, with `SenderFault` false); moto answers
     // `ReceiptHandleIsInvalid`. Either way: lost at the first round, not retried until the

@@ -93,6 +93,10 @@ impl MemoryQueueBuilder {
     }
 
     /// Checks the settings and creates the queue.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] naming the first setting out of its range.
     pub fn build(self) -> Result<MemoryQueue, Error> {
         limits::visibility_secs("visibility_timeout", self.visibility_timeout)?;
         limits::delay("delay", self.delay)?;

@@ -57,7 +57,8 @@ impl Action {
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), sqs_consumer::Error> {
 /// use std::time::Duration;
-/// use sqs_consumer::{Action, MemoryQueue};
+/// use sqs_consumer::{MemoryQueue};
+/// use sqs_consumer::memory::{Action};
 ///
 /// let queue = MemoryQueue::new();
 /// queue.send("a")?;

@@ -11,11 +11,12 @@ use crate::memory::counts::Action;
 /// [`Consumer`](crate::Consumer) makes of it (`ReceiveMessage`, `DeleteMessageBatch`,
 /// `ChangeMessageVisibilityBatch`, `GetQueueAttributes`), drawn per call from a seeded
 /// generator, so a run can be repeated. Set with
-/// [`MemoryQueueBuilder::faults`](crate::MemoryQueueBuilder::faults).
+/// [`MemoryQueueBuilder::faults`](crate::memory::MemoryQueueBuilder::faults).
 ///
 /// ```
 /// use std::time::Duration;
-/// use sqs_consumer::{Action, Faults, MemoryQueue};
+/// use sqs_consumer::{MemoryQueue};
+/// use sqs_consumer::memory::{Action, Faults};
 ///
 /// let queue = MemoryQueue::builder()
 ///     .faults(

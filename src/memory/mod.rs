@@ -1,14 +1,24 @@
-//! `MemoryQueue`: an in-memory SQS queue with the real visibility semantics, on tokio time.
+//! The in-memory SQS queue and its helpers, for tests, examples and local development.
 //!
-//! `model.rs` holds the state and SQS's rules; this file the handle, its lock and its long
-//! polls; `builder.rs` its settings; `counts.rs` what it counts; `faults.rs` the random
-//! faults it can inject; `seam.rs` the crate's queue seam served from it.
+//! [`MemoryQueue`] (also at the crate root) is a queue with SQS's visibility semantics on
+//! tokio's clock; [`MemoryQueueBuilder`] sets it up, [`SendOptions`] sends with a delay or to a
+//! FIFO group, [`RequestCounts`] counts the requests a consumer made per [`Action`], and
+//! [`Faults`] injects random failures into them ([`InjectedFaults`] counts what was injected).
+//! The guide's [`testing`](crate::guide::testing) page shows them at work.
+
+// `model.rs` holds the state and SQS's rules; this file the handle, its lock and its long
+// polls; `builder.rs` its settings; `counts.rs` what it counts; `faults.rs` the random faults
+// it can inject; `seam.rs` the crate's queue seam served from it.
 
 pub(crate) mod builder;
 pub(crate) mod counts;
 pub(crate) mod faults;
 mod model;
 mod seam;
+
+pub use builder::MemoryQueueBuilder;
+pub use counts::{Action, RequestCounts};
+pub use faults::{Faults, InjectedFaults};
 
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -21,8 +31,7 @@ use tokio::time::{sleep_until, Instant};
 use crate::backoff::random_u64;
 use crate::error::Error;
 use crate::limits::{MAX_BATCH, MAX_WAIT_SECS};
-use crate::memory::counts::{Action, RequestCounts};
-use crate::memory::faults::{Fault, Faults, InjectedFaults};
+use crate::memory::faults::Fault;
 use crate::memory::model::{refuse, Outgoing, Rules, Selection, State};
 use crate::queue::{BatchEntry, BatchResult};
 
@@ -200,11 +209,23 @@ impl MemoryQueue {
     }
 
     /// Sends a message with default options; returns its message id.
+    ///
+    /// # Errors
+    ///
+    /// As [`send_with`](MemoryQueue::send_with).
     pub fn send(&self, body: impl Into<String>) -> Result<String, Error> {
         self.send_with(body, SendOptions::default())
     }
 
     /// Sends a message; returns its message id (the first one's, for a FIFO duplicate).
+    ///
+    /// # Errors
+    ///
+    /// The SQS error AWS would answer: `InvalidParameterValue` for a delay that is not whole
+    /// seconds in 0..=900 (or any delay on a FIFO queue), `MissingParameter` for a FIFO
+    /// message without a group id, `InvalidParameterValue` for a FIFO message without a
+    /// deduplication id on a queue without content-based deduplication; or an error made
+    /// with [`fail_next`](MemoryQueue::fail_next).
     pub fn send_with(
         &self,
         body: impl Into<String>,
@@ -228,6 +249,10 @@ impl MemoryQueue {
 
     /// Receives up to `max_messages` (1..=10), waiting up to `wait` (at most 20 s) for the
     /// first one, with the queue's visibility timeout.
+    ///
+    /// # Errors
+    ///
+    /// As [`receive_with_visibility`](MemoryQueue::receive_with_visibility).
     pub async fn receive(&self, max_messages: u32, wait: Duration) -> Result<Vec<Message>, Error> {
         self.receive_with_visibility(max_messages, wait, None).await
     }
@@ -239,6 +264,12 @@ impl MemoryQueue {
     /// `select!`) is still served until its wait ends: the first messages that arrive are
     /// taken, hidden for their visibility timeout, their receive counts raised, and nobody
     /// sees them until that timeout lapses.
+    ///
+    /// # Errors
+    ///
+    /// An SQS error for what SQS refuses (`max_messages` out of 1..=10, a wait over 20 s, a
+    /// visibility past 12 hours), or one made to fail with
+    /// [`fail_next`](MemoryQueue::fail_next).
     pub async fn receive_with_visibility(
         &self,
         max_messages: u32,
@@ -352,6 +383,11 @@ impl MemoryQueue {
     /// be deleted"; here it never is); a string that is no receipt handle of this queue is
     /// refused with `ReceiptHandleIsInvalid`. On a FIFO queue the delete must come while the
     /// message is still in flight.
+    ///
+    /// # Errors
+    ///
+    /// `ReceiptHandleIsInvalid` for a string that is no receipt handle of this queue, or an
+    /// error made with [`fail_next`](MemoryQueue::fail_next).
     pub fn delete(&self, receipt: &str) -> Result<(), Error> {
         const DELETE: Action = Action::DeleteMessage;
         let mut state = self.lock();
@@ -371,6 +407,10 @@ impl MemoryQueue {
     /// stays visible); `InvalidParameterValue` for a fraction of a second, past 43200 s, or
     /// past 12 hours after the receive; `ReceiptHandleIsInvalid` for a string that is no
     /// receipt handle of this queue.
+    ///
+    /// # Errors
+    ///
+    /// As described above: the SQS error AWS would answer.
     pub fn change_visibility(&self, receipt: &str, visibility: Duration) -> Result<(), Error> {
         const CHANGE: Action = Action::ChangeMessageVisibility;
         let mut state = self.lock();
@@ -407,7 +447,7 @@ impl MemoryQueue {
 
     /// The random faults injected so far (see [`MemoryQueueBuilder::faults`]).
     ///
-    /// [`MemoryQueueBuilder::faults`]: crate::MemoryQueueBuilder::faults
+    /// [`MemoryQueueBuilder::faults`]: crate::memory::MemoryQueueBuilder::faults
     pub fn injected(&self) -> InjectedFaults {
         self.lock().injected()
     }

@@ -3,7 +3,7 @@
 //!
 //! Every call makes one attempt: the SDK's own retries are switched off for the crate's calls
 //! (the user's client keeps its configuration for everything else), because each call path
-//! of the crate retries on its own terms (see the README's "Who retries, who times out").
+//! of the crate retries on its own terms (see the guide's errors page, "Who retries, who times out").
 
 use std::collections::HashSet;
 use std::sync::Arc;

@@ -29,10 +29,42 @@ macro_rules! on_both {
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn server() {
+                $crate::require_server!(concat!(stringify!($name), "::server"));
                 super::$name(Kind::Server).await;
             }
         }
     )*};
+}
+
+/// Returns from the test at once, with one line saying so, when no test server is up and
+/// none is required (a plain `cargo test`); under `CI=true` or `SQS_TEST_REQUIRE_SERVER=1`
+/// (the test command sets it) a missing server fails the test instead.
+#[macro_export]
+macro_rules! require_server {
+    ($test:expr) => {
+        if !$crate::common::server_is_up($test) {
+            return;
+        }
+    };
+}
+
+/// Whether `SQS_TEST_ENDPOINT` names a test server; see [`require_server!`].
+pub fn server_is_up(test: &str) -> bool {
+    if std::env::var_os("SQS_TEST_ENDPOINT").is_some() {
+        return true;
+    }
+    let required = std::env::var("CI").as_deref() == Ok("true")
+        || std::env::var("SQS_TEST_REQUIRE_SERVER").as_deref() == Ok("1");
+    assert!(
+        !required,
+        "{test}: SQS_TEST_ENDPOINT is not set, and a server is required here (CI=true or \
+         SQS_TEST_REQUIRE_SERVER=1): run the suite with scripts/test.sh, which starts one"
+    );
+    report(&format!(
+        "skipped {test}: it needs an SQS-compatible server (scripts/with-sqs-server.sh cargo \
+         test runs it with moto; scripts/test.sh runs the whole suite)"
+    ));
+    false
 }
 
 /// Where a scenario runs.
@@ -264,8 +296,11 @@ impl TestQueue {
     pub async fn send_to_group(&self, body: &str, group: &str) {
         match self {
             TestQueue::Memory(q) => {
-                q.send_with(body, sqs_consumer::SendOptions::new().group_id(group))
-                    .unwrap();
+                q.send_with(
+                    body,
+                    sqs_consumer::memory::SendOptions::new().group_id(group),
+                )
+                .unwrap();
             }
             TestQueue::Server { client, url } => {
                 client
@@ -407,7 +442,7 @@ impl TestQueue {
     pub async fn send_traced(&self, body: &str, x_ray: &str, traceparent: &str) {
         match self {
             TestQueue::Memory(q) => {
-                let options = sqs_consumer::SendOptions::new()
+                let options = sqs_consumer::memory::SendOptions::new()
                     .aws_trace_header(x_ray)
                     .message_attribute("traceparent", traceparent);
                 q.send_with(body, options).unwrap();
@@ -448,7 +483,7 @@ impl TestQueue {
     pub async fn send_with_attributes(&self, body: &str, attributes: &[(&str, &str)]) {
         match self {
             TestQueue::Memory(q) => {
-                let mut options = sqs_consumer::SendOptions::new();
+                let mut options = sqs_consumer::memory::SendOptions::new();
                 for (name, value) in attributes {
                     options = options.message_attribute(*name, *value);
                 }

@@ -1,0 +1,44 @@
+//! The manual: how the consumer behaves, page by page.
+//!
+//! Each page is a module with no items, only documentation (its source is `docs/<page>.md`
+//! in the repository; its examples run as doc tests). Start with
+//! [`lifecycle`], then [`handlers`] and [`settings`]; [`semantics`] states the
+//! guarantees exactly.
+
+#[doc = include_str!("../docs/lifecycle.md")]
+pub mod lifecycle {}
+
+#[doc = include_str!("../docs/handlers.md")]
+pub mod handlers {}
+
+#[doc = include_str!("../docs/settings.md")]
+pub mod settings {}
+
+#[doc = include_str!("../docs/semantics.md")]
+pub mod semantics {}
+
+#[doc = include_str!("../docs/keeper.md")]
+pub mod keeper {}
+
+#[doc = include_str!("../docs/fifo.md")]
+pub mod fifo {}
+
+#[doc = include_str!("../docs/shutdown.md")]
+pub mod shutdown {}
+
+#[doc = include_str!("../docs/errors.md")]
+pub mod errors {}
+
+#[doc = include_str!("../docs/bad_input.md")]
+pub mod bad_input {}
+
+#[doc = include_str!("../docs/integrations.md")]
+#[cfg(all(feature = "json", feature = "from-env"))]
+#[cfg_attr(docsrs, doc(cfg(all(feature = "json", feature = "from-env"))))]
+pub mod integrations {}
+
+#[doc = include_str!("../docs/cost.md")]
+pub mod cost {}
+
+#[doc = include_str!("../docs/testing.md")]
+pub mod testing {}

@@ -1,0 +1,352 @@
+//! The public API, written down in one place: every public path of the crate, named once.
+//!
+//! `ROOT` and `MEMORY` are the names the crate root and `sqs_consumer::memory` export (checked
+//! against `src/lib.rs` and `src/memory/mod.rs`, so a name added or removed there fails
+//! here); `every_public_item` (compiled, never run) uses every public function, method,
+//! field and variant, so a rename or a changed signature fails to compile here. A change to
+//! the public API changes this file, and shows in review; write it in `CHANGELOG.md` too.
+#![allow(dead_code, unused_must_use, clippy::no_effect_underscore_binding)]
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use sqs_consumer::memory::{
+    Action, Faults, InjectedFaults, MemoryQueueBuilder, RequestCounts, SendOptions,
+};
+use sqs_consumer::{
+    AckMode, Batch, BatchHandler, BoxError, Consumer, ConsumerBuilder, ConsumerHandle, Delivery,
+    DeliveryStream, Error, ErrorKind, Handler, InFlightLimit, LostReason, MemoryQueue, RetryPolicy,
+    Stats,
+};
+
+/// What the crate root exports: its types, and two modules (`memory`, `guide`).
+const ROOT: &[&str] = &[
+    "AckMode",
+    "Batch",
+    "BatchHandler",
+    "BoxError",
+    "Consumer",
+    "ConsumerBuilder",
+    "ConsumerHandle",
+    "Delivery",
+    "DeliveryStream",
+    "Error",
+    "ErrorKind",
+    "Handler",
+    "InFlightLimit",
+    "LostReason",
+    "MemoryQueue",
+    "RetryPolicy",
+    "SnsMessageAttribute",
+    "SnsNotification",
+    "Stats",
+    "guide",
+    "memory",
+];
+
+/// What `sqs_consumer::memory` exports.
+const MEMORY: &[&str] = &[
+    "Action",
+    "Faults",
+    "InjectedFaults",
+    "MemoryQueue",
+    "MemoryQueueBuilder",
+    "RequestCounts",
+    "SendOptions",
+];
+
+/// The names a file exports: its `pub use` lists and `pub mod`s, and its own `pub` items.
+fn exported(path: &str) -> BTreeSet<String> {
+    let text = std::fs::read_to_string(format!("{}/{path}", env!("CARGO_MANIFEST_DIR"))).unwrap();
+    let mut names = BTreeSet::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("pub use ") {
+            let list = rest.trim_end_matches(';');
+            let list = match list.split_once('{') {
+                Some((_, inner)) => inner.trim_end_matches('}').to_owned(),
+                None => list.rsplit("::").next().unwrap().to_owned(),
+            };
+            names.extend(list.split(',').map(|n| n.trim().to_owned()));
+        } else if let Some(rest) = line.strip_prefix("pub mod ") {
+            names.insert(rest.trim_end_matches(';').trim().to_owned());
+        } else if let Some(rest) = line
+            .strip_prefix("pub struct ")
+            .or_else(|| line.strip_prefix("pub enum "))
+            .or_else(|| line.strip_prefix("pub trait "))
+            .or_else(|| line.strip_prefix("pub type "))
+        {
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            names.insert(name);
+        }
+    }
+    names.retain(|n| !n.is_empty());
+    names
+}
+
+fn listed(names: &[&str]) -> BTreeSet<String> {
+    names.iter().map(|n| (*n).to_owned()).collect()
+}
+
+#[test]
+fn the_root_and_memory_export_exactly_the_listed_names() {
+    assert_eq!(
+        exported("src/lib.rs"),
+        listed(ROOT),
+        "the crate root's exports changed: update ROOT (and CHANGELOG.md)"
+    );
+    assert_eq!(
+        exported("src/memory/mod.rs"),
+        listed(MEMORY),
+        "sqs_consumer::memory's exports changed: update MEMORY (and CHANGELOG.md)"
+    );
+}
+
+/// Every public function, method, field and variant, used once with its signature's types.
+async fn every_public_item(
+    client: aws_sdk_sqs::Client,
+    delivery: Delivery,
+    batch: Batch,
+    error: Error,
+    stats: Stats,
+) -> Result<(), Error> {
+    // Building a consumer.
+    let limit: InFlightLimit = InFlightLimit::new(8);
+    let (_, _): (usize, usize) = (limit.max(), limit.in_use());
+    let builder: ConsumerBuilder = Consumer::builder(client.clone(), "url")
+        .visibility_timeout(Duration::ZERO)
+        .wait_time(Duration::ZERO)
+        .batch_size(10)
+        .max_in_flight(1)
+        .shutdown_timeout(Duration::ZERO)
+        .retry_policy(RetryPolicy::backoff(Duration::ZERO, Duration::ZERO))
+        .max_concurrent_receives(1)
+        .request_timeout(Duration::ZERO)
+        .handler_timeout(Duration::ZERO)
+        .ack_mode(AckMode::OnSuccess)
+        .message_attribute_names(["a"])
+        .message_system_attribute_names([
+            aws_sdk_sqs::types::MessageSystemAttributeName::SentTimestamp,
+        ])
+        .in_flight_limit(&limit)
+        .isolated_keeper(true)
+        .keeper_client(client);
+    let consumer: Consumer = builder.build()?;
+    #[cfg(feature = "from-env")]
+    let _: ConsumerBuilder = Consumer::from_env("url").await;
+    let queue = MemoryQueue::new();
+    let _: ConsumerBuilder = Consumer::in_memory(&queue);
+    for policy in [RetryPolicy::Leave, RetryPolicy::ReleaseNow] {
+        let _ = policy;
+    }
+    let _ = AckMode::Manual;
+
+    // Running it.
+    let (_, _, _): (usize, bool, Stats) = (
+        consumer.in_flight(),
+        consumer.has_isolated_keeper(),
+        consumer.stats(),
+    );
+    consumer.pause();
+    consumer.resume();
+    let _: bool = consumer.is_paused();
+    let handle: ConsumerHandle = consumer.handle();
+    handle.pause();
+    handle.resume();
+    let (_, _): (bool, Stats) = (handle.is_paused(), handle.stats());
+    handle.shutdown();
+    let handler = |d: Delivery| d.ack();
+    consumer.run(handler).await?;
+    consumer.run_until(handler, async {}).await?;
+    let batch_handler = |b: Batch| b.ack_all();
+    consumer.run_batch(batch_handler).await?;
+    consumer.run_batch_until(batch_handler, async {}).await?;
+    let _: DeliveryStream = consumer.stream();
+    let _: DeliveryStream = consumer.stream_until(async {});
+    fn handlers(_: impl Handler, _: impl BatchHandler) {}
+    handlers(handler, batch_handler);
+
+    // A batch.
+    let (_, _): (usize, bool) = (batch.len(), batch.is_empty());
+    let _: Vec<&Delivery> = batch.iter().collect();
+    batch.release_all().await?;
+
+    // A delivery.
+    let _: (&str, &str, &aws_sdk_sqs::types::Message, Option<&str>, u32) = (
+        delivery.message_id(),
+        delivery.body(),
+        delivery.message(),
+        delivery.message_group_id(),
+        delivery.receive_count(),
+    );
+    let _: [tokio::time::Instant; 3] = [
+        delivery.received_at(),
+        delivery.deadline(),
+        delivery.hard_deadline(),
+    ];
+    let _: bool = delivery.is_lost();
+    let _: LostReason = delivery.lost().await;
+    #[cfg(feature = "json")]
+    {
+        let _: Result<u64, Error> = delivery.json::<u64>();
+        let _: Result<u64, Error> = delivery.json_or_sns::<u64>();
+        let notification: sqs_consumer::SnsNotification = delivery.sns()?;
+        let _: Result<u64, Error> = notification.json::<u64>();
+        let sqs_consumer::SnsNotification {
+            message,
+            subject,
+            topic_arn,
+            message_id,
+            timestamp,
+            message_attributes,
+            ..
+        } = notification;
+        let _: (String, Option<String>, String, String, String) =
+            (message, subject, topic_arn, message_id, timestamp);
+        for (_, attribute) in message_attributes {
+            let sqs_consumer::SnsMessageAttribute {
+                data_type, value, ..
+            } = attribute;
+            let _: (String, String) = (data_type, value);
+        }
+    }
+    let boxed: BoxError = "why".into();
+    match 0 {
+        0 => delivery.ack().await?,
+        1 => delivery.release().await?,
+        2 => delivery.release_after(Duration::ZERO).await?,
+        _ => delivery.fail(boxed).await?,
+    }
+
+    // Errors and what they report.
+    let (_, _, _): (bool, bool, bool) = (error.is_lost(), error.is_retryable(), error.is_fatal());
+    let _: Option<&str> = error.code();
+    match error.kind() {
+        Some(ErrorKind::Retryable | ErrorKind::Fatal) | None => {}
+        Some(ErrorKind::Lost(reason)) => match reason {
+            LostReason::ReceiptHandleInvalid
+            | LostReason::NotInFlight
+            | LostReason::ExtensionFailed
+            | LostReason::HardDeadline => {}
+            _ => {}
+        },
+        Some(_) => {}
+    }
+    match error {
+        Error::InvalidConfig {
+            field,
+            got,
+            allowed,
+        } => {
+            let _: (&str, String, &str) = (field, got, allowed);
+        }
+        Error::Lost { message_id, reason } => {
+            let _: (String, LostReason) = (message_id, reason);
+        }
+        _ => {}
+    }
+    let Stats {
+        received,
+        acked,
+        released,
+        extended,
+        extension_failures,
+        worst_extension_delay,
+        late_heartbeats,
+        lost,
+        capped,
+        handler_errors,
+        handler_panics,
+        handler_timeouts,
+        unsettled,
+        in_flight,
+        reserved,
+        skipped_redeliveries,
+        lost_acks,
+        ..
+    } = stats;
+    let _: [u64; 16] = [
+        received,
+        acked,
+        released,
+        extended,
+        extension_failures,
+        late_heartbeats,
+        lost,
+        capped,
+        handler_errors,
+        handler_panics,
+        handler_timeouts,
+        unsettled,
+        in_flight,
+        reserved,
+        skipped_redeliveries,
+        lost_acks,
+    ];
+    let _: Duration = worst_extension_delay;
+
+    // The in-memory queue.
+    let faults: Faults = Faults::new(1)
+        .internal_error(0.0)
+        .throttle(0.0)
+        .lost_answer(0.0)
+        .held_answer(0.0, Duration::ZERO)
+        .actions([Action::ReceiveMessage]);
+    let builder: MemoryQueueBuilder = MemoryQueue::builder()
+        .name("q")
+        .latency(Duration::ZERO)
+        .visibility_timeout(Duration::ZERO)
+        .delay(Duration::ZERO)
+        .fifo(false)
+        .content_based_deduplication(false)
+        .dead_letter_queue(&queue, 1)
+        .faults(faults);
+    let q: MemoryQueue = builder.build()?;
+    let options: SendOptions = SendOptions::new()
+        .delay(Duration::ZERO)
+        .message_attribute("a", "b")
+        .aws_trace_header("h")
+        .group_id("g")
+        .deduplication_id("d");
+    let (_, _): (String, String) = (q.send("a")?, q.send_with("b", options)?);
+    let _: Vec<aws_sdk_sqs::types::Message> = q.receive(1, Duration::ZERO).await?;
+    let _: Vec<aws_sdk_sqs::types::Message> =
+        q.receive_with_visibility(1, Duration::ZERO, None).await?;
+    q.delete("h")?;
+    q.change_visibility("h", Duration::ZERO)?;
+    q.fail_next(Action::DeleteMessage, "InternalError", 1);
+    let (_, _, _): (&str, bool, Duration) = (q.name(), q.is_fifo(), q.visibility_timeout());
+    let _: [usize; 4] = [q.len(), q.visible_len(), q.in_flight_len(), q.delayed_len()];
+    let _: bool = q.is_empty();
+    let InjectedFaults {
+        internal_error,
+        throttle,
+        lost_answer,
+        held_answer,
+        ..
+    } = q.injected();
+    let _: [u64; 4] = [internal_error, throttle, lost_answer, held_answer];
+    let counts: RequestCounts = q.requests();
+    let _: [u64; 6] = [
+        counts.requests(Action::SendMessage),
+        counts.total(),
+        counts.deletes(),
+        counts.visibility_changes(),
+        counts.empty_receives(),
+        counts.non_empty_receives(),
+    ];
+    for action in [
+        Action::SendMessage,
+        Action::ReceiveMessage,
+        Action::DeleteMessage,
+        Action::ChangeMessageVisibility,
+        Action::GetQueueAttributes,
+        Action::DeleteMessageBatch,
+        Action::ChangeMessageVisibilityBatch,
+    ] {
+        let _: &str = action.name();
+    }
+    Ok(())
+}
