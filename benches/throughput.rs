@@ -163,19 +163,27 @@ fn b1() {
             for i in 0..MESSAGES {
                 q.send(format!("message {i}")).unwrap();
             }
-            let consumer = Consumer::in_memory(&q).max_in_flight(100).build().unwrap();
+            // A stop waits for the poll under way (its wait time, on the emptied queue): a
+            // short one, and the figures are taken when the queue is drained.
+            let consumer = Consumer::in_memory(&q)
+                .max_in_flight(100)
+                .wait_time(Duration::from_secs(1))
+                .build()
+                .unwrap();
             let (start, cpu0) = (Instant::now(), cpu_time());
+            let mut drained_at = None;
             let drained = async {
                 while !q.is_empty() {
                     sleep(Duration::from_millis(1)).await;
                 }
+                drained_at = Some((start.elapsed(), cpu_time()));
             };
             consumer
                 .run_until(|d: Delivery| d.ack(), drained)
                 .await
                 .unwrap();
-            let elapsed = start.elapsed();
-            let cpu = cpu_time().zip(cpu0).map(|(a, b)| a - b).unwrap_or_default();
+            let (elapsed, cpu1) = drained_at.unwrap();
+            let cpu = cpu1.zip(cpu0).map(|(a, b)| a - b).unwrap_or_default();
             let counts = q.requests();
             assert_eq!(consumer.stats().acked, MESSAGES);
             (MESSAGES as f64 / elapsed.as_secs_f64(), cpu, counts)
@@ -529,9 +537,13 @@ fn b4_run(endpoint: &str, taker: Taker) -> B4Run {
         // Woken by the last ack, not polled: a poll loop's wake-ups would count as the
         // consumer's CPU time.
         let all_acked = Arc::new(tokio::sync::Notify::new());
-        let done = {
-            let all_acked = all_acked.clone();
-            async move { all_acked.notified().await }
+        // The figures are taken at the last ack: the stop then waits for the poll under way
+        // (up to the default wait time of 20 s), which is no part of serving the messages.
+        let mut acked_at = None;
+        let last_ack = all_acked.clone();
+        let done = async {
+            last_ack.notified().await;
+            acked_at = Some((start.elapsed(), cpu_time().unwrap_or_default()));
         };
         let handler = {
             let acked = acked.clone();
@@ -547,7 +559,7 @@ fn b4_run(endpoint: &str, taker: Taker) -> B4Run {
             }
         };
         consumer.run_until(handler, done).await.unwrap();
-        let elapsed = start.elapsed();
+        let (elapsed, cpu_at_last_ack) = acked_at.unwrap();
         let threads_after = threads_cpu();
         let shares: Vec<String> = threads_after
             .iter()
@@ -562,7 +574,7 @@ fn b4_run(endpoint: &str, taker: Taker) -> B4Run {
             })
             .collect();
         eprintln!("      threads (per message): {}", shares.join(", "));
-        (elapsed, cpu_time().unwrap_or_default() - cpu_before)
+        (elapsed, cpu_at_last_ack - cpu_before)
     });
     let feeding = feeders.join().unwrap();
     let counts = counter.0.lock().unwrap().clone();
