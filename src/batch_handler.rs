@@ -5,7 +5,7 @@ use std::future::Future;
 
 use futures_util::future::BoxFuture;
 
-use crate::delivery::Delivery;
+use crate::delivery::{self, Delivery};
 use crate::error::{BoxError, Error};
 
 /// The deliveries of one receive, in receive order, for
@@ -64,20 +64,7 @@ impl Batch {
     ///
     /// The first delivery's error, as [`Delivery::ack`] returns it.
     pub async fn ack_all(self) -> Result<(), Error> {
-        let Some(first) = self.deliveries.first() else {
-            return Ok(());
-        };
-        let ctx = first.context().clone();
-        let lost_before: Vec<_> = self.deliveries.iter().map(Delivery::begin_ack).collect();
-        let items = self.deliveries.iter().map(Delivery::settle_entry).collect();
-        let results = ctx.delete_all(items).await;
-        let mut first_error = None;
-        for ((d, result), lost) in self.deliveries.into_iter().zip(results).zip(lost_before) {
-            if let Err(err) = d.finish_ack(result, lost) {
-                first_error.get_or_insert(err);
-            }
-        }
-        first_error.map_or(Ok(()), Err)
+        first_error(delivery::ack_all(self.deliveries).await)
     }
 
     /// Makes every message of the batch visible again at once, their visibility changes
@@ -88,23 +75,16 @@ impl Batch {
     ///
     /// The first delivery's error, as [`Delivery::release`] returns it.
     pub async fn release_all(self) -> Result<(), Error> {
-        let Some(first) = self.deliveries.first() else {
-            return Ok(());
-        };
-        let ctx = first.context().clone();
-        for d in &self.deliveries {
-            d.begin_release();
-        }
-        let items = self.deliveries.iter().map(Delivery::settle_entry).collect();
-        let results = ctx.release_all(items, 0).await;
-        let mut first_error = None;
-        for (d, result) in self.deliveries.into_iter().zip(results) {
-            if let Err(err) = d.finish_release(result) {
-                first_error.get_or_insert(err);
-            }
-        }
-        first_error.map_or(Ok(()), Err)
+        first_error(delivery::release_all(self.deliveries).await)
     }
+}
+
+/// `Ok` when every result is; otherwise the first error.
+fn first_error(results: Vec<Result<(), Error>>) -> Result<(), Error> {
+    results
+        .into_iter()
+        .find_map(Result::err)
+        .map_or(Ok(()), Err)
 }
 
 impl IntoIterator for Batch {

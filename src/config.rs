@@ -144,7 +144,7 @@ pub struct ConsumerBuilder {
     message_attribute_names: Vec<String>,
     system_attribute_names: Vec<MessageSystemAttributeName>,
     in_flight_limit: Option<InFlightLimit>,
-    isolated_keeper: Option<bool>,
+    keeper: KeeperPlacement,
     keeper_client: Option<aws_sdk_sqs::Client>,
 }
 
@@ -165,7 +165,7 @@ impl ConsumerBuilder {
             message_attribute_names: vec!["All".to_owned()],
             system_attribute_names: vec![MessageSystemAttributeName::All],
             in_flight_limit: None,
-            isolated_keeper: None,
+            keeper: KeeperPlacement::Default,
             keeper_client: None,
         }
     }
@@ -315,7 +315,11 @@ impl ConsumerBuilder {
     /// needs everything on its own runtime). Turning it on for such a client without a
     /// `keeper_client` is refused by [`build`](ConsumerBuilder::build).
     pub fn isolated_keeper(mut self, isolated: bool) -> Self {
-        self.isolated_keeper = Some(isolated);
+        self.keeper = if isolated {
+            KeeperPlacement::OwnThread
+        } else {
+            KeeperPlacement::CallersRuntime
+        };
         self
     }
 
@@ -338,7 +342,42 @@ impl ConsumerBuilder {
     /// [`Error::InvalidConfig`] naming the first setting out of its range (`field`), the value
     /// given (`got`) and what is allowed (`allowed`); the guide's
     /// [settings](crate::guide::settings) page lists every range.
-    pub fn build(self) -> Result<Consumer, Error> {
+    pub fn build(mut self) -> Result<Consumer, Error> {
+        let receive = self.receive_settings()?;
+        let request_timeout = limits::in_range(
+            "request_timeout",
+            self.request_timeout,
+            REQUEST_TIMEOUTS,
+            "100 ms..=300 s",
+        )?;
+        self.retry_policy.validate()?;
+        let handling = self.handler_settings()?;
+        let (queue, lease_queue) = queues(self.source, self.keeper_client, self.keeper)?;
+        let leases = match lease_queue {
+            Some(lease_queue) => (
+                lease_queue.with_request_timeout(request_timeout),
+                Runner::thread().map_err(|source| Error::LeaseThread { source })?,
+            ),
+            None => (
+                queue.clone().with_request_timeout(request_timeout),
+                Runner::Caller,
+            ),
+        };
+        Ok(Consumer::new(
+            queue.with_request_timeout(request_timeout),
+            Settings {
+                receive,
+                shutdown_timeout: self.shutdown_timeout,
+                retry_policy: self.retry_policy,
+                handling,
+                leases,
+            },
+        ))
+    }
+
+    /// Checks what each receive asks for and how many are held, and takes it out of the
+    /// builder.
+    fn receive_settings(&mut self) -> Result<ReceiveSettings, Error> {
         let visibility_timeout = self
             .visibility_timeout
             .map(|t| limits::consumer_visibility_secs("visibility_timeout", t))
@@ -358,22 +397,6 @@ impl ConsumerBuilder {
             1..=64,
             "1..=64",
         )?;
-        let request_timeout = limits::in_range(
-            "request_timeout",
-            self.request_timeout,
-            REQUEST_TIMEOUTS,
-            "100 ms..=300 s",
-        )?;
-        self.retry_policy.validate()?;
-        if let Some(t) = self.handler_timeout {
-            if t.is_zero() || t > HARD_LIMIT {
-                return Err(Error::invalid(
-                    "handler_timeout",
-                    t,
-                    "more than 0 and at most 43200 s (12 hours)",
-                ));
-            }
-        }
         for name in &self.message_attribute_names {
             limits::message_attribute_name("message_attribute_names", name)?;
         }
@@ -389,7 +412,6 @@ impl ConsumerBuilder {
                 "names SQS knows (MessageSystemAttributeName::values())",
             ));
         }
-        let system_attribute_names = with_needed(self.system_attribute_names);
         if let Some(limit) = &self.in_flight_limit {
             limits::in_range(
                 "in_flight_limit",
@@ -398,81 +420,95 @@ impl ConsumerBuilder {
                 "1..=120000",
             )?;
         }
-        let (queue, leases) = match self.source {
-            Source::Sqs(sqs) => {
-                let url = sqs.url();
-                let ok = (url.starts_with("https://") || url.starts_with("http://"))
-                    && url.len() > "https://".len();
-                if !ok {
-                    return Err(Error::invalid(
-                        "queue_url",
-                        url,
-                        "an http(s) queue URL, as returned by CreateQueue or GetQueueUrl",
-                    ));
-                }
-                let own = match self.keeper_client {
-                    Some(client) => Some(sqs.with_client(client)),
-                    None => sqs.with_own_connections(),
-                };
-                let leases = match (self.isolated_keeper, own) {
-                    (Some(false), _) | (None, None) => None,
-                    (_, Some(own)) => Some(Queue::new(own)),
-                    (Some(true), None) => {
-                        return Err(Error::invalid(
-                            "isolated_keeper",
-                            true,
-                            "only with a client of the keeper's own: the consumer's client \
-                             names its HTTP client, so give one with `keeper_client`",
-                        ))
-                    }
-                };
-                (Queue::new(sqs), leases)
+        Ok(ReceiveSettings {
+            visibility_timeout,
+            wait_time,
+            batch_size,
+            max_in_flight,
+            max_concurrent_receives,
+            message_attribute_names: std::mem::take(&mut self.message_attribute_names),
+            system_attribute_names: with_needed(std::mem::take(&mut self.system_attribute_names)),
+            in_flight_limit: self.in_flight_limit.take(),
+        })
+    }
+
+    fn handler_settings(&self) -> Result<HandlerSettings, Error> {
+        if let Some(t) = self.handler_timeout {
+            if t.is_zero() || t > HARD_LIMIT {
+                return Err(Error::invalid(
+                    "handler_timeout",
+                    t,
+                    "more than 0 and at most 43200 s (12 hours)",
+                ));
             }
-            Source::Memory(memory) => {
-                if self.keeper_client.is_some() {
-                    return Err(Error::invalid(
-                        "keeper_client",
-                        "a client",
-                        "none for a MemoryQueue consumer (its keeper calls the queue directly)",
-                    ));
-                }
-                let queue = Queue::new(memory);
-                let leases = (self.isolated_keeper == Some(true)).then(|| queue.clone());
-                (queue, leases)
+        }
+        Ok(HandlerSettings {
+            ack_mode: self.ack_mode,
+            timeout: self.handler_timeout,
+        })
+    }
+}
+
+/// Where the keeper (and the batchers of acks and releases) runs, as the builder was told.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum KeeperPlacement {
+    /// On a thread of its own when a client of its own can be had, else on the caller's
+    /// runtime; always on the caller's for a `MemoryQueue`.
+    Default,
+    /// On a thread of its own (`isolated_keeper(true)`).
+    OwnThread,
+    /// On the caller's runtime (`isolated_keeper(false)`).
+    CallersRuntime,
+}
+
+/// The consumer's queue, and the keeper's own when it gets a thread of its own.
+fn queues(
+    source: Source,
+    keeper_client: Option<aws_sdk_sqs::Client>,
+    placement: KeeperPlacement,
+) -> Result<(Queue, Option<Queue>), Error> {
+    match source {
+        Source::Sqs(sqs) => {
+            let url = sqs.url();
+            let ok = (url.starts_with("https://") || url.starts_with("http://"))
+                && url.len() > "https://".len();
+            if !ok {
+                return Err(Error::invalid(
+                    "queue_url",
+                    url,
+                    "an http(s) queue URL, as returned by CreateQueue or GetQueueUrl",
+                ));
             }
-        };
-        let leases = match leases {
-            Some(lease_queue) => (
-                lease_queue.with_request_timeout(request_timeout),
-                Runner::thread().map_err(|source| Error::LeaseThread { source })?,
-            ),
-            None => (
-                queue.clone().with_request_timeout(request_timeout),
-                Runner::Caller,
-            ),
-        };
-        Ok(Consumer::new(
-            queue.with_request_timeout(request_timeout),
-            Settings {
-                receive: ReceiveSettings {
-                    visibility_timeout,
-                    wait_time,
-                    batch_size,
-                    max_in_flight,
-                    max_concurrent_receives,
-                    message_attribute_names: self.message_attribute_names,
-                    system_attribute_names,
-                    in_flight_limit: self.in_flight_limit,
-                },
-                shutdown_timeout: self.shutdown_timeout,
-                retry_policy: self.retry_policy,
-                handling: HandlerSettings {
-                    ack_mode: self.ack_mode,
-                    timeout: self.handler_timeout,
-                },
-                leases,
-            },
-        ))
+            let own = match keeper_client {
+                Some(client) => Some(sqs.with_client(client)),
+                None => sqs.with_own_connections(),
+            };
+            let lease_queue = match (placement, own) {
+                (KeeperPlacement::CallersRuntime, _) | (KeeperPlacement::Default, None) => None,
+                (_, Some(own)) => Some(Queue::new(own)),
+                (KeeperPlacement::OwnThread, None) => {
+                    return Err(Error::invalid(
+                        "isolated_keeper",
+                        true,
+                        "only with a client of the keeper's own: the consumer's client names \
+                         its HTTP client, so give one with `keeper_client`",
+                    ))
+                }
+            };
+            Ok((Queue::new(sqs), lease_queue))
+        }
+        Source::Memory(memory) => {
+            if keeper_client.is_some() {
+                return Err(Error::invalid(
+                    "keeper_client",
+                    "a client",
+                    "none for a MemoryQueue consumer (its keeper calls the queue directly)",
+                ));
+            }
+            let queue = Queue::new(memory);
+            let lease_queue = (placement == KeeperPlacement::OwnThread).then(|| queue.clone());
+            Ok((queue, lease_queue))
+        }
     }
 }
 

@@ -277,7 +277,7 @@ impl Delivery {
     }
 
     /// Its receipt handle and itself, as a settle call of several deliveries takes them.
-    pub(crate) fn settle_entry(&self) -> (String, Option<Arc<dyn SettleHooks>>) {
+    fn settle_entry(&self) -> (String, Option<Arc<dyn SettleHooks>>) {
         let hooks: Arc<dyn SettleHooks> = self.lease.clone();
         (self.lease.receipt().to_owned(), Some(hooks))
     }
@@ -337,13 +337,13 @@ impl Delivery {
 
     /// Starts an ack: from now on the delete's outcome decides. Returns the reason the
     /// delivery was lost before, if it was.
-    pub(crate) fn begin_ack(&self) -> Option<LostReason> {
+    fn begin_ack(&self) -> Option<LostReason> {
         self.lease.begin_settle();
         self.lease.lost_reason()
     }
 
     /// Ends an ack with the delete's `result`.
-    pub(crate) fn finish_ack(
+    fn finish_ack(
         self,
         result: Result<(), Error>,
         lost_before: Option<LostReason>,
@@ -518,13 +518,13 @@ impl Delivery {
     }
 
     /// Starts a release: the heartbeat stops first, so that no extension lands after it.
-    pub(crate) fn begin_release(&self) {
+    fn begin_release(&self) {
         self.lease.begin_settle();
         self.stop_heartbeat();
     }
 
     /// Ends a release with its `result`.
-    pub(crate) fn finish_release(self, result: Result<(), Error>) -> Result<(), Error> {
+    fn finish_release(self, result: Result<(), Error>) -> Result<(), Error> {
         match result {
             Ok(()) => Ok(()),
             Err(err) if err.is_lost() => Err(self.lost_error(err.kind())),
@@ -548,6 +548,43 @@ impl Delivery {
     fn stop_heartbeat(&self) {
         self.run.keeper.let_go(&self.lease);
     }
+}
+
+/// Acks `deliveries` together (their deletes share requests, each retried as
+/// [`Delivery::ack`] retries): each one's result, in order.
+pub(crate) async fn ack_all(deliveries: Vec<Delivery>) -> Vec<Result<(), Error>> {
+    let Some(first) = deliveries.first() else {
+        return Vec::new();
+    };
+    let ctx = first.context().clone();
+    let lost_before: Vec<_> = deliveries.iter().map(Delivery::begin_ack).collect();
+    let items = deliveries.iter().map(Delivery::settle_entry).collect();
+    let results = ctx.delete_all(items).await;
+    deliveries
+        .into_iter()
+        .zip(results)
+        .zip(lost_before)
+        .map(|((d, result), lost)| d.finish_ack(result, lost))
+        .collect()
+}
+
+/// Makes `deliveries` visible again at once, together (each retried as
+/// [`Delivery::release`] retries): each one's result, in order.
+pub(crate) async fn release_all(deliveries: Vec<Delivery>) -> Vec<Result<(), Error>> {
+    let Some(first) = deliveries.first() else {
+        return Vec::new();
+    };
+    let ctx = first.context().clone();
+    for d in &deliveries {
+        d.begin_release();
+    }
+    let items = deliveries.iter().map(Delivery::settle_entry).collect();
+    let results = ctx.release_all(items, 0).await;
+    deliveries
+        .into_iter()
+        .zip(results)
+        .map(|(d, result)| d.finish_release(result))
+        .collect()
 }
 
 /// Records the message's trace context in its span, when it carries one: the X-Ray header

@@ -16,7 +16,7 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::mpsc;
 use tokio::time::{sleep_until, Instant};
 
-use crate::error::{ErrorKind, LostReason};
+use crate::error::{Error, ErrorKind, LostReason};
 use crate::lease::Lease;
 use crate::lease_thread::{Mailbox, Runner};
 use crate::limits::extension_limit;
@@ -276,17 +276,34 @@ struct Kept {
     capped: bool,
 }
 
-/// One extension's answer.
-struct Answer {
+/// What a due timer asks of the round it fires in.
+enum Step {
+    /// End the round here: the timers after this one wait for their own time.
+    EndRound,
+    /// Nothing to send for this one (scheduled again, or forgotten).
+    Skip,
+    /// Send this extension with the round.
+    Send(DueExtension),
+}
+
+/// One extension in a round.
+struct DueExtension {
+    /// The lease's slot.
     id: u64,
     /// Whose: the slot may hold another lease by the time the answer comes.
     lease: Arc<Lease>,
-    /// When it was sent: the new deadline counts from it.
-    sent_at: Instant,
+    /// How far it extends, in seconds.
+    visibility: u32,
     /// When it was due (for a retry, when it was sent).
     due: Instant,
-    visibility: u32,
-    result: Result<(), crate::error::Error>,
+}
+
+/// One extension's answer.
+struct Answer {
+    extension: DueExtension,
+    /// When it was sent: the new deadline counts from it.
+    sent_at: Instant,
+    result: Result<(), Error>,
 }
 
 /// The keeper's task.
@@ -536,205 +553,255 @@ impl KeeperTask {
 
     /// Everything due at `now`, and the extensions due a little later that can go with it.
     fn round(&mut self, now: Instant) {
-        let horizon = now + COALESCE_WINDOW;
-        let due = self.timers.due(horizon);
-        let mut batch: Vec<(u64, Arc<Lease>, u32, Instant)> = Vec::new();
-        let mut ctx = None;
-        for key in due {
-            let (at, id) = (self.timers.at(key), Timers::slot(key));
-            let Some(kept) = self.kept.get(&id).filter(|kept| kept.timer == key) else {
-                self.timers.remove(key);
-                continue;
-            };
-            let lease = kept.lease.clone();
-            let t = Duration::from_secs(u64::from(lease.timeout()));
-            let early = at > now;
-            match kept.next {
+        let mut extensions = Vec::new();
+        for key in self.timers.due(now + COALESCE_WINDOW) {
+            match self.step(key, now, extensions.is_empty()) {
+                Step::EndRound => break,
+                Step::Skip => {}
+                Step::Send(extension) => extensions.push(extension),
+            }
+        }
+        if let Some(first) = extensions.first() {
+            let ctx = first.lease.context().clone();
+            self.rounds.push(Box::pin(extend_all(ctx, extensions, now)));
+        }
+    }
+
+    /// What the timer `key`, due by the round at `now`, asks of the round (`first`: the round
+    /// sends nothing yet). Whatever it does not send, it schedules or forgets.
+    fn step(&mut self, key: u64, now: Instant, first: bool) -> Step {
+        let (at, id) = (self.timers.at(key), Timers::slot(key));
+        let Some(kept) = self.kept.get(&id).filter(|kept| kept.timer == key) else {
+            self.timers.remove(key);
+            return Step::Skip;
+        };
+        let (lease, next) = (kept.lease.clone(), kept.next);
+        let t = Duration::from_secs(u64::from(lease.timeout()));
+        if at > now {
+            match next {
                 // Early ones only join a round that sends something on time (the timers come
                 // in time order): one whose due deliveries were all acked meanwhile sends
                 // nothing, and those due a little later wait for their own time, when their
                 // handlers may have acked them too.
-                Next::Extend if early && batch.is_empty() => break,
+                Next::Extend if first => return Step::EndRound,
                 // Only extensions come early, and only within an eighth of their timeout.
-                Next::Extend if early && at > now + (t / 8).min(COALESCE_WINDOW) => continue,
-                Next::Retry | Next::Expire(_) | Next::Answer if early => continue,
-                _ => {}
-            }
-            if lease.is_settling() {
-                // An ack or release is queued or under way: no extension now; look again
-                // shortly, in case it fails and waits to try again.
-                self.schedule(id, Next::Retry, now + MIN_RETRY_WAIT);
-                continue;
-            }
-            if !lease.is_extendable() {
-                // Settled or lost: its `forget` is on its way.
-                self.forget(id);
-                continue;
-            }
-            match kept.next {
-                Next::Expire(_) | Next::Answer if lease.deadline() <= now => {
-                    let reason = match kept.next {
-                        Next::Expire(reason) => reason,
-                        _ => LostReason::ExtensionFailed,
-                    };
-                    if lease.heartbeat_lost(reason) {
-                        tracing::warn!(parent: lease.span(), %reason, "delivery lost");
-                    }
-                    self.forget(id);
-                }
-                Next::Expire(_) | Next::Answer => {
-                    // The deadline moved on (an answer came first): look again then.
-                    let next = kept.next;
-                    self.schedule(id, next, lease.deadline());
-                }
-                Next::Extend | Next::Retry => {
-                    if kept.next == Next::Extend {
-                        let late = now.saturating_duration_since(at);
-                        lease.context().extension_delay(late);
-                        if late > (t / 4).min(LATE_EXTENSION) {
-                            warn_late(&lease, late, t);
-                        }
-                    }
-                    if now + (t / 4).min(SEND_MARGIN) > lease.deadline() {
-                        // Too late to send (the runtime was held up): the call could reach
-                        // SQS after the deadline, which it answers with success and nothing
-                        // done. The message may be another consumer's already.
-                        if lease.heartbeat_lost(LostReason::ExtensionFailed) {
-                            tracing::warn!(
-                                parent: lease.span(),
-                                reason = %LostReason::ExtensionFailed,
-                                late_by = ?now.saturating_duration_since(at),
-                                "delivery lost: its extension was due when the visibility \
-                                 timeout was all but over"
-                            );
-                        }
-                        self.forget(id);
-                        continue;
-                    }
-                    let limit = extension_limit(lease.received_at());
-                    let room =
-                        u32::try_from(limit.saturating_duration_since(now).as_secs()).unwrap_or(0);
-                    let visibility = lease.timeout().min(room);
-                    if now + Duration::from_secs(u64::from(visibility)) <= lease.deadline() {
-                        // Near the 12-hour limit nothing can be gained any more.
-                        self.schedule(id, Next::Expire(LostReason::HardDeadline), lease.deadline());
-                        continue;
-                    }
-                    ctx.get_or_insert_with(|| lease.context().clone());
-                    let due = if kept.next == Next::Extend { at } else { now };
-                    batch.push((id, lease.clone(), visibility, due));
-                    self.schedule(id, Next::Answer, lease.deadline());
-                }
+                Next::Extend if at <= now + (t / 8).min(COALESCE_WINDOW) => {}
+                _ => return Step::Skip,
             }
         }
-        if let Some(ctx) = ctx {
-            self.rounds.push(Box::pin(extend_all(ctx, batch, now)));
+        if lease.is_settling() {
+            // An ack or release is queued or under way: no extension now; look again
+            // shortly, in case it fails and waits to try again.
+            self.schedule(id, Next::Retry, now + MIN_RETRY_WAIT);
+            return Step::Skip;
         }
+        if !lease.is_extendable() {
+            // Settled or lost: its `forget` is on its way.
+            self.forget(id);
+            return Step::Skip;
+        }
+        match next {
+            Next::Expire(reason) => self.at_deadline(id, &lease, next, reason, now),
+            Next::Answer => self.at_deadline(id, &lease, next, LostReason::ExtensionFailed, now),
+            Next::Extend | Next::Retry => {
+                let due = if next == Next::Extend {
+                    note_lateness(&lease, now.saturating_duration_since(at));
+                    at
+                } else {
+                    now
+                };
+                return self.plan_extension(id, lease, due, now);
+            }
+        }
+        Step::Skip
+    }
+
+    /// A lease whose deadline timer fired (no extension possible, or its answer missing):
+    /// lost for `reason` if the deadline has passed; otherwise (an answer moved it on)
+    /// looked at again then.
+    fn at_deadline(
+        &mut self,
+        id: u64,
+        lease: &Lease,
+        next: Next,
+        reason: LostReason,
+        now: Instant,
+    ) {
+        if lease.deadline() > now {
+            self.schedule(id, next, lease.deadline());
+            return;
+        }
+        if lease.heartbeat_lost(reason) {
+            tracing::warn!(parent: lease.span(), %reason, "delivery lost");
+        }
+        self.forget(id);
+    }
+
+    /// The extension of a lease due at `due`, to send now; or, when none can be sent any
+    /// more, its loss or its last timer.
+    fn plan_extension(&mut self, id: u64, lease: Arc<Lease>, due: Instant, now: Instant) -> Step {
+        let t = Duration::from_secs(u64::from(lease.timeout()));
+        if now + (t / 4).min(SEND_MARGIN) > lease.deadline() {
+            // Too late to send (the runtime was held up): the call could reach SQS after the
+            // deadline, which it answers with success and nothing done. The message may be
+            // another consumer's already.
+            if lease.heartbeat_lost(LostReason::ExtensionFailed) {
+                tracing::warn!(
+                    parent: lease.span(),
+                    reason = %LostReason::ExtensionFailed,
+                    late_by = ?now.saturating_duration_since(due),
+                    "delivery lost: its extension was due when the visibility timeout was all \
+                     but over"
+                );
+            }
+            self.forget(id);
+            return Step::Skip;
+        }
+        let limit = extension_limit(lease.received_at());
+        let room = u32::try_from(limit.saturating_duration_since(now).as_secs()).unwrap_or(0);
+        let visibility = lease.timeout().min(room);
+        if now + Duration::from_secs(u64::from(visibility)) <= lease.deadline() {
+            // Near the 12-hour limit nothing can be gained any more.
+            self.schedule(id, Next::Expire(LostReason::HardDeadline), lease.deadline());
+            return Step::Skip;
+        }
+        self.schedule(id, Next::Answer, lease.deadline());
+        Step::Send(DueExtension {
+            id,
+            lease,
+            visibility,
+            due,
+        })
     }
 
     fn answered(&mut self, answers: Vec<Answer>) {
         let now = Instant::now();
         for answer in answers {
-            let Some(kept) = self
+            let id = answer.extension.id;
+            let current = self
                 .kept
-                .get_mut(&answer.id)
-                .filter(|kept| Arc::ptr_eq(&kept.lease, &answer.lease))
-            else {
+                .get(&id)
+                .is_some_and(|kept| Arc::ptr_eq(&kept.lease, &answer.extension.lease));
+            if !current {
                 continue; // forgotten meanwhile
-            };
-            let lease = kept.lease.clone();
-            let ctx = lease.context().clone();
+            }
+            let lease = &answer.extension.lease;
             if !lease.is_extendable() && !lease.is_settling() {
-                self.forget(answer.id);
+                self.forget(id);
                 continue;
             }
-            let id = answer.id;
-            match answer.result {
-                Ok(()) => {
-                    let deadline =
-                        answer.sent_at + Duration::from_secs(u64::from(answer.visibility));
-                    lease.set_deadline(deadline);
-                    ctx.count(Counter::Extended);
-                    tracing::debug!(parent: lease.span(), visibility = answer.visibility, "visibility extended");
-                    kept.attempt = 0;
-                    if answer.visibility < lease.timeout() && !kept.capped {
-                        kept.capped = true;
-                        ctx.count(Counter::Capped);
-                        tracing::warn!(
-                            parent: lease.span(),
-                            held_for = ?now.saturating_duration_since(lease.received_at()),
-                            visibility = answer.visibility,
-                            "last visibility extension: SQS keeps a message hidden for at most \
-                             12 hours after the receive; it goes to another consumer when this \
-                             one lapses"
-                        );
-                    }
-                    let limit = extension_limit(lease.received_at());
-                    match next_extension(deadline, lease.timeout(), limit) {
-                        Some(ext) => {
-                            let at =
-                                next_due(&ext, lease.timeout(), (answer.due, answer.sent_at, now));
-                            self.schedule(id, Next::Extend, at);
-                        }
-                        None => self.schedule(id, Next::Expire(LostReason::HardDeadline), deadline),
-                    }
-                }
-                Err(err) => {
-                    ctx.count(Counter::ExtensionFailures);
-                    if let Some(ErrorKind::Lost(reason)) = err.kind() {
-                        if lease.heartbeat_lost(reason) {
-                            tracing::warn!(parent: lease.span(), %reason, error = %err.chain(), "delivery lost");
-                        }
-                        self.forget(id);
-                        continue;
-                    }
-                    if err.refuses_visibility() {
-                        // SQS refuses the visibility itself, the one value we vary: past its
-                        // 12-hour limit by its own clock. Asking again cannot help; the
-                        // delivery is ours until the current deadline.
-                        tracing::warn!(
-                            parent: lease.span(),
-                            error = %err.chain(),
-                            "SQS refused the visibility extension (past its 12-hour limit?); no \
-                             more extensions: the message goes to another consumer when this \
-                             timeout lapses"
-                        );
-                        self.schedule(id, Next::Expire(LostReason::HardDeadline), lease.deadline());
-                        continue;
-                    }
-                    let deadline = lease.deadline();
-                    let t = Duration::from_secs(u64::from(lease.timeout()));
-                    let last_send = deadline.checked_sub((t / 4).min(SEND_MARGIN));
-                    let remaining = deadline.saturating_duration_since(now);
-                    // A quarter of what is left, so several tries fit before the deadline, but
-                    // never less than MIN_RETRY_WAIT: close to the deadline a quarter shrinks
-                    // towards nothing, and the tries would bunch up into a burst.
-                    let wait = retry_wait(kept.attempt)
-                        .min(remaining / 4)
-                        .max(MIN_RETRY_WAIT);
-                    kept.attempt = kept.attempt.saturating_add(1);
-                    if last_send.is_some_and(|last| now + wait <= last) {
-                        tracing::warn!(
-                            parent: lease.span(),
-                            error = %err.chain(),
-                            retry_in = ?wait,
-                            remaining = ?remaining,
-                            "visibility extension failed; retrying"
-                        );
-                        self.schedule(id, Next::Retry, now + wait);
-                    } else {
-                        tracing::warn!(
-                            parent: lease.span(),
-                            error = %err.chain(),
-                            remaining = ?remaining,
-                            "visibility extension failed, and another try could reach SQS after \
-                             the deadline; the delivery is lost then"
-                        );
-                        self.schedule(id, Next::Expire(LostReason::ExtensionFailed), deadline);
-                    }
-                }
+            match &answer.result {
+                Ok(()) => self.extended(&answer, now),
+                Err(err) => self.extension_failed(id, &answer.extension.lease, err, now),
             }
         }
+    }
+
+    /// An extension went through: the new deadline, and the next extension's timer.
+    fn extended(&mut self, answer: &Answer, now: Instant) {
+        let DueExtension {
+            id,
+            ref lease,
+            visibility,
+            due,
+        } = answer.extension;
+        let deadline = answer.sent_at + Duration::from_secs(u64::from(visibility));
+        lease.set_deadline(deadline);
+        lease.context().count(Counter::Extended);
+        tracing::debug!(parent: lease.span(), visibility, "visibility extended");
+        let Some(kept) = self.kept.get_mut(&id) else {
+            return;
+        };
+        kept.attempt = 0;
+        if visibility < lease.timeout() && !kept.capped {
+            kept.capped = true;
+            lease.context().count(Counter::Capped);
+            tracing::warn!(
+                parent: lease.span(),
+                held_for = ?now.saturating_duration_since(lease.received_at()),
+                visibility,
+                "last visibility extension: SQS keeps a message hidden for at most 12 hours \
+                 after the receive; it goes to another consumer when this one lapses"
+            );
+        }
+        let limit = extension_limit(lease.received_at());
+        match next_extension(deadline, lease.timeout(), limit) {
+            Some(ext) => {
+                let at = next_due(&ext, lease.timeout(), (due, answer.sent_at, now));
+                self.schedule(id, Next::Extend, at);
+            }
+            None => self.schedule(id, Next::Expire(LostReason::HardDeadline), deadline),
+        }
+    }
+
+    /// An extension failed: the delivery is lost, stops being extended, or tries again.
+    fn extension_failed(&mut self, id: u64, lease: &Lease, err: &Error, now: Instant) {
+        lease.context().count(Counter::ExtensionFailures);
+        if let Some(ErrorKind::Lost(reason)) = err.kind() {
+            if lease.heartbeat_lost(reason) {
+                tracing::warn!(parent: lease.span(), %reason, error = %err.chain(), "delivery lost");
+            }
+            self.forget(id);
+        } else if err.refuses_visibility() {
+            // SQS refuses the visibility itself, the one value we vary: past its 12-hour limit
+            // by its own clock. Asking again cannot help; the delivery is ours until the
+            // current deadline.
+            tracing::warn!(
+                parent: lease.span(),
+                error = %err.chain(),
+                "SQS refused the visibility extension (past its 12-hour limit?); no more \
+                 extensions: the message goes to another consumer when this timeout lapses"
+            );
+            self.schedule(id, Next::Expire(LostReason::HardDeadline), lease.deadline());
+        } else {
+            self.retry_extension(id, lease, err, now);
+        }
+    }
+
+    /// A transient failure: try again while a try can still reach SQS before the deadline.
+    fn retry_extension(&mut self, id: u64, lease: &Lease, err: &Error, now: Instant) {
+        let Some(kept) = self.kept.get_mut(&id) else {
+            return;
+        };
+        let deadline = lease.deadline();
+        let t = Duration::from_secs(u64::from(lease.timeout()));
+        let last_send = deadline.checked_sub((t / 4).min(SEND_MARGIN));
+        let remaining = deadline.saturating_duration_since(now);
+        // A quarter of what is left, so several tries fit before the deadline, but never less
+        // than MIN_RETRY_WAIT: close to the deadline a quarter shrinks towards nothing, and
+        // the tries would bunch up into a burst.
+        let wait = retry_wait(kept.attempt)
+            .min(remaining / 4)
+            .max(MIN_RETRY_WAIT);
+        kept.attempt = kept.attempt.saturating_add(1);
+        if last_send.is_some_and(|last| now + wait <= last) {
+            tracing::warn!(
+                parent: lease.span(),
+                error = %err.chain(),
+                retry_in = ?wait,
+                remaining = ?remaining,
+                "visibility extension failed; retrying"
+            );
+            self.schedule(id, Next::Retry, now + wait);
+        } else {
+            tracing::warn!(
+                parent: lease.span(),
+                error = %err.chain(),
+                remaining = ?remaining,
+                "visibility extension failed, and another try could reach SQS after the \
+                 deadline; the delivery is lost then"
+            );
+            self.schedule(id, Next::Expire(LostReason::ExtensionFailed), deadline);
+        }
+    }
+}
+
+/// Records how late an extension is done, and warns when it is late enough to matter.
+fn note_lateness(lease: &Lease, late: Duration) {
+    let t = Duration::from_secs(u64::from(lease.timeout()));
+    lease.context().extension_delay(late);
+    if late > (t / 4).min(LATE_EXTENSION) {
+        warn_late(lease, late, t);
     }
 }
 
@@ -773,21 +840,21 @@ fn retry_wait(attempt: u8) -> Duration {
 /// Sends one round's extensions together; each one's answer.
 async fn extend_all(
     ctx: Arc<crate::context::Context>,
-    batch: Vec<(u64, Arc<Lease>, u32, Instant)>,
+    extensions: Vec<DueExtension>,
     sent_at: Instant,
 ) -> Vec<Answer> {
-    let entries: Vec<(&str, u32)> = batch.iter().map(|(_, l, v, _)| (l.receipt(), *v)).collect();
+    let entries: Vec<(&str, u32)> = extensions
+        .iter()
+        .map(|e| (e.lease.receipt(), e.visibility))
+        .collect();
     let results = ctx.extend_all(&entries).await;
     drop(entries);
-    batch
+    extensions
         .into_iter()
         .zip(results)
-        .map(|((id, lease, visibility, due), result)| Answer {
-            id,
-            lease,
+        .map(|(extension, result)| Answer {
+            extension,
             sent_at,
-            due,
-            visibility,
             result,
         })
         .collect()

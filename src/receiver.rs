@@ -3,6 +3,7 @@
 //! busy, and backs off on errors and on empty short polls. What it receives goes to its
 //! caller, with the slots the messages take.
 
+use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -68,12 +69,39 @@ pub(crate) enum Receiving {
     Paused,
 }
 
+/// How a refill of the receives under way ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refill {
+    /// As many as wanted are under way, or a pause or a stop came.
+    Done,
+    /// The slots are gone (the consumer is being dropped), and no receive is under way.
+    SlotsGone,
+}
+
+/// Which receive the slots are for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Demand {
+    /// The only one: it waits for its slots.
+    First,
+    /// One more beside those under way: only on slots free now.
+    More,
+}
+
+/// How busy the queue looked at the last receive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Load {
+    /// The last receive came back with fewer messages than it asked for.
+    Quiet,
+    /// The last receive came back full.
+    Busy,
+}
+
 /// The receive loop's own state.
 struct LoopState {
     /// How many receives it keeps under way.
     target: usize,
-    /// The last receive came back full.
-    busy: bool,
+    /// Whether the last receive came back full.
+    load: Load,
     /// A fatal error: no receive starts; the loop ends with it once the others are in.
     fatal: Option<Error>,
     /// "receiving paused" was logged, and "resumed" not yet.
@@ -148,29 +176,16 @@ impl Receiver {
         stop: &CancellationToken,
         mut on_batch: impl FnMut(ReceivedBatch),
     ) -> Result<(), Error> {
-        let timeout = match self.resolve_visibility_timeout(stop).await {
-            Ok(Some(timeout)) => timeout,
-            Ok(None) => return Ok(()), // stopped before the first receive
-            Err(err) => {
-                tracing::error!(queue = %self.queue.name(), error = %err.chain(), "cannot start receiving; stopping");
-                return Err(err);
-            }
+        let Some(timeout) = self.start(stop).await? else {
+            return Ok(()); // stopped before the first receive
         };
         let backoffs = Mutex::new(Backoffs {
             failures: Backoff::new(Duration::from_millis(200), Duration::from_secs(20)),
             idle: Backoff::new(Duration::from_millis(50), Duration::from_secs(2)),
         });
-        let settings = &self.settings;
-        tracing::info!(
-            queue = %self.queue.name(),
-            visibility_timeout = timeout,
-            max_in_flight = settings.max_in_flight,
-            fifo = self.queue.is_fifo(),
-            "consumer started"
-        );
         let mut state = LoopState {
             target: 1,
-            busy: false,
+            load: Load::Quiet,
             fatal: None,
             paused_logged: false,
         };
@@ -181,34 +196,17 @@ impl Receiver {
             let pausing = *paused.borrow_and_update();
             if !halted && !pausing {
                 self.log_resumed(&mut state);
-                while receives.len() < state.target {
-                    let slots = tokio::select! {
-                        slots = self.acquire(receives.is_empty(), state.busy) => slots,
-                        _ = paused.wait_for(|p| *p) => break,
-                        () = stop.cancelled() => break,
-                    };
-                    let Some(slots) = slots else {
-                        if receives.is_empty() {
-                            return Ok(()); // the slots are gone: the consumer is being dropped
-                        }
-                        break;
-                    };
-                    receives.push(self.receive_once(slots, timeout, &backoffs, stop));
+                let start_one = |slots| self.receive_once(slots, timeout, &backoffs, stop);
+                let refill = self
+                    .refill(&mut receives, &state, &mut paused, stop, start_one)
+                    .await;
+                if refill == Refill::SlotsGone {
+                    return Ok(()); // the consumer is being dropped
                 }
             }
             if receives.is_empty() {
-                if let Some(err) = state.fatal.take() {
-                    return Err(err);
-                }
-                if stop.is_cancelled() {
-                    return Ok(());
-                }
-                if *paused.borrow_and_update() {
-                    self.log_paused(&mut state);
-                    tokio::select! {
-                        changed = paused.wait_for(|p| !*p) => if changed.is_err() { return Ok(()) },
-                        () = stop.cancelled() => {}
-                    }
+                if let Some(end) = self.when_idle(&mut state, &mut paused, stop).await {
+                    return end;
                 }
                 continue;
             }
@@ -219,17 +217,88 @@ impl Receiver {
                 _ = paused.wait_for(|p| *p), if !halted && !pausing => continue,
                 () = stop.cancelled(), if !halted => continue,
             };
-            let Some(outcome) = outcome else {
-                continue;
-            };
             match outcome {
-                Ok(answer) => self.take(answer, &mut state, &mut on_batch),
-                Err(err) => {
-                    // The first fatal error ends the loop, once the other receives are in.
-                    state.fatal.get_or_insert(err);
-                }
+                Some(Ok(answer)) => self.take(answer, &mut state, &mut on_batch),
+                // The first fatal error ends the loop, once the other receives are in.
+                Some(Err(err)) => _ = state.fatal.get_or_insert(err),
+                None => {}
             }
         }
+    }
+
+    /// The visibility timeout the receives ask for (`None`: stopped before it was known),
+    /// and the start logged.
+    async fn start(&self, stop: &CancellationToken) -> Result<Option<u32>, Error> {
+        let timeout = match self.resolve_visibility_timeout(stop).await {
+            Ok(Some(timeout)) => timeout,
+            Ok(None) => return Ok(None),
+            Err(err) => {
+                tracing::error!(queue = %self.queue.name(), error = %err.chain(), "cannot start receiving; stopping");
+                return Err(err);
+            }
+        };
+        tracing::info!(
+            queue = %self.queue.name(),
+            visibility_timeout = timeout,
+            max_in_flight = self.settings.max_in_flight,
+            fifo = self.queue.is_fifo(),
+            "consumer started"
+        );
+        Ok(Some(timeout))
+    }
+
+    /// Starts receives (`start_one` with each one's slots) until `state.target` are under
+    /// way, or a pause or a stop comes.
+    async fn refill<F: Future>(
+        &self,
+        receives: &mut FuturesUnordered<F>,
+        state: &LoopState,
+        paused: &mut watch::Receiver<bool>,
+        stop: &CancellationToken,
+        mut start_one: impl FnMut(Vec<Slot>) -> F,
+    ) -> Refill {
+        while receives.len() < state.target {
+            let first = if receives.is_empty() {
+                Demand::First
+            } else {
+                Demand::More
+            };
+            let slots = tokio::select! {
+                slots = self.acquire(first, state.load) => slots,
+                _ = paused.wait_for(|p| *p) => break,
+                () = stop.cancelled() => break,
+            };
+            match slots {
+                Some(slots) => receives.push(start_one(slots)),
+                None if receives.is_empty() => return Refill::SlotsGone,
+                None => break,
+            }
+        }
+        Refill::Done
+    }
+
+    /// With no receive under way: the loop's end (its fatal error, or a stop), or a wait
+    /// while paused.
+    async fn when_idle(
+        &self,
+        state: &mut LoopState,
+        paused: &mut watch::Receiver<bool>,
+        stop: &CancellationToken,
+    ) -> Option<Result<(), Error>> {
+        if let Some(err) = state.fatal.take() {
+            return Some(Err(err));
+        }
+        if stop.is_cancelled() {
+            return Some(Ok(()));
+        }
+        if *paused.borrow_and_update() {
+            self.log_paused(state);
+            tokio::select! {
+                changed = paused.wait_for(|p| !*p) => if changed.is_err() { return Some(Ok(())) },
+                () = stop.cancelled() => {}
+            }
+        }
+        None
     }
 
     /// What one receive came back with: its batch goes on; the number of receives follows
@@ -244,18 +313,22 @@ impl Receiver {
         match answer {
             Answer::Batch(batch) => {
                 // Full: as many as asked for (a whole batch, without a shared budget).
-                state.busy = match settings.in_flight_limit {
+                let full = match settings.in_flight_limit {
                     Some(_) => batch.messages.len() >= batch.slots.len(),
                     None => batch.messages.len() == settings.batch_size as usize,
                 };
-                if state.busy && state.target < self.most_receives() && self.slot_free() {
+                state.load = if full { Load::Busy } else { Load::Quiet };
+                if state.load == Load::Busy
+                    && state.target < self.most_receives()
+                    && self.slot_free()
+                {
                     state.target += 1;
                 }
                 on_batch(batch);
             }
             Answer::Empty => {
                 state.target = 1;
-                state.busy = false;
+                state.load = Load::Quiet;
             }
             Answer::Nothing => {}
         }
@@ -277,7 +350,7 @@ impl Receiver {
     fn log_paused(&self, state: &mut LoopState) {
         if !state.paused_logged {
             state.paused_logged = true;
-            (state.target, state.busy) = (1, false);
+            (state.target, state.load) = (1, Load::Quiet);
             tracing::info!(queue = %self.queue.name(), "receiving paused");
         }
     }
@@ -291,12 +364,12 @@ impl Receiver {
     /// The slots for the next receive. The first receive waits for a slot (for a whole batch
     /// of them while the queue is busy: receives of 10 cost the least); more receives start
     /// only on a whole batch of slots free now.
-    async fn acquire(&self, first: bool, busy: bool) -> Option<Vec<Slot>> {
-        match (first, busy) {
+    async fn acquire(&self, demand: Demand, load: Load) -> Option<Vec<Slot>> {
+        match (demand, load) {
             // A long poll on a quiet queue: with a budget shared with other consumers, it
             // holds back one slot of it, not a whole batch.
-            (true, false) => self.acquire_slots(self.idle_slots()).await,
-            (true, true) => {
+            (Demand::First, Load::Quiet) => self.acquire_slots(self.idle_slots()).await,
+            (Demand::First, Load::Busy) => {
                 // Not for long: handlers that hold their slots a while must not leave the
                 // queue unread.
                 match tokio::time::timeout(GATHER_SLOTS, self.acquire_batch()).await {
@@ -304,7 +377,7 @@ impl Receiver {
                     Err(_) => self.acquire_slots(self.batch_slots()).await,
                 }
             }
-            (false, _) => self.try_acquire_batch(),
+            (Demand::More, _) => self.try_acquire_batch(),
         }
     }
 
