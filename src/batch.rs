@@ -126,7 +126,7 @@ impl Batcher {
     fn send(&self, submission: Submission) -> Result<(), ()> {
         let (queue, call) = (&self.queue, self.call);
         self.inbox
-            .send(submission, |rx| run(queue.clone(), call, rx))
+            .send(submission, |rx| batcher_task(queue.clone(), call, rx))
             .map_err(drop)
     }
 }
@@ -141,7 +141,7 @@ impl Call {
 }
 
 /// The batching loop: takes what is queued whenever a request slot is free.
-async fn run(queue: Queue, call: Call, mut rx: mpsc::UnboundedReceiver<Submission>) {
+async fn batcher_task(queue: Queue, call: Call, mut rx: mpsc::UnboundedReceiver<Submission>) {
     let slots = Arc::new(Semaphore::new(MAX_REQUESTS_IN_FLIGHT));
     // Signalled whenever a request comes back (after its slot is free).
     let answered = Arc::new(Notify::new());

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use aws_sdk_sqs::types::MessageSystemAttributeName;
 
-use crate::consumer::{Consumer, Settings};
+use crate::consumer::{Consumer, ConsumerSettings};
 use crate::error::Error;
 use crate::handling::{AckMode, HandlerSettings};
 use crate::in_flight_limit::InFlightLimit;
@@ -16,7 +16,7 @@ use crate::memory::MemoryQueue;
 use crate::queue::sdk::SdkQueue;
 use crate::queue::{Queue, DEFAULT_REQUEST_TIMEOUT};
 use crate::receiver::ReceiveSettings;
-use crate::retry::RetryPolicy;
+use crate::redelivery::RetryPolicy;
 
 /// Defaults, as documented on the setters.
 const DEFAULT_WAIT_TIME: Duration = Duration::from_secs(20);
@@ -365,7 +365,7 @@ impl ConsumerBuilder {
         };
         Ok(Consumer::new(
             queue.with_request_timeout(request_timeout),
-            Settings {
+            ConsumerSettings {
                 receive,
                 shutdown_timeout: self.shutdown_timeout,
                 retry_policy: self.retry_policy,

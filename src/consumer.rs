@@ -14,13 +14,13 @@ use crate::handling::HandlerSettings;
 use crate::lease_thread::Runner;
 use crate::queue::Queue;
 use crate::receiver::{ReceiveSettings, Receiving};
-use crate::retry::RetryPolicy;
+use crate::redelivery::RetryPolicy;
 use crate::stats::Stats;
 use crate::stream::DeliveryStream;
 
 /// The validated settings a [`Consumer`] runs with.
 #[derive(Debug, Clone)]
-pub(crate) struct Settings {
+pub(crate) struct ConsumerSettings {
     pub(crate) receive: ReceiveSettings,
     pub(crate) shutdown_timeout: Duration,
     pub(crate) retry_policy: RetryPolicy,
@@ -46,7 +46,7 @@ pub struct Consumer {
 }
 
 impl Consumer {
-    pub(crate) fn new(queue: Queue, settings: Settings) -> Self {
+    pub(crate) fn new(queue: Queue, settings: ConsumerSettings) -> Self {
         Self {
             engine: Arc::new(Engine::new(
                 queue,

@@ -12,27 +12,14 @@ use tokio::time::{sleep, Instant};
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, Span};
 
-use crate::backoff::Backoff;
 use crate::batch::{Batcher, Call};
+use crate::call_retries::{self, ACK_RETRY_WINDOW, RELEASE_ATTEMPTS};
 use crate::error::Error;
 use crate::lease_thread::Runner;
 use crate::lost_acks::LostAcks;
 use crate::queue::Queue;
-use crate::retry::RetryPolicy;
+use crate::redelivery::RetryPolicy;
 use crate::stats::{Counter, Counters, Measure, Stats};
-
-/// How long `ack` keeps retrying a transient `DeleteMessage` failure (the heartbeat keeps the
-/// message hidden meanwhile) before it gives up and reports the error.
-pub(crate) const ACK_RETRY_WINDOW: Duration = Duration::from_secs(20);
-
-/// Tries of a release (a visibility change that gives the message back) before its error is
-/// reported; the message returns anyway when its visibility lapses.
-pub(crate) const RELEASE_ATTEMPTS: u32 = 4;
-
-/// The back-off between tries of one settle call: 100 ms doubling up to 2 s, jittered.
-fn settle_backoff() -> Backoff {
-    Backoff::new(Duration::from_millis(100), Duration::from_secs(2))
-}
 
 /// A call that settles a message.
 #[derive(Debug, Clone, Copy)]
@@ -63,8 +50,10 @@ impl Settle {
 pub(crate) trait SettleHooks: Send + Sync + 'static {
     /// `false` once the delivery is lost: trying again cannot help it.
     fn still_ours(&self) -> bool;
-    /// A try failed and the next one waits (`true`), or it is about to go (`false`).
-    fn between_tries(&self, waiting: bool);
+    /// A try failed and the next one waits.
+    fn waiting_to_retry(&self);
+    /// The next try is about to go.
+    fn retrying(&self);
 }
 
 /// A delivery that needs no telling: always ours.
@@ -75,7 +64,9 @@ impl SettleHooks for Nobody {
         true
     }
 
-    fn between_tries(&self, _waiting: bool) {}
+    fn waiting_to_retry(&self) {}
+
+    fn retrying(&self) {}
 }
 
 #[derive(Debug)]
@@ -153,9 +144,14 @@ impl Context {
         self.counters.snapshot(slots)
     }
 
-    /// A delivery starts (`true`) or is dropped (`false`).
-    pub(crate) fn hold(&self, start: bool) {
-        self.counters.hold(start);
+    /// A delivery starts.
+    pub(crate) fn delivery_started(&self) {
+        self.counters.delivery_started();
+    }
+
+    /// A delivery is dropped.
+    pub(crate) fn delivery_ended(&self) {
+        self.counters.delivery_ended();
     }
 
     /// Deliveries alive right now.
@@ -318,7 +314,7 @@ impl Context {
         started: Instant,
         hooks: &dyn SettleHooks,
     ) -> Result<(), Error> {
-        let mut backoff = settle_backoff();
+        let mut backoff = call_retries::SETTLE.backoff();
         let mut attempts = 1;
         loop {
             let more = match call {
@@ -331,9 +327,9 @@ impl Context {
             let wait = backoff.next_delay();
             tracing::warn!(operation = call.operation(), error = %err.chain(), retry_in = ?wait, "settle call failed; retrying");
             // The keeper extends the delivery while the next try waits.
-            hooks.between_tries(true);
+            hooks.waiting_to_retry();
             sleep(wait).await;
-            hooks.between_tries(false);
+            hooks.retrying();
             attempts += 1;
             match self.send(call, receipt).await {
                 Ok(()) => return Ok(()),

@@ -164,7 +164,7 @@ impl Delivery {
         );
         record_trace_context(&span, &message);
         ctx.count(Counter::Received);
-        ctx.hold(true);
+        ctx.delivery_started();
         let deadline = received.returned_at + Duration::from_secs(u64::from(received.timeout));
         let lease = Arc::new(Lease::new(
             ctx,
@@ -632,7 +632,7 @@ impl Drop for Delivery {
                 None => self.lease.end(),
             }
         }
-        self.lease.context().hold(false);
+        self.lease.context().delivery_ended();
         if self.run.held.fetch_sub(1, Ordering::AcqRel) == 1 {
             self.run.none_held.notify_waiters();
         }
@@ -676,7 +676,7 @@ mod tests {
     use crate::memory::counts::Action;
     use crate::memory::MemoryQueue;
     use crate::queue::Queue;
-    use crate::retry::RetryPolicy;
+    use crate::redelivery::RetryPolicy;
 
     fn secs(s: u64) -> Duration {
         Duration::from_secs(s)
@@ -1305,7 +1305,7 @@ mod size {
     use crate::lease_thread::Runner;
     use crate::memory::MemoryQueue;
     use crate::queue::Queue;
-    use crate::retry::RetryPolicy;
+    use crate::redelivery::RetryPolicy;
 
     /// 120,000 deliveries may be held at once: the guard and its lease must stay small.
     #[tokio::test]

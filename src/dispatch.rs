@@ -22,7 +22,7 @@ use crate::heartbeat::Keeper;
 use crate::lease_thread::Runner;
 use crate::queue::Queue;
 use crate::receiver::{ReceiveSettings, ReceivedBatch, Receiver, Receiving};
-use crate::retry::RetryPolicy;
+use crate::redelivery::RetryPolicy;
 use crate::stats::{Counter, Measure, Stats};
 
 /// What happens to the deliveries handed out.

@@ -16,14 +16,12 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::mpsc;
 use tokio::time::{sleep_until, Instant};
 
+use crate::call_retries::{self, EXTENSION_MIN_WAIT};
 use crate::error::{Error, ErrorKind, LostReason};
 use crate::lease::Lease;
 use crate::lease_thread::{Mailbox, Runner};
 use crate::limits::extension_limit;
 use crate::stats::Counter;
-
-/// The shortest wait before retrying a failed extension.
-const MIN_RETRY_WAIT: Duration = Duration::from_millis(100);
 
 /// One planned `ChangeMessageVisibility` call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -225,7 +223,7 @@ impl Keeper {
         let inbox = &self.inbox;
         if self
             .bell
-            .send((), |bell| run(bell, inbox.clone(), Instant::now()))
+            .send((), |bell| keeper_task(bell, inbox.clone(), Instant::now()))
             .is_err()
         {
             inbox.lock().unwrap_or_else(PoisonError::into_inner).wake = Wake::WhenRung;
@@ -261,7 +259,7 @@ enum Next {
     /// No extension is possible (or none went through): it is lost at its deadline.
     Expire(LostReason),
     /// An extension is under way; the timer is its deadline, in case no answer comes.
-    Answer,
+    AwaitingAnswer,
 }
 
 /// A lease the keeper holds: a few words each.
@@ -299,7 +297,7 @@ struct DueExtension {
 }
 
 /// One extension's answer.
-struct Answer {
+struct ExtensionAnswer {
     extension: DueExtension,
     /// When it was sent: the new deadline counts from it.
     sent_at: Instant,
@@ -307,7 +305,7 @@ struct Answer {
 }
 
 /// The keeper's task.
-async fn run(bell: mpsc::UnboundedReceiver<()>, inbox: Arc<Mutex<Inbox>>, epoch: Instant) {
+async fn keeper_task(bell: mpsc::UnboundedReceiver<()>, inbox: Arc<Mutex<Inbox>>, epoch: Instant) {
     let mut bell = Bell {
         rx: bell,
         inbox: inbox.clone(),
@@ -367,7 +365,7 @@ impl Drop for Bell {
 struct KeeperTask {
     kept: Slab,
     timers: Timers,
-    rounds: FuturesUnordered<BoxFuture<'static, Vec<Answer>>>,
+    rounds: FuturesUnordered<BoxFuture<'static, Vec<ExtensionAnswer>>>,
     /// An empty command list with capacity, swapped with the inbox's when taking it.
     spare: Vec<Command>,
 }
@@ -386,6 +384,24 @@ impl KeeperTask {
     }
 }
 
+/// How a timer's instant is rounded to the millisecond.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Rounding {
+    /// Down: an extension may go that much early, never late.
+    Down,
+    /// Up: a deadline is never declared passed before it has.
+    Up,
+}
+
+impl Rounding {
+    fn for_timer(next: Next) -> Self {
+        match next {
+            Next::Extend => Rounding::Down,
+            Next::Retry | Next::Expire(_) | Next::AwaitingAnswer => Rounding::Up,
+        }
+    }
+}
+
 /// Bits of a timer key that hold the lease's slot; the rest hold milliseconds.
 const SLOT_BITS: u32 = 24;
 
@@ -398,13 +414,13 @@ struct Timers {
 }
 
 impl Timers {
-    /// The key of a timer for `slot` at `at`: rounded down to the millisecond for an
-    /// extension (it may go that much early, never late), up for anything else (a deadline is
-    /// never declared passed before it has).
-    fn key(&self, at: Instant, slot: u64, early: bool) -> u64 {
+    /// The key of a timer for `slot` at `at`, rounded to the millisecond as `rounding` says.
+    fn key(&self, at: Instant, slot: u64, rounding: Rounding) -> u64 {
         let since = at.saturating_duration_since(self.epoch);
         let mut ms = since.as_millis();
-        if !early && since > Duration::from_millis(u64::try_from(ms).unwrap_or(u64::MAX)) {
+        if rounding == Rounding::Up
+            && since > Duration::from_millis(u64::try_from(ms).unwrap_or(u64::MAX))
+        {
             ms += 1;
         }
         let ms = u64::try_from(ms)
@@ -422,8 +438,8 @@ impl Timers {
         key & ((1 << SLOT_BITS) - 1)
     }
 
-    fn insert(&mut self, at: Instant, slot: u64, early: bool) -> u64 {
-        let key = self.key(at, slot, early);
+    fn insert(&mut self, at: Instant, slot: u64, next: Next) -> u64 {
+        let key = self.key(at, slot, Rounding::for_timer(next));
         self.keys.insert(key);
         key
     }
@@ -439,7 +455,7 @@ impl Timers {
 
     /// The timers that fire by `horizon`, first first.
     fn due(&self, horizon: Instant) -> Vec<u64> {
-        let last = self.key(horizon, (1 << SLOT_BITS) - 1, true);
+        let last = self.key(horizon, (1 << SLOT_BITS) - 1, Rounding::Down);
         self.keys.range(..=last).copied().collect()
     }
 }
@@ -519,7 +535,7 @@ impl KeeperTask {
         };
         let id = self.kept.insert(kept);
         lease.set_keeper_slot(id);
-        let timer = self.timers.insert(at, id, next == Next::Extend);
+        let timer = self.timers.insert(at, id, next);
         if let Some(kept) = self.kept.get_mut(&id) {
             kept.timer = timer;
         }
@@ -546,7 +562,7 @@ impl KeeperTask {
     fn schedule(&mut self, id: u64, next: Next, at: Instant) {
         if let Some(kept) = self.kept.get_mut(&id) {
             self.timers.remove(kept.timer);
-            kept.timer = self.timers.insert(at, id, next == Next::Extend);
+            kept.timer = self.timers.insert(at, id, next);
             kept.next = next;
         }
     }
@@ -592,7 +608,7 @@ impl KeeperTask {
         if lease.is_settling() {
             // An ack or release is queued or under way: no extension now; look again
             // shortly, in case it fails and waits to try again.
-            self.schedule(id, Next::Retry, now + MIN_RETRY_WAIT);
+            self.schedule(id, Next::Retry, now + EXTENSION_MIN_WAIT);
             return Step::Skip;
         }
         if !lease.is_extendable() {
@@ -602,7 +618,9 @@ impl KeeperTask {
         }
         match next {
             Next::Expire(reason) => self.at_deadline(id, &lease, next, reason, now),
-            Next::Answer => self.at_deadline(id, &lease, next, LostReason::ExtensionFailed, now),
+            Next::AwaitingAnswer => {
+                self.at_deadline(id, &lease, next, LostReason::ExtensionFailed, now)
+            }
             Next::Extend | Next::Retry => {
                 let due = if next == Next::Extend {
                     note_lateness(&lease, now.saturating_duration_since(at));
@@ -665,7 +683,7 @@ impl KeeperTask {
             self.schedule(id, Next::Expire(LostReason::HardDeadline), lease.deadline());
             return Step::Skip;
         }
-        self.schedule(id, Next::Answer, lease.deadline());
+        self.schedule(id, Next::AwaitingAnswer, lease.deadline());
         Step::Send(DueExtension {
             id,
             lease,
@@ -674,7 +692,7 @@ impl KeeperTask {
         })
     }
 
-    fn answered(&mut self, answers: Vec<Answer>) {
+    fn answered(&mut self, answers: Vec<ExtensionAnswer>) {
         let now = Instant::now();
         for answer in answers {
             let id = answer.extension.id;
@@ -698,7 +716,7 @@ impl KeeperTask {
     }
 
     /// An extension went through: the new deadline, and the next extension's timer.
-    fn extended(&mut self, answer: &Answer, now: Instant) {
+    fn extended(&mut self, answer: &ExtensionAnswer, now: Instant) {
         let DueExtension {
             id,
             ref lease,
@@ -727,7 +745,15 @@ impl KeeperTask {
         let limit = extension_limit(lease.received_at());
         match next_extension(deadline, lease.timeout(), limit) {
             Some(ext) => {
-                let at = next_due(&ext, lease.timeout(), (due, answer.sent_at, now));
+                let at = next_due(
+                    &ext,
+                    lease.timeout(),
+                    Previous {
+                        due,
+                        sent: answer.sent_at,
+                        answered: now,
+                    },
+                );
                 self.schedule(id, Next::Extend, at);
             }
             None => self.schedule(id, Next::Expire(LostReason::HardDeadline), deadline),
@@ -768,11 +794,12 @@ impl KeeperTask {
         let last_send = deadline.checked_sub((t / 4).min(SEND_MARGIN));
         let remaining = deadline.saturating_duration_since(now);
         // A quarter of what is left, so several tries fit before the deadline, but never less
-        // than MIN_RETRY_WAIT: close to the deadline a quarter shrinks towards nothing, and
+        // than EXTENSION_MIN_WAIT: close to the deadline a quarter shrinks towards nothing, and
         // the tries would bunch up into a burst.
-        let wait = retry_wait(kept.attempt)
+        let wait = call_retries::EXTENSION
+            .wait_after(kept.attempt)
             .min(remaining / 4)
-            .max(MIN_RETRY_WAIT);
+            .max(EXTENSION_MIN_WAIT);
         kept.attempt = kept.attempt.saturating_add(1);
         if last_send.is_some_and(|last| now + wait <= last) {
             tracing::warn!(
@@ -805,9 +832,16 @@ fn note_lateness(lease: &Lease, late: Duration) {
     }
 }
 
-/// When the extension after the previous one (`due`, `sent`, `answered` at those instants)
-/// is due, given `ext`, the plan halfway through the new timeout (counted from the call, as
-/// SQS counts it).
+/// When the previous extension was due, sent and answered.
+#[derive(Debug, Clone, Copy)]
+struct Previous {
+    due: Instant,
+    sent: Instant,
+    answered: Instant,
+}
+
+/// When the extension after the `previous` one is due, given `ext`, the plan halfway through
+/// the new timeout (counted from the call, as SQS counts it).
 ///
 /// Half a timeout after the previous one was due (or sent, if later) plus its round trip,
 /// as if it had been sent on time; never more than the coalescing window (an eighth of the
@@ -816,11 +850,12 @@ fn note_lateness(lease: &Lease, late: Duration) {
 /// of its deliveries earlier, and rounds move on by their round trips: a delivery whose
 /// handler acks it after a whole number of half timeouts is acked before its next round,
 /// instead of being extended once more just before.
-fn next_due(
-    ext: &Extension,
-    timeout: u32,
-    (due, sent, answered): (Instant, Instant, Instant),
-) -> Instant {
+fn next_due(ext: &Extension, timeout: u32, previous: Previous) -> Instant {
+    let Previous {
+        due,
+        sent,
+        answered,
+    } = previous;
     let t = Duration::from_secs(u64::from(timeout));
     if ext.visibility < timeout {
         return ext.at; // the last one, timed to end at the 12-hour limit
@@ -830,19 +865,12 @@ fn next_due(
     (due.max(sent) + round_trip + t / 2).clamp(ext.at, latest)
 }
 
-/// The wait before the next try of an extension that failed `attempt` times before: 200 ms,
-/// doubling up to 5 s, jittered.
-fn retry_wait(attempt: u8) -> Duration {
-    let base = Duration::from_millis(200).saturating_mul(1u32 << attempt.min(5));
-    crate::backoff::jitter(base.min(Duration::from_secs(5)))
-}
-
 /// Sends one round's extensions together; each one's answer.
 async fn extend_all(
     ctx: Arc<crate::context::Context>,
     extensions: Vec<DueExtension>,
     sent_at: Instant,
-) -> Vec<Answer> {
+) -> Vec<ExtensionAnswer> {
     let entries: Vec<(&str, u32)> = extensions
         .iter()
         .map(|e| (e.lease.receipt(), e.visibility))
@@ -852,7 +880,7 @@ async fn extend_all(
     extensions
         .into_iter()
         .zip(results)
-        .map(|(extension, result)| Answer {
+        .map(|(extension, result)| ExtensionAnswer {
             extension,
             sent_at,
             result,
@@ -891,28 +919,74 @@ mod tests {
         // trip after its own due time, not 5 s after it was sent.
         let sent = due - ms(200);
         assert_eq!(
-            next_due(&plan(sent), 10, (due, sent, sent + ms(10))),
+            next_due(
+                &plan(sent),
+                10,
+                Previous {
+                    due,
+                    sent,
+                    answered: sent + ms(10)
+                }
+            ),
             due + ms(5_010)
         );
         // Sent on time, answered 30 ms later: 5 s after the answer.
         assert_eq!(
-            next_due(&plan(due), 10, (due, due, due + ms(30))),
+            next_due(
+                &plan(due),
+                10,
+                Previous {
+                    due,
+                    sent: due,
+                    answered: due + ms(30)
+                }
+            ),
             due + ms(5_030)
         );
         // Answered 2 s later: never more than the window past halfway (5 s after sending).
         assert_eq!(
-            next_due(&plan(due), 10, (due, due, due + secs(2))),
+            next_due(
+                &plan(due),
+                10,
+                Previous {
+                    due,
+                    sent: due,
+                    answered: due + secs(2)
+                }
+            ),
             due + secs(5) + COALESCE_WINDOW
         );
         // At T = 1 s the window is an eighth of it.
         let ext = next_extension(due + secs(1), 1, extension_limit(r)).expect("an extension");
-        assert_eq!(next_due(&ext, 1, (due, due, due + ms(400))), due + ms(625));
+        assert_eq!(
+            next_due(
+                &ext,
+                1,
+                Previous {
+                    due,
+                    sent: due,
+                    answered: due + ms(400)
+                }
+            ),
+            due + ms(625)
+        );
         // The capped last extension keeps its own time.
         let capped = Extension {
             at: r + secs(7),
             visibility: 3,
         };
-        assert_eq!(next_due(&capped, 10, (due, due, due + secs(1))), capped.at);
+        assert_eq!(
+            next_due(
+                &capped,
+                10,
+                Previous {
+                    due,
+                    sent: due,
+                    answered: due + secs(1)
+                }
+            ),
+            capped.at
+        );
     }
 
     #[tokio::test(start_paused = true)]

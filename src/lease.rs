@@ -19,6 +19,19 @@
 //!         Acked stays Acked.
 //! ```
 //!
+//! Who moves it (every move goes through a method of [`Lease`]):
+//!
+//! | move | method | called by |
+//! |---|---|---|
+//! | Held -> InHandler -> Held (or what the handler left) | `enter_handler`, `leave_handler` | the handler runner, `handling.rs` |
+//! | -> Settling | `begin_settle` | `Delivery::ack`, `release`, `release_after`, `fail` and the batch settles, `delivery.rs` |
+//! | Abandoned -> Settling | `begin_abandoned_ack` | the handler's `OnSuccess` outcome, `handling.rs` |
+//! | Settling <-> SettleWaiting | `waiting_to_retry`, `retrying` | a settle call between its tries, `context.rs` |
+//! | -> Lost, -> AbandonedLost | `heartbeat_lost` | the keeper, on an answer "gone" or a deadline passed, `heartbeat.rs` |
+//! | -> Lost | `mark_lost` | a settle call answered "gone" |
+//! | Settling -> Acked, or -> Lost | `finish_ack` | an ack's result, for `Delivery::ack` and `OnSuccess` alike |
+//! | -> Abandoned, -> Ended | `drop_delivery`, `end` | `Delivery`'s `Drop`, `delivery.rs` |
+//!
 //! Only a held lease can be lost by its heartbeat: once an ack or release has started, its
 //! own outcome decides (an extension that reaches SQS just after the delete fails, but the
 //! message was not lost). While its handler runs, a delivery dropped unsettled waits for the
@@ -505,12 +518,12 @@ impl SettleHooks for Lease {
         self.lost_reason().is_none()
     }
 
-    fn between_tries(&self, waiting: bool) {
-        if waiting {
-            self.transition(|s| s == State::Settling, |_| State::SettleWaiting);
-        } else {
-            self.transition(|s| s == State::SettleWaiting, |_| State::Settling);
-        }
+    fn waiting_to_retry(&self) {
+        self.transition(|s| s == State::Settling, |_| State::SettleWaiting);
+    }
+
+    fn retrying(&self) {
+        self.transition(|s| s == State::SettleWaiting, |_| State::Settling);
     }
 }
 
@@ -542,7 +555,7 @@ mod tests {
     use crate::lease_thread::Runner;
     use crate::memory::MemoryQueue;
     use crate::queue::Queue;
-    use crate::retry::RetryPolicy;
+    use crate::redelivery::RetryPolicy;
 
     fn lease() -> Arc<Lease> {
         let ctx = Context::new(

@@ -82,9 +82,9 @@
 
 // Every file sits on a layer and imports only from layers below it: the table is in
 // CONTRIBUTING.md, "Layers", and `tests/layers.rs` reads it and holds the crate to it.
-mod backoff;
 mod batch;
 mod batch_handler;
+mod call_retries;
 mod config;
 mod consumer;
 mod consumer_handle;
@@ -107,7 +107,7 @@ mod lost_acks;
 pub mod memory;
 mod queue;
 mod receiver;
-mod retry;
+mod redelivery;
 mod stats;
 mod stream;
 
@@ -123,7 +123,7 @@ pub use in_flight_limit::InFlightLimit;
 #[cfg(feature = "json")]
 pub use json::{SnsMessageAttribute, SnsNotification};
 pub use memory::MemoryQueue;
-pub use retry::RetryPolicy;
+pub use redelivery::RetryPolicy;
 pub use stats::Stats;
 pub use stream::DeliveryStream;
 

@@ -13,7 +13,7 @@ use tokio::sync::{watch, OnceCell, OwnedSemaphorePermit, Semaphore};
 use tokio::time::{sleep, Instant};
 use tokio_util::sync::CancellationToken;
 
-use crate::backoff::Backoff;
+use crate::call_retries::{self, Backoff};
 use crate::delivery::Slot;
 use crate::error::Error;
 use crate::in_flight_limit::InFlightLimit;
@@ -54,7 +54,7 @@ pub(crate) struct ReceivedBatch {
 }
 
 /// What one receive came back with.
-enum Answer {
+enum ReceiveOutcome {
     Batch(ReceivedBatch),
     /// An empty answer.
     Empty,
@@ -180,8 +180,8 @@ impl Receiver {
             return Ok(()); // stopped before the first receive
         };
         let backoffs = Mutex::new(Backoffs {
-            failures: Backoff::new(Duration::from_millis(200), Duration::from_secs(20)),
-            idle: Backoff::new(Duration::from_millis(50), Duration::from_secs(2)),
+            failures: call_retries::RECEIVE.backoff(),
+            idle: call_retries::EMPTY_SHORT_POLL.backoff(),
         });
         let mut state = LoopState {
             target: 1,
@@ -305,13 +305,13 @@ impl Receiver {
     /// how busy the queue is.
     fn take(
         &self,
-        answer: Answer,
+        answer: ReceiveOutcome,
         state: &mut LoopState,
         on_batch: &mut impl FnMut(ReceivedBatch),
     ) {
         let settings = &self.settings;
         match answer {
-            Answer::Batch(batch) => {
+            ReceiveOutcome::Batch(batch) => {
                 // Full: as many as asked for (a whole batch, without a shared budget).
                 let full = match settings.in_flight_limit {
                     Some(_) => batch.messages.len() >= batch.slots.len(),
@@ -326,11 +326,11 @@ impl Receiver {
                 }
                 on_batch(batch);
             }
-            Answer::Empty => {
+            ReceiveOutcome::Empty => {
                 state.target = 1;
                 state.load = Load::Quiet;
             }
-            Answer::Nothing => {}
+            ReceiveOutcome::Nothing => {}
         }
     }
 
@@ -390,7 +390,7 @@ impl Receiver {
         timeout: u32,
         backoffs: &Mutex<Backoffs>,
         stop: &CancellationToken,
-    ) -> Result<Answer, Error> {
+    ) -> Result<ReceiveOutcome, Error> {
         let settings = &self.settings;
         let received_at = Instant::now();
         let request = Receive {
@@ -415,7 +415,7 @@ impl Receiver {
                 if let Some(wait) = wait {
                     self.back_off(wait, stop).await;
                 }
-                Ok(Answer::Empty)
+                Ok(ReceiveOutcome::Empty)
             }
             Ok(messages) => {
                 {
@@ -424,7 +424,7 @@ impl Receiver {
                     b.idle.reset();
                 }
                 tracing::debug!(count = messages.len(), "received");
-                Ok(Answer::Batch(ReceivedBatch {
+                Ok(ReceiveOutcome::Batch(ReceivedBatch {
                     messages,
                     slots,
                     received_at,
@@ -441,7 +441,7 @@ impl Receiver {
                 let wait = backoffs().failures.next_delay();
                 tracing::warn!(error = %err.chain(), retry_in = ?wait, "receive failed; retrying");
                 self.back_off(wait, stop).await;
-                Ok(Answer::Nothing)
+                Ok(ReceiveOutcome::Nothing)
             }
         }
     }
@@ -577,7 +577,7 @@ impl Receiver {
     /// The queue's own visibility timeout (retrying transient failures with back-off; each
     /// read bounded by the request timeout); 0 is refused.
     async fn read_queue_visibility(&self) -> Result<u32, Error> {
-        let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(20));
+        let mut backoff = call_retries::RECEIVE.backoff();
         loop {
             match self.queue.visibility_timeout().await {
                 Ok(0) => {

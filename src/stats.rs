@@ -200,13 +200,14 @@ impl Counters {
         let _ = (measure, value);
     }
 
-    /// A delivery starts (`true`) or is dropped (`false`).
-    pub(crate) fn hold(&self, start: bool) {
-        if start {
-            self.held.fetch_add(1, Ordering::Relaxed);
-        } else {
-            self.held.fetch_sub(1, Ordering::Relaxed);
-        }
+    /// A delivery starts.
+    pub(crate) fn delivery_started(&self) {
+        self.held.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A delivery is dropped.
+    pub(crate) fn delivery_ended(&self) {
+        self.held.fetch_sub(1, Ordering::Relaxed);
     }
 
     /// Deliveries alive right now.
@@ -263,9 +264,9 @@ mod tests {
         c.bump(Counter::SkippedRedeliveries);
         c.extension_delay(Duration::from_millis(7));
         c.extension_delay(Duration::from_millis(3));
-        c.hold(true);
-        c.hold(true);
-        c.hold(false);
+        c.delivery_started();
+        c.delivery_started();
+        c.delivery_ended();
         let s = c.snapshot(4);
         assert_eq!((s.acked, s.skipped_redeliveries, s.received), (2, 1, 0));
         assert_eq!(s.worst_extension_delay, Duration::from_millis(7));

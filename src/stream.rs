@@ -20,7 +20,7 @@ use crate::error::Error;
 /// [`Consumer::stream`](crate::Consumer::stream) or
 /// [`Consumer::stream_until`](crate::Consumer::stream_until).
 pub struct DeliveryStream {
-    inbox: Arc<Inbox>,
+    inbox: Arc<Yielded>,
     /// Cancelled when the stream is dropped: the pump receives no more, and releases what
     /// the receives under way bring.
     _shutdown: DropGuard,
@@ -28,13 +28,13 @@ pub struct DeliveryStream {
 
 /// What the pump has handed out and the stream has not yielded yet.
 #[derive(Default)]
-struct Inbox {
+struct Yielded {
     items: Mutex<VecDeque<Result<Delivery, Error>>>,
     waker: AtomicWaker,
     closed: AtomicBool,
 }
 
-impl Inbox {
+impl Yielded {
     fn push(&self, item: Result<Delivery, Error>) {
         self.lock().push_back(item);
         self.waker.wake();
@@ -69,7 +69,7 @@ impl DeliveryStream {
     /// Starts receiving into the stream, on a task of its own; with a `signal`, a graceful
     /// shutdown when it completes.
     pub(crate) fn start(engine: Arc<Engine>, signal: Option<BoxFuture<'static, ()>>) -> Self {
-        let inbox = Arc::new(Inbox::default());
+        let inbox = Arc::new(Yielded::default());
         let shutdown = CancellationToken::new();
         let (token, sink) = (shutdown.clone(), inbox.clone());
         let pump = tokio::spawn(async move {

@@ -6,7 +6,7 @@ use crate::error::Error;
 use crate::limits::{self, RECEIVE_COUNTS};
 use crate::memory::faults::Faults;
 use crate::memory::model::Rules;
-use crate::memory::{MemoryQueue, Settings};
+use crate::memory::{MemoryQueue, QueueSettings};
 
 /// Builds a [`MemoryQueue`]; see [`MemoryQueue::builder`].
 #[derive(Debug, Clone)]
@@ -117,7 +117,7 @@ impl MemoryQueueBuilder {
         }
         Ok(MemoryQueue::with_settings(
             self.name,
-            Settings {
+            QueueSettings {
                 latency: self.latency,
                 rules: Rules {
                     visibility_timeout: self.visibility_timeout,

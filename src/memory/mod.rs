@@ -28,11 +28,11 @@ use aws_sdk_sqs::types::Message;
 use tokio::sync::Notify;
 use tokio::time::{sleep_until, Instant};
 
-use crate::backoff::random_u64;
+use crate::call_retries::random_u64;
 use crate::error::Error;
 use crate::limits::{MAX_BATCH, MAX_WAIT_SECS};
 use crate::memory::faults::Fault;
-use crate::memory::model::{refuse, Outgoing, Rules, Selection, State};
+use crate::memory::model::{refuse, Outgoing, QueueState, Rules, Selection};
 use crate::queue::{BatchEntry, BatchResult};
 
 /// An in-memory SQS queue, for tests, examples and local development.
@@ -73,15 +73,15 @@ struct Inner {
     name: String,
     /// Part of every receipt handle, so a handle of another queue is refused.
     id: u64,
-    settings: Settings,
-    state: Mutex<State>,
+    settings: QueueSettings,
+    state: Mutex<QueueState>,
     /// Wakes long polls when something may have become receivable.
     changed: Notify,
 }
 
 /// A queue's settings, validated by its builder.
 #[derive(Clone)]
-pub(crate) struct Settings {
+pub(crate) struct QueueSettings {
     pub(crate) latency: Duration,
     pub(crate) rules: Rules,
     pub(crate) dead_letter: Option<MemoryQueue>,
@@ -155,7 +155,7 @@ impl MemoryQueue {
     pub fn new() -> Self {
         Self::with_settings(
             None,
-            Settings {
+            QueueSettings {
                 latency: Duration::ZERO,
                 rules: Rules {
                     visibility_timeout: Duration::from_secs(30),
@@ -170,7 +170,7 @@ impl MemoryQueue {
         )
     }
 
-    pub(crate) fn with_settings(name: Option<String>, settings: Settings) -> Self {
+    pub(crate) fn with_settings(name: Option<String>, settings: QueueSettings) -> Self {
         let id = random_u64();
         let name = name.unwrap_or_else(|| {
             let base = format!("memory-{:08x}", id as u32);
@@ -184,7 +184,7 @@ impl MemoryQueue {
             inner: Arc::new(Inner {
                 name,
                 id,
-                state: Mutex::new(State::seeded(
+                state: Mutex::new(QueueState::seeded(
                     settings.faults.as_ref().map_or(0, Faults::seed),
                 )),
                 settings,
@@ -501,7 +501,7 @@ impl MemoryQueue {
         self.lock().delayed_len(Instant::now())
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
+    fn lock(&self) -> MutexGuard<'_, QueueState> {
         // A panic while holding the lock leaves consistent data behind (every update is a
         // single assignment), so a poisoned lock is still usable.
         self.inner

@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use aws_sdk_sqs::types::{Message, MessageAttributeValue, MessageSystemAttributeName as Attr};
 use tokio::time::Instant;
 
-use crate::backoff::random_u64;
+use crate::call_retries::random_u64;
 use crate::error::{classify_code, Error};
 use crate::limits::{whole_secs, HARD_LIMIT, MAX_BATCH, MAX_VISIBILITY_SECS};
 use crate::memory::counts::{Action, RequestCounts};
@@ -31,7 +31,7 @@ pub(crate) struct Rules {
 
 /// Everything a queue holds.
 #[derive(Default)]
-pub(crate) struct State {
+pub(crate) struct QueueState {
     /// Messages in send order; the key is the queue's own sequence number.
     messages: BTreeMap<u64, Stored>,
     /// Every message that was not receivable when last looked at, by when it becomes so
@@ -142,7 +142,7 @@ pub(crate) struct Pass {
     pub(crate) dead: Vec<Stored>,
 }
 
-impl State {
+impl QueueState {
     /// Counts a request of `action` and fails it if a fault was injected for it.
     pub(crate) fn request(&mut self, action: Action) -> Result<(), Error> {
         self.requests.request(action);

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::backoff::jitter;
+use crate::call_retries::jitter;
 use crate::error::Error;
 use crate::limits::{secs_rounded_up, MAX_VISIBILITY_SECS};
 
