@@ -93,6 +93,7 @@ impl Consumer {
     /// # Ok(()) }
     /// ```
     #[cfg(feature = "from-env")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "from-env")))]
     pub async fn from_env(queue_url: impl Into<String>) -> ConsumerBuilder {
         let config = aws_config::defaults(aws_config::BehaviorVersion::v2026_01_12())
             .load()

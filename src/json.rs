@@ -23,6 +23,7 @@ use crate::error::Error;
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
+#[cfg_attr(docsrs, doc(cfg(feature = "json")))]
 pub struct SnsNotification {
     /// The published message (`Message`).
     pub message: String,
@@ -41,6 +42,7 @@ pub struct SnsNotification {
 /// One message attribute of an [`SnsNotification`].
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[non_exhaustive]
+#[cfg_attr(docsrs, doc(cfg(feature = "json")))]
 pub struct SnsMessageAttribute {
     /// `String`, `String.Array`, `Number` or `Binary` (`Type`).
     #[serde(rename = "Type")]
@@ -72,6 +74,7 @@ struct Envelope {
 /// What `sns()` expects, for its errors.
 const ENVELOPE: &str = "an SNS notification envelope";
 
+#[cfg_attr(docsrs, doc(cfg(feature = "json")))]
 impl Delivery {
     /// The body, decoded from JSON as a `T`.
     ///

@@ -121,6 +121,7 @@ pub use handler::Handler;
 pub use handling::AckMode;
 pub use in_flight_limit::InFlightLimit;
 #[cfg(feature = "json")]
+#[cfg_attr(docsrs, doc(cfg(feature = "json")))]
 pub use json::{SnsMessageAttribute, SnsNotification};
 pub use memory::MemoryQueue;
 pub use redelivery::RetryPolicy;
