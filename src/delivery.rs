@@ -1056,8 +1056,14 @@ mod tests {
         // Another receiver takes it: our handle is now stale.
         assert_eq!(q.receive(1, Duration::ZERO).await.unwrap().len(), 1);
         assert_eq!(d.lost().await, LostReason::ReceiptHandleInvalid);
+        let deletes = q.requests().deletes();
         let err = d.ack().await.expect_err("ack with a stale handle fails");
         assert!(err.is_lost(), "{err}");
+        // The delete is still sent: a lease lost to a lapsed timeout alone still has the
+        // latest handle, and AWS deletes the message then; with a stale handle it answers
+        // success and deletes nothing. Either way the ack says the delivery was lost.
+        assert_eq!(q.requests().deletes(), deletes + 1, "the delete is sent");
+        assert_eq!(q.in_flight_len(), 1, "the other receiver's delivery stays");
     }
 
     #[tokio::test(start_paused = true)]

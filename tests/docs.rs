@@ -1,7 +1,8 @@
 //! The docs' own rules, checked: every public function that returns a `Result` says when it
 //! fails (an `# Errors` section, as `clippy::missing_errors_doc` asks, checked here too so
-//! that the test command holds the crate to it), and every cargo feature is in the README's
-//! table and in the crate docs.
+//! that the test command holds the crate to it); every cargo feature is in the README's
+//! table and in the crate docs; every test the docs cite (`file::test`, `module::test`)
+//! exists at exactly that path, and every file they cite exists.
 
 use std::path::{Path, PathBuf};
 
@@ -127,6 +128,166 @@ fn every_feature_is_in_the_readme_table_and_the_crate_docs() {
         assert!(
             lib.contains(&format!("//! - `{feature}`")),
             "feature {feature} is not in the crate docs' list"
+        );
+    }
+}
+
+/// The pages that cite tests.
+const PAGES: &[&str] = &["README.md", "CONTRIBUTING.md", "benches/README.md"];
+
+fn pages() -> Vec<(String, String)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut paths: Vec<PathBuf> = PAGES.iter().map(|p| root.join(p)).collect();
+    for entry in std::fs::read_dir(root.join("docs")).unwrap() {
+        paths.push(entry.unwrap().path());
+    }
+    paths
+        .into_iter()
+        .map(|p| {
+            let text = std::fs::read_to_string(&p).unwrap();
+            (p.display().to_string(), text)
+        })
+        .collect()
+}
+
+/// The backquoted words of `text`.
+fn quoted(text: &str) -> impl Iterator<Item = &str> {
+    text.split('`').skip(1).step_by(2)
+}
+
+/// The files a cited module path can name: `tests/<first>.rs`, or `src/<path>.rs` and
+/// `src/<path>/mod.rs`.
+fn module_files(root: &Path, modules: &[&str]) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    if let [first] = modules {
+        files.push(root.join("tests").join(format!("{first}.rs")));
+    }
+    let path = modules.join("/");
+    files.push(root.join("src").join(format!("{path}.rs")));
+    files.push(root.join("src").join(path).join("mod.rs"));
+    files
+}
+
+/// Where a cited test `module::...::name` is: `Ok(true)` found in the file its module path
+/// names, `Ok(false)` not a test citation at all (no such test file or source module:
+/// `tokio::time`, `std::thread::sleep`), `Err` a citation that names no test there.
+fn resolve(root: &Path, cited: &str) -> Result<bool, String> {
+    let parts: Vec<&str> = cited.split("::").collect();
+    let (name, modules) = parts.split_last().expect("a path");
+    let files: Vec<PathBuf> = module_files(root, modules)
+        .into_iter()
+        .filter(|f| f.exists())
+        .collect();
+    if files.is_empty() {
+        return Ok(false);
+    }
+    if name.contains('*') {
+        return Ok(true); // a family of tests, in a file that exists
+    }
+    let defined = files.iter().any(|f| {
+        let source = std::fs::read_to_string(f).unwrap();
+        source.contains(&format!("fn {name}("))
+    });
+    if defined {
+        Ok(true)
+    } else {
+        Err(format!("`{cited}`: no `fn {name}(` in {files:?}"))
+    }
+}
+
+#[test]
+fn every_test_the_docs_cite_exists_at_its_exact_path() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let (mut cited, mut wrong) = (0, Vec::new());
+    for (page, text) in pages() {
+        for word in quoted(text.as_str()) {
+            let is_path = word.contains("::")
+                && word
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "_:*".contains(c));
+            if !is_path {
+                continue;
+            }
+            match resolve(root, word) {
+                Ok(true) => cited += 1,
+                Ok(false) => {}
+                Err(err) => wrong.push(format!("{page}: {err}")),
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "cited tests that are not there: {wrong:#?}"
+    );
+    assert!(cited >= 30, "only {cited} cited tests found");
+}
+
+#[test]
+fn every_file_the_docs_cite_as_tests_exists() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut wrong = Vec::new();
+    for (page, text) in pages() {
+        for word in quoted(text.as_str()) {
+            let is_file = word.ends_with(".rs")
+                && !word.contains(' ')
+                && word
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "_/.".contains(c));
+            if !is_file {
+                continue;
+            }
+            // From the root, from `src/`, or from the page's own folder.
+            let beside = Path::new(&page).with_file_name(word);
+            let exists = [root.join(word), root.join("src").join(word), beside]
+                .iter()
+                .any(|p| p.exists());
+            if !exists {
+                wrong.push(format!("{page}: `{word}`"));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "cited files that are not there: {wrong:#?}"
+    );
+}
+
+#[test]
+fn the_resolver_tells_a_wrong_citation_from_a_right_one() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    assert_eq!(
+        resolve(root, "fidelity::an_extension_of_a_deleted_message"),
+        Ok(true)
+    );
+    assert_eq!(
+        resolve(root, "memory::seam::batch_entry_ids_duplicates_and_partial_failures_are_answered_as_aws_does"),
+        Ok(true)
+    );
+    // Right name, wrong file.
+    assert!(resolve(root, "scenarios::an_extension_of_a_deleted_message").is_err());
+    assert!(resolve(root, "delivery::no_such_test").is_err());
+    assert_eq!(resolve(root, "tokio::time"), Ok(false));
+}
+
+#[test]
+fn every_row_of_the_fidelity_table_cites_a_test() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let page = std::fs::read_to_string(format!("{root}/docs/testing.md")).unwrap();
+    let section = page
+        .split("\n## Test servers and AWS\n")
+        .nth(1)
+        .expect("the section");
+    let section = section.split("\n## ").next().unwrap_or(section);
+    let rows: Vec<&str> = section
+        .lines()
+        .filter(|l| l.starts_with("| ") && !l.starts_with("| Behaviour"))
+        .collect();
+    assert!(rows.len() >= 10, "{} rows", rows.len());
+    for row in rows {
+        let tests = row.trim_end_matches('|').rsplit('|').next().unwrap();
+        assert!(
+            quoted(tests).any(|t| t.contains("::")),
+            "a row without a test: {row}"
         );
     }
 }
