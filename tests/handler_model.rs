@@ -7,12 +7,11 @@
 mod common;
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use aws_sdk_sqs::types::MessageSystemAttributeName as Attr;
-use common::{eventually, secs, Kind, ReceiveSizes, Taker, TestQueue};
+use common::{secs, Kind, ReceiveSizes, Taker, TestQueue};
 use futures::StreamExt;
 use sqs_consumer::{AckMode, Batch, Delivery, RetryPolicy};
 use tokio::time::{sleep, Instant};
@@ -33,6 +32,7 @@ on_both!(
     attribute_selection_returns_exactly_the_named_attributes,
     pause_stops_receiving_and_resume_starts_again_with_leases_untouched,
     stream_until_drains_like_run_until,
+    stream_until_ends_at_the_shutdown_timeout_and_what_is_still_held_stays_yours,
 );
 
 /// Per message body, how many times the handler saw it.
@@ -472,67 +472,129 @@ async fn stream_until_drains_like_run_until(kind: Kind) {
         .shutdown_timeout(secs(10))
         .build()
         .unwrap();
-    let signalled = Arc::new(AtomicBool::new(false));
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let stream = consumer.stream_until(async move {
+    let mut stream = consumer.stream_until(async move {
         let _ = rx.await;
     });
-    let taken = Arc::new(Mutex::new(0));
-    let acked_after_signal = Arc::new(Mutex::new(0));
-    let mut tx = Some(tx);
-    let start = Instant::now();
-    let drained = {
-        let (taken, acked_after_signal, signalled) =
-            (taken.clone(), acked_after_signal.clone(), signalled.clone());
-        stream.for_each_concurrent(16, move |d| {
-            let (taken, acked_after_signal, signalled) =
-                (taken.clone(), acked_after_signal.clone(), signalled.clone());
-            let d = d.expect("no error");
-            *taken.lock().unwrap() += 1;
-            async move {
-                // Each handler holds its delivery past the signal, then acks.
-                sleep(secs(3)).await;
-                d.ack().await.unwrap();
-                if signalled.load(Ordering::SeqCst) {
-                    *acked_after_signal.lock().unwrap() += 1;
-                }
-            }
+    // Each delivery goes to a task that holds it 3 s, then notes when its ack starts.
+    let acks_started = Arc::new(Mutex::new(Vec::new()));
+    let hold = |d: Delivery| {
+        let acks_started = acks_started.clone();
+        tokio::spawn(async move {
+            sleep(secs(3)).await;
+            acks_started.lock().unwrap().push(Instant::now());
+            d.ack().await.unwrap();
         })
     };
-    let signal = async {
-        eventually("three deliveries taken", LIMIT, || {
-            *taken.lock().unwrap() == 3
-        })
-        .await;
-        signalled.store(true, Ordering::SeqCst);
-        if let Some(tx) = tx.take() {
-            let _ = tx.send(());
+    let mut tasks = Vec::new();
+    for _ in 0..3 {
+        let d = tokio::time::timeout(LIMIT, stream.next())
+            .await
+            .expect("a delivery in time")
+            .expect("the stream goes on")
+            .expect("no error");
+        tasks.push(hold(d));
+    }
+    let signalled_at = Instant::now();
+    tx.send(()).unwrap();
+    // Sent after the signal: no receive starts, but the one under way (if any) may take it,
+    // and then the stream yields it; either way it is never left hidden.
+    q.send("after the signal").await;
+    // Driven by hand: the moment `next()` says the stream ended is what is checked.
+    let ended_at = loop {
+        match tokio::time::timeout(LIMIT, stream.next()).await {
+            Ok(Some(d)) => tasks.push(hold(d.expect("no error"))),
+            Ok(None) => break Instant::now(),
+            Err(_) => panic!("the stream did not end within {LIMIT:?}"),
         }
-        // Sent after the signal: no receive starts, but the one under way (if any) may take
-        // it, and then the stream yields it; either way it is never left hidden.
-        q.send("after the signal").await;
-        Instant::now()
     };
-    let (signalled_at, ()) = tokio::join!(signal, drained);
-    let ended = Instant::now();
-    // The stream ended only once the handlers had acked (about 3 s after they took their
-    // deliveries), not at the signal: the three, and the late message if the poll under way
-    // brought it.
-    let taken = *taken.lock().unwrap();
-    assert_eq!(*acked_after_signal.lock().unwrap(), taken);
-    assert!(
-        ended - signalled_at >= secs(2),
-        "{:?}",
-        ended - signalled_at
+    let yielded = tasks.len();
+    let acks_started = acks_started.lock().unwrap().clone();
+    // It ended only once every delivery it yielded was being acked (about 3 s after each was
+    // taken), not at the signal.
+    assert_eq!(
+        acks_started.len(),
+        yielded,
+        "ended before every ack started"
     );
     assert!(
-        (3..=4).contains(&taken),
-        "at most the late message yielded after the signal: {taken}"
+        acks_started.iter().all(|at| *at <= ended_at),
+        "ended before an ack: {:?} after the signal, acks at {:?}",
+        ended_at - signalled_at,
+        acks_started
+            .iter()
+            .map(|at| *at - signalled_at)
+            .collect::<Vec<_>>()
     );
-    assert!(ended - start < LIMIT);
+    assert!(
+        (3..=4).contains(&yielded),
+        "at most the late message yielded after the signal: {yielded}"
+    );
+    for task in tasks {
+        task.await.expect("the holding task");
+    }
     assert_eq!(
         q.counts().await,
-        (4 - taken as u64, 0),
+        (4 - yielded as u64, 0),
         "the late message handled or visible, never hidden"
     );
+}
+
+async fn stream_until_ends_at_the_shutdown_timeout_and_what_is_still_held_stays_yours(kind: Kind) {
+    let q = TestQueue::new(kind, T).await;
+    for i in 0..2 {
+        q.send(&format!("m{i}")).await;
+    }
+    let shutdown_timeout = secs(2);
+    let consumer = q
+        .consumer()
+        .wait_time(secs(1))
+        .shutdown_timeout(shutdown_timeout)
+        .build()
+        .unwrap();
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let mut stream = consumer.stream_until(async move {
+        let _ = rx.await;
+    });
+    let mut held = Vec::new();
+    while held.len() < 2 {
+        let d = tokio::time::timeout(LIMIT, stream.next())
+            .await
+            .expect("a delivery in time")
+            .expect("the stream goes on")
+            .expect("no error");
+        held.push(d);
+    }
+    let signalled_at = Instant::now();
+    tx.send(()).unwrap();
+    let ended_at = match tokio::time::timeout(LIMIT, stream.next()).await {
+        Ok(None) => Instant::now(),
+        Ok(Some(item)) => panic!("nothing more was sent, yet the stream yielded {item:?}"),
+        Err(_) => panic!("the stream did not end within {LIMIT:?}"),
+    };
+    // Not before the shutdown timeout (the deliveries are still held), and not much after:
+    // the poll under way ends within its wait time (1 s).
+    let took = ended_at - signalled_at;
+    let slack = match kind {
+        Kind::Memory => Duration::ZERO,
+        Kind::Server => secs(1),
+    };
+    assert!(
+        took >= shutdown_timeout && took <= shutdown_timeout + secs(1) + slack,
+        "the stream ended {took:?} after the signal (shutdown timeout {shutdown_timeout:?})"
+    );
+    // What is still held stays yours, kept hidden past its visibility timeout...
+    sleep(secs(2 * T)).await;
+    assert!(held.iter().all(|d| !d.is_lost()));
+    assert_eq!(q.counts().await, (0, 2), "still held: hidden");
+    // ...and dropping it now releases it at once.
+    let dropped_at = Instant::now();
+    drop(held);
+    while q.counts().await != (2, 0) {
+        assert!(
+            dropped_at.elapsed() < LIMIT,
+            "the dropped deliveries are not visible again"
+        );
+        sleep(Duration::from_millis(50)).await;
+    }
 }
