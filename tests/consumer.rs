@@ -437,3 +437,18 @@ async fn a_busy_queue_never_leaves_free_slots_unused_for_long() {
     .await;
     assert!(start.elapsed() < secs(1), "{:?}", start.elapsed());
 }
+
+/// The test helper that takes deliveries fails the test at once, with the run's error, when
+/// the run it watches ends (it should run until the test drops it).
+#[tokio::test(start_paused = true)]
+#[should_panic(expected = "the consumer's run ended: Ok(Err(")]
+async fn the_taker_reports_a_run_that_ended() {
+    let q = MemoryQueue::new();
+    q.fail_next(Action::ReceiveMessage, "AccessDenied", 1);
+    let consumer = Consumer::in_memory(&q)
+        .visibility_timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let mut taker = common::Taker::start(consumer);
+    let _ = taker.next(Duration::from_secs(1000)).await;
+}

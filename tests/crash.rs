@@ -63,21 +63,23 @@ async fn a_consumer_killed_mid_work_loses_nothing() {
     let url = server_queue_with(&client, MESSAGES).await;
 
     // The first process: killed once it has acked a quarter of the messages.
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "crash_child",
-            "--ignored",
-            "--nocapture",
-            "--test-threads",
-            "1",
-        ])
-        .env(CHILD_QUEUE, &url)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("the test binary runs again");
-    let stdout = child.stdout.take().unwrap();
+    let mut child = common::KillOnDrop(
+        Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "crash_child",
+                "--ignored",
+                "--nocapture",
+                "--test-threads",
+                "1",
+            ])
+            .env(CHILD_QUEUE, &url)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("the test binary runs again"),
+    );
+    let stdout = child.0.stdout.take().unwrap();
     let lines = Arc::new(Mutex::new(Vec::<String>::new()));
     let reader = {
         let lines = lines.clone();
@@ -95,7 +97,7 @@ async fn a_consumer_killed_mid_work_loses_nothing() {
         let acked = bodies(&seen, "acked ");
         let mid = bodies(&seen, "handling ").difference(&acked).count();
         if acked.len() >= ACKED_FIRST && mid >= MID_HANDLING {
-            child.kill().expect("SIGKILL"); // `Child::kill` sends SIGKILL on Unix
+            child.0.kill().expect("SIGKILL"); // `Child::kill` sends SIGKILL on Unix
             break mid;
         }
         assert!(
@@ -105,7 +107,7 @@ async fn a_consumer_killed_mid_work_loses_nothing() {
         );
         sleep(Duration::from_millis(5)).await;
     };
-    let status = child.wait().unwrap();
+    let status = child.0.wait().unwrap();
     reader.join().unwrap();
     let lines = lines.lock().unwrap().clone();
     let first_acked = bodies(&lines, "acked ");

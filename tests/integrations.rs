@@ -350,21 +350,23 @@ fn from_env_reaches_the_server_through_the_environment_alone() {
         }
     });
     let empty = std::env::temp_dir().join("sqs-consumer-no-aws-config");
-    let output = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "from_env_child", "--ignored", "--nocapture"])
-        .env(FROM_ENV_QUEUE, &url)
-        // The environment alone says where the server is and who we are.
-        .env("AWS_ENDPOINT_URL_SQS", common::server_endpoint())
-        .env("AWS_REGION", "us-east-1")
-        .env("AWS_ACCESS_KEY_ID", "test")
-        .env("AWS_SECRET_ACCESS_KEY", "test")
-        .env("AWS_CONFIG_FILE", &empty)
-        .env("AWS_SHARED_CREDENTIALS_FILE", &empty)
-        .env("AWS_EC2_METADATA_DISABLED", "true")
-        .env_remove("AWS_PROFILE")
-        .env_remove("AWS_ENDPOINT_URL")
-        .output()
-        .expect("the test binary runs again");
+    let output = common::output_within(
+        std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "from_env_child", "--ignored", "--nocapture"])
+            .env(FROM_ENV_QUEUE, &url)
+            // The environment alone says where the server is and who we are.
+            .env("AWS_ENDPOINT_URL_SQS", common::server_endpoint())
+            .env("AWS_REGION", "us-east-1")
+            .env("AWS_ACCESS_KEY_ID", "test")
+            .env("AWS_SECRET_ACCESS_KEY", "test")
+            .env("AWS_CONFIG_FILE", &empty)
+            .env("AWS_SHARED_CREDENTIALS_FILE", &empty)
+            .env("AWS_EC2_METADATA_DISABLED", "true")
+            .env_remove("AWS_PROFILE")
+            .env_remove("AWS_ENDPOINT_URL"),
+        // The child receives one message from a local server: seconds.
+        Duration::from_secs(120),
+    );
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
         output.status.success() && stdout.contains("got hello from the environment"),

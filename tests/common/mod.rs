@@ -626,7 +626,7 @@ pub async fn take_one(consumer: &Consumer) -> Delivery {
 /// A consumer running in the background that hands every delivery to the test.
 pub struct Taker {
     deliveries: tokio::sync::mpsc::UnboundedReceiver<Delivery>,
-    run: tokio::task::JoinHandle<()>,
+    run: tokio::task::JoinHandle<Result<(), sqs_consumer::Error>>,
 }
 
 impl Taker {
@@ -641,19 +641,23 @@ impl Taker {
             let tx = tx.clone();
             async move { tx.send(d).map_err(|_| "test ended") }
         };
-        let run = tokio::spawn(async move {
-            let result = consumer.run(handler).await;
-            panic!("run ended: {result:?}");
-        });
+        let run = tokio::spawn(async move { consumer.run(handler).await });
         Self { deliveries, run }
     }
 
-    /// The next delivery, within `limit`.
+    /// The next delivery, within `limit`. A run that ended (it runs until a fatal error) fails
+    /// the test here, with its result.
     pub async fn next(&mut self, limit: Duration) -> Delivery {
-        tokio::time::timeout(limit, self.deliveries.recv())
-            .await
-            .expect("a delivery in time")
-            .expect("the consumer is running")
+        tokio::select! {
+            biased;
+            d = self.deliveries.recv() => match d {
+                Some(d) => d,
+                // The handler went with the run.
+                None => panic!("the consumer's run ended: {:?}", (&mut self.run).await),
+            },
+            ended = &mut self.run => panic!("the consumer's run ended: {ended:?}"),
+            () = sleep(limit) => panic!("no delivery within {limit:?}"),
+        }
     }
 }
 
@@ -701,4 +705,61 @@ pub fn buffered_subscriber() -> (Arc<Mutex<Vec<u8>>>, impl tracing::Subscriber +
 pub fn capture_logs() -> (Arc<Mutex<Vec<u8>>>, tracing::subscriber::DefaultGuard) {
     let (logs, subscriber) = buffered_subscriber();
     (logs, tracing::subscriber::set_default(subscriber))
+}
+
+/// A child process that is killed (and reaped) when the guard goes, so that a test which
+/// fails while its child runs leaves no process behind.
+pub struct KillOnDrop(pub std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            let _ = self.0.kill();
+        }
+        let _ = self.0.wait();
+    }
+}
+
+/// Runs `command` to its end, its output collected, within `limit`: past it the child is
+/// killed and the test fails with what it printed so far.
+pub fn output_within(command: &mut std::process::Command, limit: Duration) -> std::process::Output {
+    use std::io::Read;
+    use std::process::Stdio;
+    let mut child = KillOnDrop(
+        command
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the command starts"),
+    );
+    let read = |mut pipe: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            let _ = pipe.read_to_end(&mut bytes);
+            bytes
+        })
+    };
+    let stdout = read(Box::new(child.0.stdout.take().expect("piped")));
+    let stderr = read(Box::new(child.0.stderr.take().expect("piped")));
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.0.try_wait().expect("the child's status") {
+            break status;
+        }
+        if start.elapsed() > limit {
+            let _ = child.0.kill();
+            let _ = child.0.wait();
+            let out = stdout.join().unwrap_or_default();
+            panic!(
+                "the child ran longer than {limit:?}; it printed:\n{}",
+                String::from_utf8_lossy(&out)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    std::process::Output {
+        status,
+        stdout: stdout.join().unwrap_or_default(),
+        stderr: stderr.join().unwrap_or_default(),
+    }
 }
