@@ -105,6 +105,22 @@ fn main() {
     }
 }
 
+/// Why a CPU or memory figure can be missing.
+const NO_PROC: &str = "n/a: /proc could not be read";
+
+/// A figure with `precision` decimals, or why it could not be measured.
+fn figure(value: Option<f64>, precision: usize) -> String {
+    match value {
+        Some(v) => format!("{v:.precision$}"),
+        None => NO_PROC.to_owned(),
+    }
+}
+
+/// The median of figures every run measured; `None` if one could not.
+fn median_of(values: Vec<Option<f64>>) -> Option<f64> {
+    values.into_iter().collect::<Option<Vec<f64>>>().map(median)
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
@@ -183,13 +199,13 @@ fn b1() {
                 .await
                 .unwrap();
             let (elapsed, cpu1) = drained_at.unwrap();
-            let cpu = cpu1.zip(cpu0).map(|(a, b)| a - b).unwrap_or_default();
+            let cpu = cpu1.zip(cpu0).map(|(a, b)| a - b);
             let counts = q.requests();
             assert_eq!(consumer.stats().acked, MESSAGES);
             (MESSAGES as f64 / elapsed.as_secs_f64(), cpu, counts)
         });
         rates.push(rate);
-        cpus.push(cpu.as_secs_f64() * 1e6 / MESSAGES as f64);
+        cpus.push(cpu.map(|cpu| cpu.as_secs_f64() * 1e6 / MESSAGES as f64));
         reqs.push((counts.total() - counts.requests(Action::SendMessage)) as f64 / MESSAGES as f64);
         last = Some(counts);
     }
@@ -197,9 +213,9 @@ fn b1() {
         "B1  MemoryQueue, instant ack, {MESSAGES} messages, one-thread runtime, median of {RUNS}:"
     );
     println!(
-        "    {:.0} messages/s; {:.2} us CPU per message; {:.3} requests per message",
+        "    {:.0} messages/s; {} us CPU per message; {:.3} requests per message",
         median(rates),
-        median(cpus),
+        figure(median_of(cpus), 2),
         median(reqs)
     );
     if let Some(c) = last {
@@ -279,7 +295,7 @@ fn b3() {
             .unwrap();
         let held: Arc<Mutex<Vec<Delivery>>> =
             Arc::new(Mutex::new(Vec::with_capacity(DELIVERIES)));
-        let (rss_before, live_before) = (rss_bytes().unwrap_or(0), live_bytes());
+        let (rss_before, live_before) = (rss_bytes(), live_bytes());
         let allocs_before = LIVE_ALLOCS.load(std::sync::atomic::Ordering::Relaxed);
         let h = held.clone();
         let handler = move |d: Delivery| {
@@ -289,7 +305,7 @@ fn b3() {
                 Ok::<(), Error>(())
             }
         };
-        let (mut rss_held, mut live_held, mut allocs_held) = (0, 0, 0);
+        let (mut rss_held, mut live_held, mut allocs_held) = (None, 0, 0);
         let mut fill = Duration::ZERO;
         let signal = async {
             let start = Instant::now();
@@ -297,7 +313,7 @@ fn b3() {
                 sleep(Duration::from_millis(10)).await;
             }
             fill = start.elapsed();
-            rss_held = rss_bytes().unwrap_or(0);
+            rss_held = rss_bytes();
             live_held = live_bytes();
             allocs_held = LIVE_ALLOCS.load(std::sync::atomic::Ordering::Relaxed);
             sleep(HOLD).await;
@@ -305,12 +321,15 @@ fn b3() {
         consumer.run_until(handler, signal).await.unwrap();
         let stats = consumer.stats();
         let lost_or_visible = q.visible_len();
-        let per = (rss_held.saturating_sub(rss_before)) as f64 / DELIVERIES as f64;
+        let per = rss_held
+            .zip(rss_before)
+            .map(|(held, before)| held.saturating_sub(before) as f64 / DELIVERIES as f64);
         let live = live_held.saturating_sub(live_before) as f64 / DELIVERIES as f64;
         let allocs = allocs_held.saturating_sub(allocs_before) as f64 / DELIVERIES as f64;
         println!("B3  {DELIVERIES} deliveries held at once (T = {T} s, {:?} held, 2 worker threads):", HOLD);
         println!(
-            "    received in {fill:.2?}; per held delivery: {live:.0} bytes in {allocs:.1} allocations (the queue's side included), {per:.0} bytes of resident memory"
+            "    received in {fill:.2?}; per held delivery: {live:.0} bytes in {allocs:.1} allocations (the queue's side included), {} bytes of resident memory",
+            figure(per, 0)
         );
         println!(
             "    worst extension delay past T/2: {:?} (T/2 = {} s); extensions {}, lost {}, visible while held {}",
@@ -431,8 +450,8 @@ struct B4Run {
     per_second: f64,
     requests_per_message: f64,
     breakdown: String,
-    /// Process CPU time per message, the feeding thread's excluded.
-    cpu_per_message: Duration,
+    /// Process CPU time per message, the feeding thread's excluded; `None` without /proc.
+    cpu_per_message: Option<Duration>,
 }
 
 type Settings = fn(sqs_consumer::ConsumerBuilder) -> sqs_consumer::ConsumerBuilder;
@@ -518,6 +537,7 @@ fn b4_run(endpoint: &str, taker: Taker) -> B4Run {
             .unwrap()
     };
     let client = server_client(endpoint, &counter);
+    let cpu_readable = cpu_time().is_some() && thread_cpu_time().is_some();
     let (elapsed, cpu) = rt.block_on(async {
         let settings = match taker {
             Taker::Consumer(settings, _) => settings,
@@ -587,7 +607,7 @@ fn b4_run(endpoint: &str, taker: Taker) -> B4Run {
             .map(|(op, n)| format!("{op} {:.3}", *n as f64 / MESSAGES as f64))
             .collect::<Vec<_>>()
             .join(", "),
-        cpu_per_message: cpu.saturating_sub(feeding) / MESSAGES as u32,
+        cpu_per_message: cpu_readable.then(|| cpu.saturating_sub(feeding) / MESSAGES as u32),
     }
 }
 
@@ -756,11 +776,17 @@ fn server_runs() -> usize {
         .clamp(1, 10)
 }
 
+/// The test server the benches run against, as the script that started it names it.
+fn server_name() -> String {
+    std::env::var("SQS_TEST_SERVER").unwrap_or_else(|_| "unnamed".to_owned())
+}
+
 fn b4(endpoint: &str) {
     let runs_per_variant = server_runs();
     println!(
-        "B4  test server (moto), 5000 messages, 200 kept queued ahead, instant ack \
-         (medians of {runs_per_variant} runs):"
+        "B4  test server ({}), 5000 messages, 200 kept queued ahead, instant ack \
+         (medians of {runs_per_variant} runs):",
+        server_name()
     );
     // The consumer runs on a 2-thread runtime, except in the last line: one thread, the
     // keeper on it too, which shows what the hops between threads cost.
@@ -804,22 +830,25 @@ fn b4(endpoint: &str) {
             .unwrap_or(&runs[0]);
         println!(
             "    {name}: {:.0} messages/s; {rpm:.3} requests per message ({}); client CPU \
-             {:.3} ms per message",
+             {} ms per message",
             median(runs.iter().map(|r| r.per_second).collect()),
             mid.breakdown,
-            median(
-                runs.iter()
-                    .map(|r| r.cpu_per_message.as_secs_f64() * 1e3)
-                    .collect()
+            figure(
+                median_of(
+                    runs.iter()
+                        .map(|r| r.cpu_per_message.map(|c| c.as_secs_f64() * 1e3))
+                        .collect()
+                ),
+                3
             ),
         );
         println!(
             "      runs: {}",
             runs.iter()
                 .map(|r| format!(
-                    "{:.3} req/msg, {:.3} ms/msg",
+                    "{:.3} req/msg, {} ms/msg",
                     r.requests_per_message,
-                    r.cpu_per_message.as_secs_f64() * 1e3
+                    figure(r.cpu_per_message.map(|c| c.as_secs_f64() * 1e3), 3)
                 ))
                 .collect::<Vec<_>>()
                 .join("; ")
@@ -831,6 +860,8 @@ fn b4(endpoint: &str) {
 
 /// One B5 run's figures.
 struct B5Run {
+    /// Not every message was acked within the run's minute: its figures are not counted.
+    timed_out: bool,
     requests_per_message: f64,
     entries_per_message: f64,
     failed: u64,
@@ -904,9 +935,10 @@ fn b5_run(endpoint: &str, settings: Settings) -> B5Run {
         };
         // Every message takes 5 s; two waves of them at most, bounded at a minute.
         let done = tokio::time::timeout(Duration::from_secs(60), all_acked.notified());
+        let mut timed_out = false;
         consumer
             .run_until(handler, async {
-                done.await.ok();
+                timed_out = done.await.is_err();
             })
             .await
             .unwrap();
@@ -919,6 +951,7 @@ fn b5_run(endpoint: &str, settings: Settings) -> B5Run {
             .copied()
             .unwrap_or(0);
         B5Run {
+            timed_out,
             requests_per_message: requests as f64 / MESSAGES as f64,
             entries_per_message: (stats.extended + stats.extension_failures) as f64
                 / MESSAGES as f64,
@@ -932,17 +965,29 @@ fn b5_run(endpoint: &str, settings: Settings) -> B5Run {
 fn b5(endpoint: &str) {
     let runs_per_variant = server_runs();
     println!(
-        "B5  test server (moto), 50 messages held 5 s each at visibility 2 s, then acked \
-         (medians of {runs_per_variant} runs; floor 0.40 extension requests, 4.0 entries per message):"
+        "B5  test server ({}), 50 messages held 5 s each at visibility 2 s, then acked \
+         (medians of {runs_per_variant} runs; floor 0.40 extension requests, 4.0 entries per message):",
+        server_name()
     );
     let variants: [(&str, Settings); 2] = [
         ("max_in_flight(50)", |b| b.max_in_flight(50)),
         ("default settings", |b| b),
     ];
     for (name, settings) in variants {
-        let runs: Vec<B5Run> = (0..runs_per_variant)
+        let (runs, timed_out): (Vec<B5Run>, Vec<B5Run>) = (0..runs_per_variant)
             .map(|_| b5_run(endpoint, settings))
-            .collect();
+            .partition(|r| !r.timed_out);
+        if !timed_out.is_empty() {
+            println!(
+                "    {name}: {} of {runs_per_variant} runs timed out (not every message acked \
+                 within a minute) and are left out",
+                timed_out.len()
+            );
+        }
+        if runs.is_empty() {
+            println!("    {name}: n/a (every run timed out)");
+            continue;
+        }
         println!(
             "    {name}: {:.2} extension requests per message, {:.2} entries per message; \
              failed extension attempts {}, messages seen twice {}, lost {} (all runs)",

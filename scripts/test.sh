@@ -13,7 +13,8 @@ export SQS_TEST_REQUIRE_SERVER=1
 scripts/with-sqs-server.sh bash -c \
   'cargo test --all-features "$@" && cargo test --no-default-features "$@"' test.sh "$@"
 
-echo "== the docs and the package =="
+echo "== the benchmarks build, the docs and the package =="
+cargo test --all-features --benches --no-run
 RUSTDOCFLAGS="-D warnings" cargo doc --all-features --no-deps
 cargo package --allow-dirty
 ls -l target/package/sqs-consumer-*.crate

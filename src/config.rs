@@ -692,8 +692,12 @@ mod tests {
         assert_eq!(c.receive_settings().system_attribute_names, [A::All]);
         let c = builder()
             .message_attribute_names(Vec::<String>::new())
-            .build();
-        assert!(c.is_ok(), "an empty list asks for no message attribute");
+            .build()
+            .unwrap();
+        assert!(
+            c.receive_settings().message_attribute_names.is_empty(),
+            "an empty list asks for no message attribute"
+        );
     }
 
     #[tokio::test]

@@ -876,6 +876,30 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn with_a_short_timeout_the_send_margin_and_the_late_threshold_are_a_quarter_of_it() {
+        // T = 2 s, due at 1 s, deadline at 2 s: a quarter of T (0.5 s), not 1 s, is both the
+        // margin before the deadline and how late an extension may be before it counts late.
+        let q = queue(2);
+        q.send("on time").unwrap();
+        q.send("too late").unwrap();
+        let on_time = hold(&q, None).await;
+        // Held up until 1.45 s: 0.45 s late (not counted), 0.55 s left: sent.
+        tokio::time::advance(Duration::from_millis(1_450)).await;
+        sleep(Duration::from_millis(1)).await;
+        assert_eq!(extensions(&q), 1);
+        assert!(!on_time.is_lost());
+        assert_eq!(on_time.context().stats(0).late_heartbeats, 0);
+        on_time.ack().await.unwrap();
+
+        let too_late = hold(&q, None).await;
+        // Held up until 1.55 s: 0.55 s late (counted), 0.45 s left: lost, nothing sent.
+        tokio::time::advance(Duration::from_millis(1_550)).await;
+        assert_eq!(too_late.lost().await, LostReason::ExtensionFailed);
+        assert_eq!(extensions(&q), 1, "no extension for the late one");
+        assert_eq!(too_late.context().stats(0).late_heartbeats, 1);
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn zero_timeout_sends_no_extension() {
         let q = queue(30);
         q.send("job").unwrap();
@@ -1101,6 +1125,28 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_release_tries_four_times_on_transient_errors_and_once_on_others() {
+        for (code, tries) in [
+            ("InternalError", 4),
+            ("AccessDenied", 1),
+            ("ReceiptHandleIsInvalid", 1),
+        ] {
+            let q = queue(30);
+            q.send("job").unwrap();
+            let d = hold(&q, None).await;
+            let before = extensions(&q);
+            q.fail_next(Action::ChangeMessageVisibility, code, 10);
+            let err = d.release().await.expect_err(code);
+            assert_eq!(extensions(&q) - before, tries, "{code}: tries");
+            match code {
+                "InternalError" => assert!(err.is_retryable(), "{err}"),
+                "AccessDenied" => assert!(err.is_fatal(), "{err}"),
+                _ => assert!(err.is_lost(), "{err}"),
+            }
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn release_after_hides_for_the_delay_and_refuses_past_the_limit() {
         let q = queue(10);
         q.send("a").unwrap();
@@ -1117,15 +1163,28 @@ mod tests {
             Some("a")
         );
 
+        // Refused before anything is sent: no visibility change reaches the queue.
+        let sent = extensions(&q);
         match b.release_after(secs(43_200)).await {
             Err(Error::PastHardDeadline { allowed, .. }) => {
                 assert!(allowed < secs(43_200 - 120));
             }
             other => panic!("expected PastHardDeadline, got {other:?}"),
         }
+        assert_eq!(
+            extensions(&q),
+            sent,
+            "nothing sent for a refused release_after"
+        );
         q.send("c").unwrap();
         let c = hold(&q, None).await;
+        let sent = extensions(&q);
         let err = c.release_after(secs(43_201)).await.expect_err("over 12 h");
+        assert_eq!(
+            extensions(&q),
+            sent,
+            "nothing sent for a refused release_after"
+        );
         assert!(
             matches!(
                 err,

@@ -272,4 +272,50 @@ mod tests {
         assert_eq!(s.worst_extension_delay, Duration::from_millis(7));
         assert_eq!((s.in_flight, s.reserved), (1, 3));
     }
+
+    #[test]
+    fn every_counter_has_a_field_of_its_own() {
+        let all = [
+            Counter::Received,
+            Counter::Acked,
+            Counter::Released,
+            Counter::Extended,
+            Counter::ExtensionFailures,
+            Counter::LateHeartbeats,
+            Counter::Lost,
+            Counter::Capped,
+            Counter::HandlerErrors,
+            Counter::HandlerPanics,
+            Counter::HandlerTimeouts,
+            Counter::Unsettled,
+            Counter::SkippedRedeliveries,
+            Counter::LostAcks,
+        ];
+        assert_eq!(all.len(), COUNTERS);
+        let c = Counters::default();
+        // The n-th counter bumped n times: each field must show its own count.
+        for (n, counter) in (1..).zip(all) {
+            for _ in 0..n {
+                c.bump(counter);
+            }
+        }
+        let s = c.snapshot(0);
+        let fields = [
+            s.received,
+            s.acked,
+            s.released,
+            s.extended,
+            s.extension_failures,
+            s.late_heartbeats,
+            s.lost,
+            s.capped,
+            s.handler_errors,
+            s.handler_panics,
+            s.handler_timeouts,
+            s.unsettled,
+            s.skipped_redeliveries,
+            s.lost_acks,
+        ];
+        assert_eq!(fields, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14]);
+    }
 }

@@ -107,10 +107,21 @@ async fn a_delivery_moved_elsewhere_keeps_its_slot_until_dropped() {
             1,
             "the held one is still hidden after 4 timeouts"
         );
-        first.ack().await.unwrap();
+        // Dropped, not settled: the slot is free at once, and the second comes.
+        let dropped_at = Instant::now();
+        drop(first);
         let second = rx.recv().await.unwrap();
         assert_eq!(second.body(), "b");
+        assert!(
+            dropped_at.elapsed() < secs(1),
+            "the second came {:?} after the drop",
+            dropped_at.elapsed()
+        );
         second.ack().await.unwrap();
+        // The dropped one comes back when its visibility lapses (the default retry policy).
+        let again = rx.recv().await.unwrap();
+        assert_eq!(again.body(), "a");
+        again.ack().await.unwrap();
     })
     .await;
     assert!(q.is_empty());
@@ -202,6 +213,7 @@ async fn access_denied_reading_the_queue_timeout_ends_run() {
     let consumer = Consumer::in_memory(&q).build().unwrap();
     let err = consumer.run(|d: Delivery| d.ack()).await.unwrap_err();
     assert_eq!(err.code(), Some("AccessDenied"));
+    assert!(err.is_fatal(), "{err}");
     assert_eq!(q.requests().requests(Action::ReceiveMessage), 0);
 }
 
@@ -451,4 +463,49 @@ async fn the_taker_reports_a_run_that_ended() {
         .unwrap();
     let mut taker = common::Taker::start(consumer);
     let _ = taker.next(Duration::from_secs(1000)).await;
+}
+
+/// The receive back-off of `call_retries.rs`: 200 ms doubling to 20 s, each wait drawn
+/// between half and all of it.
+#[tokio::test(start_paused = true)]
+async fn receive_failures_back_off_from_200_ms_doubling_to_at_most_20_s() {
+    const FAILURES: u32 = 20;
+    let q = queue(30);
+    q.send("after the failures").unwrap();
+    q.fail_next(Action::ReceiveMessage, "InternalError", FAILURES as usize);
+    let consumer = Consumer::in_memory(&q)
+        .visibility_timeout(secs(30))
+        .build()
+        .unwrap();
+    let start = Instant::now();
+    let d = take_one(&consumer).await;
+    let took = start.elapsed();
+    let full: Duration = (0..FAILURES)
+        .map(|k| (Duration::from_millis(200) * 2u32.pow(k.min(10))).min(secs(20)))
+        .sum();
+    assert!(
+        took >= full / 2 && took <= full,
+        "{FAILURES} failures waited {took:?} in all; each wait at full length: {full:?}"
+    );
+    assert_eq!(d.body(), "after the failures");
+}
+
+/// Empty short polls (a wait time of 0) back off from 50 ms doubling to 2 s: the consumer
+/// never spins, and never sleeps longer than 2 s between polls.
+#[tokio::test(start_paused = true)]
+async fn empty_short_polls_back_off_from_50_ms_doubling_to_at_most_2_s() {
+    let q = queue(30);
+    let consumer = Consumer::in_memory(&q)
+        .visibility_timeout(secs(30))
+        .wait_time(Duration::ZERO)
+        .build()
+        .unwrap();
+    run_while(&consumer, |d: Delivery| d.ack(), sleep(secs(60))).await;
+    let polls = q.requests().empty_receives();
+    // The ramp 50 ms ..= 1.6 s takes 6 polls and at most 3.15 s; then one poll every 1 to
+    // 2 s for the rest of the minute.
+    assert!(
+        (6 + 28..=6 + 58).contains(&polls),
+        "{polls} empty polls in 60 s"
+    );
 }

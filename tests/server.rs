@@ -66,8 +66,14 @@ async fn a_missing_queue_makes_run_return_an_error_within_seconds() {
 
 #[tokio::test]
 async fn bad_settings_are_refused_before_anything_is_sent() {
-    crate::require_server!("bad_settings_are_refused_before_anything_is_sent");
-    let client = server_client();
+    // A listener that only counts who connects stands in for the server: `build()` must not
+    // connect at all, for good settings or bad.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let endpoint = format!("http://{}", listener.local_addr().unwrap());
+    let client = common::client_for(&endpoint);
+    let good = Consumer::builder(client.clone(), format!("{endpoint}/000000000000/q")).build();
+    assert!(good.is_ok(), "{good:?}");
     let cases: Vec<(&str, sqs_consumer::ConsumerBuilder)> = vec![
         (
             "visibility_timeout",
@@ -99,6 +105,11 @@ async fn bad_settings_are_refused_before_anything_is_sent() {
             other => panic!("{field}: expected InvalidConfig, got {other:?}"),
         }
     }
+    tokio::task::yield_now().await;
+    assert!(
+        matches!(listener.accept(), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "build() connected to the server"
+    );
 }
 
 #[tokio::test]

@@ -618,8 +618,12 @@ pub async fn take_one(consumer: &Consumer) -> Delivery {
         let tx = tx.clone();
         async move { tx.send(d).map_err(|_| "test ended") }
     };
-    run_while(consumer, handler, rx.recv())
+    // Bounded: on the paused clock an idle runtime jumps to the bound at once, so a consumer
+    // that never hands anything out fails here instead of hanging the test.
+    let first = tokio::time::timeout(Duration::from_secs(1000), rx.recv());
+    run_while(consumer, handler, first)
         .await
+        .expect("a delivery within 1000 s")
         .expect("a delivery")
 }
 

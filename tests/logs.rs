@@ -1,0 +1,88 @@
+//! What the crate logs, checked line by line on `MemoryQueue` (paused clock): no message body
+//! and no whole receipt handle ever, every line about a delivery in its `delivery` span with
+//! the message id, and each event at the level the docs give it.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{capture_logs, run_while, secs};
+use sqs_consumer::{Consumer, Delivery, MemoryQueue, RetryPolicy};
+use tokio::time::sleep;
+
+#[tokio::test(start_paused = true)]
+async fn logs_never_carry_bodies_or_whole_receipt_handles_and_name_the_message() {
+    let (logs, _guard) = capture_logs();
+    let q = MemoryQueue::builder()
+        .visibility_timeout(secs(2))
+        .build()
+        .unwrap();
+    for outcome in ["ack", "fail", "panic", "hold"] {
+        q.send(format!("SECRET-BODY-{outcome}")).unwrap();
+    }
+    let consumer = Consumer::in_memory(&q)
+        .retry_policy(RetryPolicy::ReleaseNow)
+        .build()
+        .unwrap();
+    let handles: Arc<Mutex<Vec<String>>> = Arc::default();
+    let seen = handles.clone();
+    let handler = move |d: Delivery| {
+        let seen = seen.clone();
+        async move {
+            let handle = d.message().receipt_handle().unwrap_or_default().to_owned();
+            seen.lock().unwrap().push(handle);
+            let outcome = d.body().trim_start_matches("SECRET-BODY-").to_owned();
+            // The second time round, every message is acked.
+            match (outcome.as_str(), d.receive_count()) {
+                (_, 2..) | ("ack", _) => d.ack().await.map_err(Into::into),
+                ("fail", _) => Err::<(), sqs_consumer::BoxError>("failed on purpose".into()),
+                ("panic", _) => panic!("panicked on purpose"),
+                _ => {
+                    sleep(secs(5)).await; // extended twice meanwhile
+                    d.ack().await.map_err(Into::into)
+                }
+            }
+        }
+    };
+    run_while(&consumer, handler, async {
+        while !q.is_empty() {
+            sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    let logs = String::from_utf8(logs.lock().unwrap().clone()).unwrap();
+    let handles = handles.lock().unwrap().clone();
+    assert!(handles.len() >= 6 && handles.iter().all(|h| h.len() > 16));
+
+    assert!(!logs.contains("SECRET-BODY"), "a body was logged:\n{logs}");
+    for handle in &handles {
+        assert!(
+            !logs.contains(handle.as_str()),
+            "a whole receipt handle was logged"
+        );
+    }
+    let crate_lines: Vec<&str> = logs
+        .lines()
+        .filter(|l| l.contains("sqs_consumer"))
+        .collect();
+    for line in crate_lines.iter().filter(|l| l.contains("delivery{")) {
+        assert!(line.contains("message_id="), "no message id: {line}");
+    }
+    let has = |level: &str, what: &str| {
+        crate_lines
+            .iter()
+            .any(|l| l.contains(level) && l.contains("message_id=") && l.contains(what))
+    };
+    assert!(has("WARN", "handler failed"), "{logs}");
+    assert!(has("ERROR", "handler panicked"), "{logs}");
+    assert!(has("DEBUG", "visibility extended"), "{logs}");
+    assert!(has("DEBUG", "acked"), "{logs}");
+    // The panic is the only error: nothing else here is one.
+    let errors: Vec<&&str> = crate_lines.iter().filter(|l| l.contains("ERROR")).collect();
+    assert!(
+        errors.iter().all(|l| l.contains("handler panicked")),
+        "{errors:#?}"
+    );
+    assert_eq!(consumer.stats().handler_panics, 1);
+}
