@@ -333,3 +333,33 @@ fn every_run_future_is_send() {
     send(consumer.run_batch(|b: Batch| b.ack_all()));
     send(consumer.run_batch_until(|b: Batch| b.ack_all(), async {}));
 }
+
+/// SQS's 12-hour limit counts from the `ReceiveMessage` request, not from when a long poll
+/// brought the message: one that arrives 15 s into the poll is capped, and lost, 12 hours
+/// after the request (less the 5 s margin), through the real receive loop.
+#[tokio::test(start_paused = true)]
+async fn the_12_hour_cap_counts_from_the_request_of_a_long_poll_that_waited() {
+    let q = queue(600);
+    let consumer = Consumer::in_memory(&q)
+        .visibility_timeout(secs(600))
+        .wait_time(secs(20))
+        .build()
+        .unwrap();
+    let mut taker = common::Taker::start(consumer);
+    // The first receive goes out at once and waits.
+    let requested = Instant::now();
+    tokio::task::yield_now().await;
+    sleep(secs(15)).await;
+    q.send("late in the poll").unwrap();
+    let d = taker.next(LIMIT).await;
+    let arrived = Instant::now();
+    assert_eq!(arrived - requested, secs(15), "brought 15 s into the poll");
+    assert_eq!(d.received_at(), requested);
+    assert_eq!(d.hard_deadline(), requested + secs(43_200));
+    assert_eq!(d.lost().await, sqs_consumer::LostReason::HardDeadline);
+    assert_eq!(
+        Instant::now(),
+        requested + secs(43_200 - 5),
+        "lost when the last extension, cut to end 5 s before the limit, lapses"
+    );
+}
