@@ -147,7 +147,7 @@ async fn a_panicking_handler_is_caught_and_the_consumer_carries_on() {
             d.ack().await
         }
     };
-    run_while(
+    common::run_while_expecting_panics(
         &consumer,
         handler,
         eventually("five acked", LIMIT, || q.len() == 1),
@@ -508,4 +508,19 @@ async fn empty_short_polls_back_off_from_50_ms_doubling_to_at_most_2_s() {
         (6 + 28..=6 + 58).contains(&polls),
         "{polls} empty polls in 60 s"
     );
+}
+
+/// The test helper fails the test when a handler panicked, though the consumer carried on
+/// (an assert in a handler would otherwise go unseen).
+#[tokio::test(start_paused = true)]
+#[should_panic(expected = "a handler panicked")]
+async fn run_while_reports_a_handler_that_panicked() {
+    let q = queue(30);
+    q.send("job").unwrap();
+    let consumer = Consumer::in_memory(&q).build().unwrap();
+    let handler = |_d: Delivery| async move {
+        assert_eq!(1 + 1, 3, "an assert in a handler");
+        Ok::<(), Error>(())
+    };
+    run_while(&consumer, handler, sleep(secs(10))).await;
 }

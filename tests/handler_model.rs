@@ -174,7 +174,7 @@ async fn on_success_acks_on_ok_and_redelivers_on_err_and_on_panic(kind: Kind) {
             sleep(Duration::from_millis(100)).await;
         }
     };
-    common::run_while(&consumer, handler, done).await;
+    common::run_while_expecting_panics(&consumer, handler, done).await;
     let stats = consumer.stats();
     assert_eq!(
         (

@@ -575,7 +575,7 @@ async fn stats_count_what_happened() {
             }
         }
     };
-    run_while(
+    common::run_while_expecting_panics(
         &consumer,
         handler,
         eventually("all acked", LIMIT, || q.is_empty()),

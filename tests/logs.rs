@@ -7,7 +7,7 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{capture_logs, run_while, secs};
+use common::{capture_logs, run_while_expecting_panics, secs};
 use sqs_consumer::{Consumer, Delivery, MemoryQueue, RetryPolicy};
 use tokio::time::sleep;
 
@@ -45,7 +45,7 @@ async fn logs_never_carry_bodies_or_whole_receipt_handles_and_name_the_message()
             }
         }
     };
-    run_while(&consumer, handler, async {
+    run_while_expecting_panics(&consumer, handler, async {
         while !q.is_empty() {
             sleep(Duration::from_millis(100)).await;
         }

@@ -599,7 +599,25 @@ pub fn receive_count(m: &Message) -> u32 {
 }
 
 /// Runs the consumer until `until` completes; the consumer must not stop first.
+///
+/// A handler that panicked fails the test (an assert in a handler is caught by the consumer,
+/// which carries on): use [`run_while_expecting_panics`] where a handler panics on purpose.
 pub async fn run_while<F: Future>(
+    consumer: &Consumer,
+    handler: impl Handler,
+    until: F,
+) -> F::Output {
+    let out = run_while_expecting_panics(consumer, handler, until).await;
+    assert_eq!(
+        consumer.stats().handler_panics,
+        0,
+        "a handler panicked (an assert in it failed?): see its message above"
+    );
+    out
+}
+
+/// [`run_while`], for a test whose handlers panic on purpose.
+pub async fn run_while_expecting_panics<F: Future>(
     consumer: &Consumer,
     handler: impl Handler,
     until: F,
