@@ -132,11 +132,10 @@ async fn isolated_keeper_survives_a_blocked_runtime(kind: Kind) {
     assert!(!d.is_lost());
     let stats = consumer.stats();
     assert_eq!(stats.late_heartbeats, 0, "{stats:?}");
-    assert!(
-        stats.worst_extension_delay < Duration::from_millis(100),
-        "{stats:?}"
-    );
-    assert!(stats.extended >= 2, "{stats:?}");
+    // Never as late as a quarter of the timeout (what counts as a late heartbeat), and
+    // extended in time to outlive the first deadline (2 s) through the 2.5 s block.
+    assert!(stats.worst_extension_delay < secs(2) / 4, "{stats:?}");
+    assert!(stats.extended >= 1, "{stats:?}");
     d.ack().await.unwrap();
 }
 
