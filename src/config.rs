@@ -565,15 +565,43 @@ mod tests {
 
     #[test]
     fn bounds_are_accepted() {
-        for (v, w, b, m) in [(1, 0, 1, 1), (43_200, 20, 10, 120_000)] {
+        let lowest = (
+            1,
+            0,
+            1,
+            1,
+            Duration::from_millis(100),
+            Duration::from_nanos(1),
+            1,
+        );
+        let highest = (
+            43_200,
+            20,
+            10,
+            120_000,
+            Duration::from_secs(300),
+            Duration::from_secs(43_200),
+            64,
+        );
+        for (v, w, b, m, request, handler, receives) in [lowest, highest] {
             let c = builder()
                 .visibility_timeout(Duration::from_secs(v))
                 .wait_time(Duration::from_secs(w))
                 .batch_size(b)
                 .max_in_flight(m)
+                .request_timeout(request)
+                .handler_timeout(handler)
+                .max_concurrent_receives(receives)
+                .in_flight_limit(&InFlightLimit::new(m))
                 .build()
                 .expect("bounds are valid");
-            assert_eq!(c.receive_settings().visibility_timeout, Some(v as u32));
+            let settings = c.receive_settings();
+            assert_eq!(settings.visibility_timeout, Some(v as u32));
+            assert_eq!(settings.max_concurrent_receives, receives);
+            assert_eq!(
+                settings.in_flight_limit.as_ref().map(InFlightLimit::max),
+                Some(m)
+            );
         }
     }
 

@@ -502,6 +502,38 @@ mod tests {
     }
 
     #[test]
+    fn kind_and_the_predicates_agree_for_every_class() {
+        let sqs = |kind| Error::Sqs {
+            operation: "ReceiveMessage",
+            code: Some("Code".into()),
+            message: "message".into(),
+            kind,
+            source: "source".into(),
+        };
+        let lost = ErrorKind::Lost(LostReason::NotInFlight);
+        for (kind, expected) in [
+            (ErrorKind::Retryable, (false, true, false)),
+            (ErrorKind::Fatal, (false, false, true)),
+            (lost, (true, false, false)),
+        ] {
+            let e = sqs(kind);
+            assert_eq!(e.kind(), Some(kind));
+            assert_eq!((e.is_lost(), e.is_retryable(), e.is_fatal()), expected);
+            assert_eq!(e.code(), Some("Code"));
+        }
+        // Errors that are no SQS call have no kind and no code.
+        let invalid = Error::invalid("wait_time", 25, "whole seconds in 0..=20");
+        assert_eq!((invalid.kind(), invalid.code()), (None, None));
+        assert!(invalid.is_fatal() && !invalid.is_retryable() && !invalid.is_lost());
+        let gone = Error::Lost {
+            message_id: "m".into(),
+            reason: LostReason::HardDeadline,
+        };
+        assert_eq!((gone.kind(), gone.code()), (None, None));
+        assert!(gone.is_lost() && !gone.is_fatal() && !gone.is_retryable());
+    }
+
+    #[test]
     fn invalid_parameter_value_is_split_by_its_reason() {
         // What AWS answers for an extension of a deleted message or a stale handle.
         let gone = "Value abc for parameter ReceiptHandle is invalid. Reason: Message does not \

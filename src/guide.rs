@@ -3,7 +3,7 @@
 //! Each page is a module with no items, only documentation (its source is `docs/<page>.md`
 //! in the repository; its examples run as doc tests). Start with
 //! [`lifecycle`], then [`handlers`] and [`settings`]; [`semantics`] states the
-//! guarantees exactly.
+//! guarantees exactly, and [`claims`] lists every promise with the test that proves it.
 
 #[doc = include_str!("../docs/lifecycle.md")]
 pub mod lifecycle {}
@@ -42,3 +42,6 @@ pub mod cost {}
 
 #[doc = include_str!("../docs/testing.md")]
 pub mod testing {}
+
+#[doc = include_str!("../docs/claims.md")]
+pub mod claims {}

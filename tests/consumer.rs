@@ -524,3 +524,68 @@ async fn run_while_reports_a_handler_that_panicked() {
     };
     run_while(&consumer, handler, sleep(secs(10))).await;
 }
+
+/// `batch_size` is the most messages one receive asks for: a batch handler sees batches of
+/// at most that many.
+#[tokio::test(start_paused = true)]
+async fn batch_size_caps_what_one_receive_brings() {
+    let q = queue(30);
+    for i in 0..9 {
+        q.send(format!("m{i}")).unwrap();
+    }
+    let consumer = Consumer::in_memory(&q).batch_size(3).build().unwrap();
+    let sizes = Arc::new(Mutex::new(Vec::new()));
+    let seen = sizes.clone();
+    let handler = move |batch: sqs_consumer::Batch| {
+        let seen = seen.clone();
+        async move {
+            seen.lock().unwrap().push(batch.len());
+            batch.ack_all().await
+        }
+    };
+    let drained = async {
+        while !q.is_empty() {
+            sleep(Duration::from_millis(10)).await;
+        }
+    };
+    tokio::select! {
+        result = consumer.run_batch(handler) => panic!("run_batch ended: {result:?}"),
+        () = drained => {}
+    }
+    let sizes = sizes.lock().unwrap().clone();
+    assert_eq!(sizes.iter().sum::<usize>(), 9);
+    assert_eq!(sizes.iter().max(), Some(&3), "{sizes:?}");
+}
+
+/// `run_batch_until` stops at its signal as `run_until` does: no receive after it, the
+/// running batch handler finishes and its acks go through, then it returns.
+#[tokio::test(start_paused = true)]
+async fn run_batch_until_stops_at_its_signal_after_the_running_batch() {
+    let q = queue(30);
+    for i in 0..3 {
+        q.send(format!("m{i}")).unwrap();
+    }
+    let consumer = Consumer::in_memory(&q)
+        .wait_time(secs(1))
+        .shutdown_timeout(secs(10))
+        .build()
+        .unwrap();
+    let handler = |batch: sqs_consumer::Batch| async move {
+        sleep(secs(3)).await; // still running at the signal
+        batch.ack_all().await
+    };
+    let start = Instant::now();
+    tokio::time::timeout(secs(100), consumer.run_batch_until(handler, sleep(secs(1))))
+        .await
+        .expect("returned after the signal")
+        .unwrap();
+    assert_eq!(
+        start.elapsed(),
+        secs(3),
+        "returned once the batch was acked"
+    );
+    assert!(q.is_empty());
+    q.send("after the signal").unwrap();
+    sleep(secs(5)).await;
+    assert_eq!(q.visible_len(), 1, "nothing receives after the stop");
+}
