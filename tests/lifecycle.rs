@@ -115,6 +115,24 @@ async fn a_message_the_awaited_poll_brings_after_the_signal_is_handled() {
     assert!(q.is_empty());
 }
 
+/// A handler that counts its calls and then holds its delivery for an hour: whatever it is
+/// handed is still held when a shutdown times out.
+fn counting_handler_that_hangs() -> (
+    Arc<AtomicUsize>,
+    impl Fn(Delivery) -> futures::future::BoxFuture<'static, Result<(), Error>> + Clone,
+) {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let c = calls.clone();
+    let handler = move |d: Delivery| -> futures::future::BoxFuture<'static, Result<(), Error>> {
+        c.fetch_add(1, Ordering::SeqCst);
+        Box::pin(async move {
+            sleep(secs(3600)).await;
+            d.ack().await
+        })
+    };
+    (calls, handler)
+}
+
 #[tokio::test(start_paused = true)]
 async fn what_the_awaited_poll_brings_after_the_shutdown_timeout_is_released_not_handled() {
     let q = queue(30);
@@ -123,15 +141,7 @@ async fn what_the_awaited_poll_brings_after_the_shutdown_timeout_is_released_not
         .shutdown_timeout(secs(1))
         .build()
         .unwrap();
-    let calls = Arc::new(AtomicUsize::new(0));
-    let c = calls.clone();
-    let handler = move |d: Delivery| {
-        c.fetch_add(1, Ordering::SeqCst);
-        async move {
-            sleep(secs(3600)).await;
-            d.ack().await
-        }
-    };
+    let (calls, handler) = counting_handler_that_hangs();
     // Signal at 1 s, so the shutdown timeout ends at 2 s; the poll under way brings one more
     // message at 5 s.
     let send_later = async {
@@ -163,15 +173,7 @@ async fn a_late_arrival_reaches_no_handler_and_waits_for_the_other_receives() {
         .shutdown_timeout(secs(1))
         .build()
         .unwrap();
-    let calls = Arc::new(AtomicUsize::new(0));
-    let c = calls.clone();
-    let handler = move |d: Delivery| {
-        c.fetch_add(1, Ordering::SeqCst);
-        async move {
-            sleep(secs(3600)).await;
-            d.ack().await
-        }
-    };
+    let (calls, handler) = counting_handler_that_hangs();
     // Signal at 1 s, shutdown timeout over at 2 s; one message at 5 s, taken by one of the
     // two polls while the other still waits (until 20 s).
     let late = async {
