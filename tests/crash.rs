@@ -186,3 +186,52 @@ async fn a_consumer_killed_mid_work_loses_nothing() {
         deleted_unreported.len()
     ));
 }
+
+/// Whether process `pid` still exists (a child that was waited for is gone).
+fn alive(pid: u32) -> bool {
+    Command::new("kill")
+        .args(["-0", &pid.to_string()])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+#[test]
+fn a_child_whose_guard_is_dropped_is_killed() {
+    let child = common::KillOnDrop(Command::new("sleep").arg("60").spawn().unwrap());
+    let pid = child.0.id();
+    assert!(alive(pid));
+    let start = std::time::Instant::now();
+    drop(child);
+    assert!(
+        start.elapsed() < Duration::from_secs(30),
+        "waited for the child"
+    );
+    assert!(!alive(pid), "the child outlived its guard");
+}
+
+#[test]
+fn a_child_past_its_bound_is_killed_and_fails_the_test() {
+    // The child prints its pid, then sleeps far past the bound.
+    let mut command = Command::new("sh");
+    command.args(["-c", "echo $$; exec sleep 60"]);
+    let start = std::time::Instant::now();
+    let failed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+        common::output_within(&mut command, Duration::from_millis(500))
+    }))
+    .expect_err("a child past its bound fails the test");
+    assert!(
+        start.elapsed() < Duration::from_secs(30),
+        "waited for the child"
+    );
+    let message = failed
+        .downcast_ref::<String>()
+        .expect("the failure says why");
+    assert!(message.contains("ran longer than 500ms"), "{message}");
+    let pid: u32 = message
+        .lines()
+        .last()
+        .and_then(|line| line.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no pid in {message:?}"));
+    assert!(!alive(pid), "the child outlived its bound");
+}

@@ -159,7 +159,12 @@ async fn extension_errors_lose_the_delivery_only_when_sqs_says_it_is_gone() {
     }
     // Fatal whole-request errors (access denied, say): retried with back-off until the
     // deadline, since only SQS can say the message is gone; then the delivery is lost.
-    for &(status, code) in &FATAL[2..4] {
+    // InvalidParameterValue is the one exception: on an extension it is SQS refusing the
+    // visibility (an_extension_refused_as_invalid_stops_the_heartbeat_until_the_deadline).
+    let fatal = FATAL
+        .iter()
+        .filter(|(_, code)| *code != "InvalidParameterValue");
+    for &(status, code) in fatal {
         let change = mock!(Client::change_message_visibility_batch)
             .sequence()
             .http_response(move || sqs_error(status, code))
