@@ -916,9 +916,12 @@ mod tests {
         for _ in 0..3 {
             q.send("job").unwrap();
         }
-        let acked = hold(&q, None).await;
-        let released = hold(&q, None).await;
-        let dropped = hold(&q, None).await;
+        // One keeper for the three, alive to the end (as a consumer's is): a keeper of its
+        // own would end with its delivery, and so would the heartbeat, whatever settling did.
+        let run = RunTies::new(Default::default(), Keeper::new(Runner::Caller));
+        let acked = hold_in(&q, None, run.clone()).await;
+        let released = hold_in(&q, None, run.clone()).await;
+        let dropped = hold_in(&q, None, run.clone()).await;
         sleep(secs(6)).await;
         assert_eq!(extensions(&q), 3, "each extended once at 5 s");
 

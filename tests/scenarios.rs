@@ -55,7 +55,7 @@ async fn a_handler_holding_three_timeouts_is_never_redelivered(kind: Kind) {
     let calls = Arc::new(Mutex::new(0));
     let (started_tx, mut started_rx) = mpsc::unbounded_channel();
     let (done_tx, mut done_rx) = mpsc::unbounded_channel();
-    let c = calls.clone();
+    let (c, c2) = (calls.clone(), calls.clone());
     let handler = move |d: Delivery| {
         let (c, started, done) = (c.clone(), started_tx.clone(), done_tx.clone());
         async move {
@@ -74,8 +74,18 @@ async fn a_handler_holding_three_timeouts_is_never_redelivered(kind: Kind) {
         while start.elapsed() < secs(3 * T) {
             let got = q.receive_raw(secs(1)).await;
             assert!(got.is_empty(), "redelivered while held: {got:?}");
+            assert_eq!(
+                *c2.lock().unwrap(),
+                1,
+                "handed to the handler again while held"
+            );
         }
-        done_rx.recv().await.unwrap();
+        // Bounded: a handler whose ack fails never reports done.
+        let done = tokio::time::timeout(secs(T), done_rx.recv()).await;
+        assert!(
+            matches!(done, Ok(Some(()))),
+            "not acked once the handler was done"
+        );
     })
     .await;
     assert_eq!(*calls.lock().unwrap(), 1);
