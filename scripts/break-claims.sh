@@ -242,6 +242,10 @@ breaks "build() refuses a setting out of range, naming it" src/config.rs \
 breaks "release_after past the 12-hour limit is refused" src/delivery.rs \
   'if Duration::from_secs(u64::from(secs)) > room {' 'if false {' \
   -- --lib release_after_hides_for_the_delay_and_refuses_past_the_limit
+breaks "a message without a receipt handle is skipped and frees its slot" src/dispatch.rs \
+  '"skipped a message without a receipt handle");' \
+  '"skipped a message without a receipt handle"); std::mem::forget(slot);' \
+  -- --test sdk_errors a_message_without_receipt_handle_is_skipped_and_the_consumer_goes_on
 breaks "a body that does not decode: json() says why" src/json.rs \
   'expected: format!("JSON for {}", std::any::type_name::<T>()),' 'expected: String::new(),' \
   -- --test integrations sns_envelopes_and_json_bodies_decode_and_bad_ones_are_refused
@@ -250,6 +254,16 @@ breaks "a queue whose own visibility timeout is 0 fails at start" src/receiver.r
   -- --test edges a_queue_whose_own_visibility_timeout_is_zero_fails_at_start
 
 # --- Logs, stats and limits
+breaks "logs use the documented levels" src/handling.rs \
+  'tracing::warn!(error = %error::chain(&*err), "handler failed");' \
+  'tracing::info!(error = %error::chain(&*err), "handler failed");' \
+  -- --test logs logs_never_carry_bodies_or_whole_receipt_handles_and_name_the_message
+breaks "every counter lands in its own stats field" src/stats.rs \
+  'handler_errors: get(Counter::HandlerErrors),
+            handler_panics: get(Counter::HandlerPanics),' \
+  'handler_errors: get(Counter::HandlerPanics),
+            handler_panics: get(Counter::HandlerErrors),' \
+  -- --lib every_counter_has_a_field_of_its_own
 breaks "consumers sharing an InFlightLimit never hold more together" src/delivery.rs \
   'shared: shared.and_then(hold_one),' 'shared: shared.and(None),' \
   -- --test integrations three_consumers_sharing_a_limit_never_hold_more
