@@ -543,11 +543,7 @@ async fn batch_size_caps_what_one_receive_brings() {
             batch.ack_all().await
         }
     };
-    let drained = async {
-        while !q.is_empty() {
-            sleep(Duration::from_millis(10)).await;
-        }
-    };
+    let drained = eventually("the queue drained", LIMIT, || q.is_empty());
     tokio::select! {
         result = consumer.run_batch(handler) => panic!("run_batch ended: {result:?}"),
         () = drained => {}

@@ -5,9 +5,8 @@
 mod common;
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-use common::{capture_logs, run_while_expecting_panics, secs};
+use common::{capture_logs, eventually, run_while_expecting_panics, secs};
 use sqs_consumer::{Consumer, Delivery, MemoryQueue, RetryPolicy};
 use tokio::time::sleep;
 
@@ -45,12 +44,8 @@ async fn logs_never_carry_bodies_or_whole_receipt_handles_and_name_the_message()
             }
         }
     };
-    run_while_expecting_panics(&consumer, handler, async {
-        while !q.is_empty() {
-            sleep(Duration::from_millis(100)).await;
-        }
-    })
-    .await;
+    let drained = eventually("the queue drained", secs(600), || q.is_empty());
+    run_while_expecting_panics(&consumer, handler, drained).await;
     let logs = String::from_utf8(logs.lock().unwrap().clone()).unwrap();
     let handles = handles.lock().unwrap().clone();
     assert!(handles.len() >= 6 && handles.iter().all(|h| h.len() > 16));
