@@ -250,14 +250,38 @@ breaks "a body that does not decode: json() says why" src/json.rs \
   'expected: format!("JSON for {}", std::any::type_name::<T>()),' 'expected: String::new(),' \
   -- --test integrations sns_envelopes_and_json_bodies_decode_and_bad_ones_are_refused
 breaks "a queue whose own visibility timeout is 0 fails at start" src/receiver.rs \
-  'Ok(0) => {' 'Ok(0) if false => {' \
+  '0 => Err(Error::InvalidConfig {' '0 if false => Err(Error::InvalidConfig {' \
   -- --test edges a_queue_whose_own_visibility_timeout_is_zero_fails_at_start
+breaks "a malformed queue is refused naming the rule" src/queue_ref.rs \
+  'if is_queue_name(given) {' 'if !given.is_empty() {' \
+  -- --lib malformed_queues_are_refused_naming_the_rule
+breaks "an ARN of another region is refused" src/config.rs \
+  '(Some(arn), Some(client)) if arn != client => Err(Error::invalid(' \
+  '(Some(arn), Some(client)) if false && arn != client => Err(Error::invalid(' \
+  -- --lib a_malformed_queue_or_an_arn_of_another_region_is_refused
+breaks "a queue given by name or ARN costs one GetQueueUrl" src/queue/sdk.rs \
+  'if let Some(url) = self.target.url.get() {' \
+  'if let Some(url) = self.target.url.get().filter(|_| false) {' \
+  -- --test queues a_name_is_resolved_once_and_its_url_used_for_every_call
+breaks "a queue that does not exist is an error naming it" src/queue/sdk.rs \
+  'message: format!("queue `{queue}`: {message}"),' 'message,' \
+  -- --test queues a_missing_name_ends_run_after_one_request_naming_it
 
 # --- Logs, stats and limits
 breaks "logs use the documented levels" src/handling.rs \
   'tracing::warn!(error = %error::chain(&*err), "handler failed");' \
   'tracing::info!(error = %error::chain(&*err), "handler failed");' \
   -- --test logs logs_never_carry_bodies_or_whole_receipt_handles_and_name_the_message
+breaks "every delivery has its sent time whatever attributes are selected" src/config.rs \
+  '        MessageSystemAttributeName::SentTimestamp,
+    ] {' '    ] {' \
+  -- --test queues a_delivery_knows_when_its_message_was_sent
+breaks "backlog() has the queue's three counts" src/queue/sdk.rs \
+  'count(A::ApproximateNumberOfMessagesNotVisible),
+                count(A::ApproximateNumberOfMessagesDelayed),' \
+  'count(A::ApproximateNumberOfMessagesDelayed),
+                count(A::ApproximateNumberOfMessagesNotVisible),' \
+  -- --test queues the_backlog_maps_each_count_to_its_field
 breaks "every counter lands in its own stats field" src/stats.rs \
   'handler_errors: get(Counter::HandlerErrors),
             handler_panics: get(Counter::HandlerPanics),' \

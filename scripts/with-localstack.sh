@@ -53,7 +53,7 @@ rm -rf "$home"
 mkdir -p "$home/tmp" "$home/fs"
 start_server target/localstack.log \
   env HOME="$PWD/$home" TMPDIR="$PWD/$home/tmp" FILESYSTEM_ROOT="$PWD/$home/fs" \
-  SERVICES=sqs EAGER_SERVICE_LOADING=1 PERSISTENCE=0 \
+  SERVICES=sqs,s3 EAGER_SERVICE_LOADING=1 PERSISTENCE=0 \
   GATEWAY_LISTEN="127.0.0.1:$port" LOCALSTACK_HOST="127.0.0.1:$port" \
   SQS_ENDPOINT_STRATEGY=dynamic DNS_ADDRESS=0 DISABLE_EVENTS=1 SKIP_SSL_CERT_DOWNLOAD=1 \
   SQS_DISABLE_CLOUDWATCH_METRICS=1 \

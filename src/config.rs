@@ -1,7 +1,6 @@
 //! `ConsumerBuilder`: how a [`Consumer`] is made. The entry points (`Consumer::builder`,
 //! `Consumer::in_memory`), every setting with its default, and the validation in `build`.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use aws_sdk_sqs::types::MessageSystemAttributeName;
@@ -15,6 +14,7 @@ use crate::limits::{self, HARD_LIMIT, MAX_BATCH, MAX_IN_FLIGHT};
 use crate::memory::MemoryQueue;
 use crate::queue::sdk::SdkQueue;
 use crate::queue::{Queue, DEFAULT_REQUEST_TIMEOUT};
+use crate::queue_ref::QueueRef;
 use crate::receiver::ReceiveSettings;
 use crate::redelivery::RetryPolicy;
 
@@ -33,12 +33,26 @@ const REQUEST_TIMEOUTS: std::ops::RangeInclusive<Duration> =
 /// Where a consumer's messages come from.
 #[derive(Debug)]
 enum Source {
-    Sqs(SdkQueue),
+    /// A queue given by URL, name or ARN (checked by `build`), through a client.
+    Sqs {
+        client: aws_sdk_sqs::Client,
+        queue: String,
+    },
     Memory(MemoryQueue),
 }
 
 impl Consumer {
-    /// A consumer of the queue at `queue_url`, through `client`.
+    /// A consumer of `queue`, through `client`.
+    ///
+    /// `queue` is the queue's URL (as `CreateQueue` and `GetQueueUrl` return it), its name
+    /// (`orders`, `orders.fifo`: in the client's account and region), or its ARN
+    /// (`arn:aws:sqs:us-east-1:123456789012:orders`: a queue of that account, which may be
+    /// another one's if its policy lets you in; the ARN's region must be the client's). A
+    /// name or an ARN costs one `GetQueueUrl` when the consumer starts (or at the first
+    /// [`queue_url`](Consumer::queue_url) or [`backlog`](Consumer::backlog)); from then on
+    /// logs and `Debug` show the URL. [`build`](ConsumerBuilder::build) refuses a malformed
+    /// one, naming the rule; a queue that does not exist ends `run` with an error naming it,
+    /// after that one request.
     ///
     /// The consumer's calls make one attempt each (the client's own retry setting is
     /// overridden for them; nothing else of the client changes): the consumer retries each
@@ -52,7 +66,7 @@ impl Consumer {
     ///
     /// let config = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
     /// let client = aws_sdk_sqs::Client::new(&config);
-    /// let consumer = Consumer::builder(client, "https://sqs.eu-west-1.amazonaws.com/123456789012/jobs")
+    /// let consumer = Consumer::builder(client, "jobs") // or its URL, or its ARN
     ///     .visibility_timeout(Duration::from_secs(60))
     ///     .max_in_flight(64)
     ///     .build()?;
@@ -64,12 +78,15 @@ impl Consumer {
     ///     .await?;
     /// # Ok(()) }
     /// ```
-    pub fn builder(client: aws_sdk_sqs::Client, queue_url: impl Into<String>) -> ConsumerBuilder {
-        let url: Arc<str> = Arc::from(queue_url.into());
-        ConsumerBuilder::new(Source::Sqs(SdkQueue::new(client, url)))
+    pub fn builder(client: aws_sdk_sqs::Client, queue: impl Into<String>) -> ConsumerBuilder {
+        ConsumerBuilder::new(Source::Sqs {
+            client,
+            queue: queue.into(),
+        })
     }
 
-    /// A builder for a consumer of the queue at `queue_url`, through a client configured the
+    /// A builder for a consumer of `queue` (a URL, a name or an ARN, as for
+    /// [`builder`](Consumer::builder)), through a client configured the
     /// standard AWS way: credentials, region and endpoint from the environment, the shared
     /// config and credentials files, and the instance or container role
     /// (`aws_config::defaults`), `AWS_ENDPOINT_URL_SQS` included (so a local server needs no
@@ -85,7 +102,7 @@ impl Consumer {
     /// # async fn example() -> Result<(), sqs_consumer::Error> {
     /// use sqs_consumer::{Consumer, Delivery};
     ///
-    /// let consumer = Consumer::from_env("https://sqs.eu-west-1.amazonaws.com/123456789012/jobs")
+    /// let consumer = Consumer::from_env("jobs")
     ///     .await
     ///     .max_in_flight(64)
     ///     .build()?;
@@ -94,11 +111,11 @@ impl Consumer {
     /// ```
     #[cfg(feature = "from-env")]
     #[cfg_attr(docsrs, doc(cfg(feature = "from-env")))]
-    pub async fn from_env(queue_url: impl Into<String>) -> ConsumerBuilder {
+    pub async fn from_env(queue: impl Into<String>) -> ConsumerBuilder {
         let config = aws_config::defaults(aws_config::BehaviorVersion::v2026_01_12())
             .load()
             .await;
-        Consumer::builder(aws_sdk_sqs::Client::new(&config), queue_url)
+        Consumer::builder(aws_sdk_sqs::Client::new(&config), queue)
     }
 
     /// A consumer of an in-memory queue, for tests and examples.
@@ -282,8 +299,8 @@ impl ConsumerBuilder {
     /// The system attributes each receive asks for (`MessageSystemAttributeNames`). The
     /// consumer always adds the ones it needs itself: `ApproximateReceiveCount` (for
     /// [`Delivery::receive_count`](crate::Delivery::receive_count) and the retry policy),
-    /// `MessageGroupId` (for FIFO order) and `AWSTraceHeader` (for the `delivery` span).
-    /// Defaults to `All`.
+    /// `MessageGroupId` (for FIFO order), `AWSTraceHeader` (for the `delivery` span) and
+    /// `SentTimestamp` (for [`Delivery::age`](crate::Delivery::age)). Defaults to `All`.
     pub fn message_system_attribute_names<I>(mut self, names: I) -> Self
     where
         I: IntoIterator<Item = MessageSystemAttributeName>,
@@ -469,17 +486,9 @@ fn queues(
     placement: KeeperPlacement,
 ) -> Result<(Queue, Option<Queue>), Error> {
     match source {
-        Source::Sqs(sqs) => {
-            let url = sqs.url();
-            let ok = (url.starts_with("https://") || url.starts_with("http://"))
-                && url.len() > "https://".len();
-            if !ok {
-                return Err(Error::invalid(
-                    "queue_url",
-                    url,
-                    "an http(s) queue URL, as returned by CreateQueue or GetQueueUrl",
-                ));
-            }
+        Source::Sqs { client, queue } => {
+            let sqs = SdkQueue::new(client, QueueRef::parse(&queue)?);
+            check_region(&sqs)?;
             let own = match keeper_client {
                 Some(client) => Some(sqs.with_client(client)),
                 None => sqs.with_own_connections(),
@@ -513,8 +522,22 @@ fn queues(
     }
 }
 
+/// An ARN's region must be the client's: the client sends every call to its own region's
+/// endpoint.
+fn check_region(sqs: &SdkQueue) -> Result<(), Error> {
+    match (sqs.given().region(), sqs.client_region()) {
+        (Some(arn), Some(client)) if arn != client => Err(Error::invalid(
+            "queue",
+            format!("{} (the client's region is {client})", sqs.given()),
+            "an ARN in the client's region: build the client for the queue's region",
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// `names`, with the system attributes the consumer needs added (unless `All` is there): the
-/// receive count and the FIFO group it works with, and the trace header its spans record.
+/// receive count and the FIFO group it works with, the trace header its spans record, and
+/// the sent time for the message's age.
 fn with_needed(mut names: Vec<MessageSystemAttributeName>) -> Vec<MessageSystemAttributeName> {
     if names.contains(&MessageSystemAttributeName::All) {
         return vec![MessageSystemAttributeName::All];
@@ -523,6 +546,7 @@ fn with_needed(mut names: Vec<MessageSystemAttributeName>) -> Vec<MessageSystemA
         MessageSystemAttributeName::ApproximateReceiveCount,
         MessageSystemAttributeName::MessageGroupId,
         MessageSystemAttributeName::AwsTraceHeader,
+        MessageSystemAttributeName::SentTimestamp,
     ] {
         if !names.contains(&needed) {
             names.push(needed);
@@ -701,16 +725,17 @@ mod tests {
     fn the_consumer_asks_for_the_system_attributes_it_needs() {
         use MessageSystemAttributeName as A;
         let c = builder()
-            .message_system_attribute_names([A::SentTimestamp])
+            .message_system_attribute_names([A::SequenceNumber])
             .build()
             .unwrap();
         assert_eq!(
             c.receive_settings().system_attribute_names,
             [
-                A::SentTimestamp,
+                A::SequenceNumber,
                 A::ApproximateReceiveCount,
                 A::MessageGroupId,
-                A::AwsTraceHeader
+                A::AwsTraceHeader,
+                A::SentTimestamp
             ]
         );
         let c = builder()
@@ -729,17 +754,35 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_malformed_queue_url_is_refused() {
+    async fn a_malformed_queue_or_an_arn_of_another_region_is_refused() {
         let conf = aws_sdk_sqs::Config::builder()
             .behavior_version(aws_sdk_sqs::config::BehaviorVersion::latest())
             .region(aws_sdk_sqs::config::Region::new("us-east-1"))
             .build();
         let client = aws_sdk_sqs::Client::from_conf(conf);
+        for bad in [
+            "my queue",
+            "",
+            "https://",
+            "arn:aws:sqs:us-east-1:42:orders",
+        ] {
+            refused(Consumer::builder(client.clone(), bad), "queue", "1 to 80");
+        }
         refused(
-            Consumer::builder(client.clone(), "my-queue"),
-            "queue_url",
-            "http",
+            Consumer::builder(client.clone(), "arn:aws:sqs:eu-west-1:123456789012:orders"),
+            "queue",
+            "the client's region",
         );
-        refused(Consumer::builder(client, ""), "queue_url", "http");
+        for good in [
+            "orders",
+            "orders.fifo",
+            "arn:aws:sqs:us-east-1:123456789012:orders",
+            "https://sqs.us-east-1.amazonaws.com/123456789012/orders",
+        ] {
+            let consumer = Consumer::builder(client.clone(), good)
+                .build()
+                .unwrap_or_else(|e| panic!("{good}: {e}"));
+            assert!(format!("{consumer:?}").contains(good), "{consumer:?}");
+        }
     }
 }

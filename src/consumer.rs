@@ -5,6 +5,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::backlog::Backlog;
 use crate::batch_handler::BatchHandler;
 use crate::consumer_handle::ConsumerHandle;
 use crate::dispatch::Engine;
@@ -79,6 +80,64 @@ impl Consumer {
     /// A snapshot of the consumer's counters.
     pub fn stats(&self) -> Stats {
         self.engine.stats()
+    }
+
+    /// The URL of the queue this consumer receives from.
+    ///
+    /// For a queue given by URL, that URL. For one given by name or ARN, the URL `GetQueueUrl`
+    /// answered: asked once (when the consumer starts, or here if that is first) and
+    /// remembered. The call is bounded by the
+    /// [`request_timeout`](crate::ConsumerBuilder::request_timeout) and not retried here.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), sqs_consumer::Error> {
+    /// use sqs_consumer::{Consumer, MemoryQueue};
+    ///
+    /// let queue = MemoryQueue::builder().name("orders").build()?;
+    /// let consumer = Consumer::in_memory(&queue).build()?;
+    /// assert_eq!(consumer.queue_url().await?, "memory:orders");
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// For a name or ARN: the queue does not exist (a fatal [`Error::Sqs`] naming it), or a
+    /// transient failure (retryable).
+    pub async fn queue_url(&self) -> Result<String, Error> {
+        self.engine.receiver().queue_url().await
+    }
+
+    /// How many messages the queue holds, approximately: visible, in flight (received by any
+    /// consumer and not yet deleted) and delayed; one `GetQueueAttributes` call (plus, the
+    /// first time, the `GetQueueUrl` of a queue given by name or ARN). Nothing in the
+    /// consumer calls it: it costs a request only when you do.
+    ///
+    /// Feed an autoscaler from it (the queue's depth per worker) and from the message age
+    /// (the `sqs_consumer_message_age_seconds` histogram with feature `metrics`, or
+    /// [`Delivery::age`](crate::Delivery::age)): see the guide's
+    /// [age and backlog](crate::guide::handlers#message-age-and-backlog) section.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), sqs_consumer::Error> {
+    /// use sqs_consumer::{Consumer, MemoryQueue};
+    ///
+    /// let queue = MemoryQueue::new();
+    /// queue.send("a")?;
+    /// queue.send("b")?;
+    /// let consumer = Consumer::in_memory(&queue).build()?;
+    /// let backlog = consumer.backlog().await?;
+    /// assert_eq!((backlog.visible, backlog.in_flight, backlog.delayed), (2, 0, 0));
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// The call's failure: retryable (throttling, 5xx, no answer within the request timeout)
+    /// or fatal (the queue does not exist, access denied).
+    pub async fn backlog(&self) -> Result<Backlog, Error> {
+        self.engine.receiver().backlog().await
     }
 
     /// A handle that pauses, resumes, reads the stats of, or stops this consumer from

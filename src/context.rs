@@ -71,9 +71,8 @@ impl SettleHooks for Nobody {
 
 #[derive(Debug)]
 pub(crate) struct Context {
-    /// The queue's URL or name, for logs.
-    queue_name: String,
-    fifo: bool,
+    /// The queue the settle calls go to; its URL or name, for logs.
+    queue: Queue,
     retry: RetryPolicy,
     counters: Counters,
     lost_acks: LostAcks,
@@ -95,8 +94,7 @@ impl Context {
         let settles = TaskTracker::new();
         let batcher = |call| Batcher::new(queue.clone(), call, settles.clone(), runner.clone());
         Self {
-            queue_name: queue.name().to_owned(),
-            fifo: queue.is_fifo(),
+            queue: queue.clone(),
             deletes: batcher(Call::Delete),
             visibility: batcher(Call::ChangeVisibility),
             runner,
@@ -113,11 +111,11 @@ impl Context {
     }
 
     pub(crate) fn queue_name(&self) -> &str {
-        &self.queue_name
+        self.queue.name()
     }
 
     pub(crate) fn is_fifo(&self) -> bool {
-        self.fifo
+        self.queue.is_fifo()
     }
 
     pub(crate) fn retry_policy(&self) -> &RetryPolicy {

@@ -4,7 +4,7 @@ use std::fmt;
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_sdk_sqs::types::{Message, MessageSystemAttributeName};
 use tokio::runtime::Handle;
@@ -18,7 +18,7 @@ use crate::error::{BoxError, Error, ErrorKind, LostReason};
 use crate::heartbeat::Keeper;
 use crate::lease::{Dropped, End, Lease};
 use crate::limits::{secs_rounded_up, HARD_LIMIT, MAX_VISIBILITY_SECS};
-use crate::stats::Counter;
+use crate::stats::{Counter, Measure};
 
 /// One received SQS message, hidden from other consumers while you hold it.
 ///
@@ -154,15 +154,20 @@ impl Delivery {
             .and_then(|a| a.get(&MessageSystemAttributeName::ApproximateReceiveCount))
             .and_then(|v| v.parse().ok())
             .unwrap_or(1);
+        let age = sent_at(&message).map(age_since);
         let span = tracing::info_span!(
             "delivery",
             message_id = message.message_id().unwrap_or_default(),
             receive_count,
             queue = %ctx.queue_name(),
+            age_ms = age.map(|a| u64::try_from(a.as_millis()).unwrap_or(u64::MAX)),
             aws_trace_header = tracing::field::Empty,
             traceparent = tracing::field::Empty,
         );
         record_trace_context(&span, &message);
+        if let Some(age) = age {
+            ctx.observe(Measure::MessageAge, age.as_secs_f64());
+        }
         ctx.count(Counter::Received);
         ctx.delivery_started();
         let deadline = received.returned_at + Duration::from_secs(u64::from(received.timeout));
@@ -207,6 +212,41 @@ impl Delivery {
             .attributes()
             .and_then(|a| a.get(&MessageSystemAttributeName::MessageGroupId))
             .map(String::as_str)
+    }
+
+    /// When the message was sent: SQS's `SentTimestamp` (milliseconds since the Unix epoch,
+    /// by SQS's clock), which the consumer always asks for. `None` only if the server sent
+    /// none.
+    pub fn sent_at(&self) -> Option<SystemTime> {
+        sent_at(self.message())
+    }
+
+    /// How long ago the message was sent: now (the system clock) minus
+    /// [`sent_at`](Delivery::sent_at); zero if the clocks disagree the other way. The lag an
+    /// alert or an autoscaler watches; with feature `metrics` the consumer records it at each
+    /// receive (`sqs_consumer_message_age_seconds`), and the `delivery` span carries it
+    /// (`age_ms`).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), sqs_consumer::Error> {
+    /// # use sqs_consumer::{Consumer, MemoryQueue};
+    /// # let queue = MemoryQueue::new();
+    /// # queue.send("hello")?;
+    /// # let consumer = Consumer::in_memory(&queue).build()?;
+    /// # let mut stream = consumer.stream();
+    /// # let delivery = futures::StreamExt::next(&mut stream).await.unwrap()?;
+    /// use std::time::Duration;
+    ///
+    /// if delivery.age() > Some(Duration::from_secs(300)) {
+    ///     tracing::warn!(message_id = delivery.message_id(), "five minutes behind");
+    /// }
+    /// # assert!(delivery.sent_at().is_some());
+    /// # assert!(delivery.age() < Some(Duration::from_secs(60)));
+    /// # Ok(()) }
+    /// ```
+    pub fn age(&self) -> Option<Duration> {
+        self.sent_at().map(age_since)
     }
 
     /// How many times SQS has handed this message out, this receive included
@@ -590,6 +630,23 @@ pub(crate) async fn release_all(deliveries: Vec<Delivery>) -> Vec<Result<(), Err
 /// Records the message's trace context in its span, when it carries one: the X-Ray header
 /// SQS keeps as the `AWSTraceHeader` system attribute, and a W3C `traceparent` message
 /// attribute (what OpenTelemetry propagators write).
+/// `SentTimestamp`, if the message carries a valid one.
+fn sent_at(message: &Message) -> Option<SystemTime> {
+    let millis: u64 = message
+        .attributes()?
+        .get(&MessageSystemAttributeName::SentTimestamp)?
+        .parse()
+        .ok()?;
+    UNIX_EPOCH.checked_add(Duration::from_millis(millis))
+}
+
+/// How long ago `sent` was by the system clock; zero if it is in the future.
+fn age_since(sent: SystemTime) -> Duration {
+    SystemTime::now()
+        .duration_since(sent)
+        .unwrap_or(Duration::ZERO)
+}
+
 fn record_trace_context(span: &Span, message: &Message) {
     if span.is_disabled() {
         return;

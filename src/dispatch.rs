@@ -124,6 +124,10 @@ impl Engine {
         self.receiver.settings()
     }
 
+    pub(crate) fn receiver(&self) -> &Receiver {
+        &self.receiver
+    }
+
     /// Deliveries held right now.
     pub(crate) fn in_flight(&self) -> usize {
         usize::try_from(self.ctx.held()).unwrap_or(usize::MAX)

@@ -82,6 +82,7 @@
 
 // Every file sits on a layer and imports only from layers below it: the table is in
 // CONTRIBUTING.md, "Layers", and `tests/layers.rs` reads it and holds the crate to it.
+mod backlog;
 mod batch;
 mod batch_handler;
 mod call_retries;
@@ -106,11 +107,13 @@ mod limits;
 mod lost_acks;
 pub mod memory;
 mod queue;
+mod queue_ref;
 mod receiver;
 mod redelivery;
 mod stats;
 mod stream;
 
+pub use backlog::Backlog;
 pub use batch_handler::{Batch, BatchHandler};
 pub use config::ConsumerBuilder;
 pub use consumer::Consumer;

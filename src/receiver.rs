@@ -13,6 +13,7 @@ use tokio::sync::{watch, OnceCell, OwnedSemaphorePermit, Semaphore};
 use tokio::time::{sleep, Instant};
 use tokio_util::sync::CancellationToken;
 
+use crate::backlog::Backlog;
 use crate::call_retries::{self, Backoff};
 use crate::delivery::Slot;
 use crate::error::Error;
@@ -141,6 +142,17 @@ impl Receiver {
         &self.settings
     }
 
+    /// The queue's URL, resolved once (one `GetQueueUrl`, for a queue given by name or ARN).
+    pub(crate) async fn queue_url(&self) -> Result<String, Error> {
+        self.queue.resolve().await
+    }
+
+    /// The queue's approximate counts: one `GetQueueAttributes` (after the URL is resolved).
+    pub(crate) async fn backlog(&self) -> Result<Backlog, Error> {
+        self.queue.resolve().await?;
+        self.queue.backlog().await
+    }
+
     /// Slots taken right now: deliveries held, and receives under way.
     pub(crate) fn slots_taken(&self) -> usize {
         self.settings.max_in_flight - self.permits.available_permits()
@@ -227,11 +239,19 @@ impl Receiver {
     }
 
     /// The visibility timeout the receives ask for (`None`: stopped before it was known),
-    /// and the start logged.
+    /// the queue's URL resolved (given by name or ARN), and the start logged.
     async fn start(&self, stop: &CancellationToken) -> Result<Option<u32>, Error> {
-        let timeout = match self.resolve_visibility_timeout(stop).await {
-            Ok(Some(timeout)) => timeout,
-            Ok(None) => return Ok(None),
+        let ready = async {
+            self.retrying("resolving the queue's URL", || self.queue.resolve())
+                .await?;
+            self.visibility_timeout().await
+        };
+        let timeout = tokio::select! {
+            ready = ready => ready,
+            () = stop.cancelled() => return Ok(None),
+        };
+        let timeout = match timeout {
+            Ok(timeout) => timeout,
             Err(err) => {
                 tracing::error!(queue = %self.queue.name(), error = %err.chain(), "cannot start receiving; stopping");
                 return Err(err);
@@ -556,43 +576,43 @@ impl Receiver {
     }
 
     /// The builder's visibility timeout, or the queue's own, read once (retrying transient
-    /// failures with back-off; each read bounded by the request timeout). `None` if `stop`
-    /// comes first.
-    async fn resolve_visibility_timeout(
-        &self,
-        stop: &CancellationToken,
-    ) -> Result<Option<u32>, Error> {
+    /// failures with back-off; each read bounded by the request timeout); 0 is refused.
+    async fn visibility_timeout(&self) -> Result<u32, Error> {
         if let Some(t) = self.settings.visibility_timeout {
-            return Ok(Some(t));
+            return Ok(t);
         }
-        let read = self
-            .visibility
-            .get_or_try_init(|| self.read_queue_visibility());
-        tokio::select! {
-            read = read => read.map(|t| Some(*t)),
-            () = stop.cancelled() => Ok(None),
-        }
+        let read = self.visibility.get_or_try_init(|| async {
+            let what = "reading the queue's visibility timeout";
+            match self
+                .retrying(what, || self.queue.visibility_timeout())
+                .await?
+            {
+                0 => Err(Error::InvalidConfig {
+                    field: "visibility_timeout",
+                    got: "none, and the queue's own VisibilityTimeout is 0".into(),
+                    allowed: "1..=43200 s: set the consumer's visibility_timeout, \
+                              or the queue's VisibilityTimeout",
+                }),
+                t => Ok(t),
+            }
+        });
+        read.await.copied()
     }
 
-    /// The queue's own visibility timeout (retrying transient failures with back-off; each
-    /// read bounded by the request timeout); 0 is refused.
-    async fn read_queue_visibility(&self) -> Result<u32, Error> {
+    /// `call`'s answer, retrying transient failures with back-off (each call is bounded by
+    /// the request timeout); a fatal error at once.
+    async fn retrying<T, F>(&self, what: &str, call: impl Fn() -> F) -> Result<T, Error>
+    where
+        F: Future<Output = Result<T, Error>>,
+    {
         let mut backoff = call_retries::RECEIVE.backoff();
         loop {
-            match self.queue.visibility_timeout().await {
-                Ok(0) => {
-                    return Err(Error::InvalidConfig {
-                        field: "visibility_timeout",
-                        got: "none, and the queue's own VisibilityTimeout is 0".into(),
-                        allowed: "1..=43200 s: set the consumer's visibility_timeout, \
-                                  or the queue's VisibilityTimeout",
-                    })
-                }
-                Ok(t) => return Ok(t),
-                Err(err) if err.is_fatal() => return Err(err),
+            match call().await {
+                Ok(answer) => return Ok(answer),
+                Err(err) if !err.is_retryable() => return Err(err),
                 Err(err) => {
                     let wait = backoff.next_delay();
-                    tracing::warn!(error = %err.chain(), retry_in = ?wait, "reading the queue's visibility timeout failed; retrying");
+                    tracing::warn!(error = %err.chain(), retry_in = ?wait, "{what} failed; retrying");
                     sleep(wait).await;
                 }
             }

@@ -60,6 +60,15 @@ pub struct Stats {
     /// delete with an old receipt handle with success), each logged at `warn` with its message
     /// id. The work may be done again.
     pub lost_acks: u64,
+    /// Messages whose payload in S3 (an Extended Client pointer, feature `s3`) could not be
+    /// read: a missing object, access denied, a malformed pointer, a size over the limit or
+    /// not as declared, or transient failures past their retries. Each is logged once at
+    /// `error` with its message id, bucket and key; its handler is not called, and the
+    /// delivery meets the retry policy.
+    pub payload_failures: u64,
+    /// Payload objects that could not be deleted after their message's ack (with
+    /// `delete_payload_on_ack`), each logged at `warn`: the object stays in S3.
+    pub payload_delete_failures: u64,
 }
 
 /// The events [`Stats`] counts.
@@ -79,10 +88,12 @@ pub(crate) enum Counter {
     Unsettled,
     SkippedRedeliveries,
     LostAcks,
+    PayloadFailures,
+    PayloadDeleteFailures,
 }
 
 /// How many counters there are: one per [`Counter`].
-const COUNTERS: usize = Counter::LostAcks as usize + 1;
+const COUNTERS: usize = Counter::PayloadDeleteFailures as usize + 1;
 
 /// The names the counters are exported under with feature `metrics`, in [`Counter`] order.
 #[cfg(feature = "metrics")]
@@ -101,6 +112,8 @@ const COUNTER_NAMES: [&str; COUNTERS] = [
     "sqs_consumer_unsettled_total",
     "sqs_consumer_skipped_redeliveries_total",
     "sqs_consumer_lost_acks_total",
+    "sqs_consumer_payload_failures_total",
+    "sqs_consumer_payload_delete_failures_total",
 ];
 
 /// What is measured per event, for the histograms of feature `metrics`.
@@ -112,6 +125,8 @@ pub(crate) enum Measure {
     ExtensionLateness,
     /// How many messages a non-empty receive brought.
     ReceiveBatchSize,
+    /// How long ago a message was sent when it was received, seconds.
+    MessageAge,
 }
 
 /// The live counters behind [`Stats`].
@@ -133,6 +148,7 @@ struct Exported {
     handler_duration: metrics::Histogram,
     extension_lateness: metrics::Histogram,
     receive_batch_size: metrics::Histogram,
+    message_age: metrics::Histogram,
 }
 
 #[cfg(feature = "metrics")]
@@ -164,6 +180,7 @@ impl Counters {
                         "sqs_consumer_receive_batch_size",
                         &label
                     ),
+                    message_age: metrics::histogram!("sqs_consumer_message_age_seconds", &label),
                 }),
                 ..Self::default()
             }
@@ -193,6 +210,7 @@ impl Counters {
                 Measure::HandlerDuration => &exported.handler_duration,
                 Measure::ExtensionLateness => &exported.extension_lateness,
                 Measure::ReceiveBatchSize => &exported.receive_batch_size,
+                Measure::MessageAge => &exported.message_age,
             };
             histogram.record(value);
         }
@@ -248,6 +266,8 @@ impl Counters {
             reserved: slots.saturating_sub(in_flight),
             skipped_redeliveries: get(Counter::SkippedRedeliveries),
             lost_acks: get(Counter::LostAcks),
+            payload_failures: get(Counter::PayloadFailures),
+            payload_delete_failures: get(Counter::PayloadDeleteFailures),
         }
     }
 }
@@ -290,6 +310,8 @@ mod tests {
             Counter::Unsettled,
             Counter::SkippedRedeliveries,
             Counter::LostAcks,
+            Counter::PayloadFailures,
+            Counter::PayloadDeleteFailures,
         ];
         assert_eq!(all.len(), COUNTERS);
         let c = Counters::default();
@@ -315,7 +337,12 @@ mod tests {
             s.unsettled,
             s.skipped_redeliveries,
             s.lost_acks,
+            s.payload_failures,
+            s.payload_delete_failures,
         ];
-        assert_eq!(fields, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14]);
+        assert_eq!(
+            fields,
+            [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16]
+        );
     }
 }

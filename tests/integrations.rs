@@ -315,6 +315,11 @@ async fn metrics_go_through_the_facade() {
     assert_eq!(histogram("sqs_consumer_handler_duration_seconds"), 5);
     assert_eq!(histogram("sqs_consumer_extension_lateness_seconds"), 5);
     assert!(histogram("sqs_consumer_receive_batch_size") >= 1);
+    assert_eq!(
+        histogram("sqs_consumer_message_age_seconds"),
+        5,
+        "one per message"
+    );
     let (labels, _) = value("sqs_consumer_acked_total");
     assert_eq!(labels, [format!("queue = memory:{}", q.name())]);
 }

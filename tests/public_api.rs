@@ -14,14 +14,15 @@ use sqs_consumer::memory::{
     Action, Faults, InjectedFaults, MemoryQueueBuilder, RequestCounts, SendOptions,
 };
 use sqs_consumer::{
-    AckMode, Batch, BatchHandler, BoxError, Consumer, ConsumerBuilder, ConsumerHandle, Delivery,
-    DeliveryStream, Error, ErrorKind, Handler, InFlightLimit, LostReason, MemoryQueue, RetryPolicy,
-    Stats,
+    AckMode, Backlog, Batch, BatchHandler, BoxError, Consumer, ConsumerBuilder, ConsumerHandle,
+    Delivery, DeliveryStream, Error, ErrorKind, Handler, InFlightLimit, LostReason, MemoryQueue,
+    RetryPolicy, Stats,
 };
 
 /// What the crate root exports: its types, and two modules (`memory`, `guide`).
 const ROOT: &[&str] = &[
     "AckMode",
+    "Backlog",
     "Batch",
     "BatchHandler",
     "BoxError",
@@ -165,6 +166,14 @@ async fn every_public_item(
     consumer.run_batch_until(batch_handler, async {}).await?;
     let _: DeliveryStream = consumer.stream();
     let _: DeliveryStream = consumer.stream_until(async {});
+    let _: String = consumer.queue_url().await?;
+    let Backlog {
+        visible,
+        in_flight,
+        delayed,
+        ..
+    } = consumer.backlog().await?;
+    let _: [u64; 3] = [visible, in_flight, delayed];
     fn handlers(_: impl Handler, _: impl BatchHandler) {}
     handlers(handler, batch_handler);
 
@@ -188,6 +197,8 @@ async fn every_public_item(
     ];
     let _: bool = delivery.is_lost();
     let _: LostReason = delivery.lost().await;
+    let _: Option<std::time::SystemTime> = delivery.sent_at();
+    let _: Option<Duration> = delivery.age();
     #[cfg(feature = "json")]
     {
         let _: Result<u64, Error> = delivery.json::<u64>();
@@ -265,9 +276,11 @@ async fn every_public_item(
         reserved,
         skipped_redeliveries,
         lost_acks,
+        payload_failures,
+        payload_delete_failures,
         ..
     } = stats;
-    let _: [u64; 16] = [
+    let _: [u64; 18] = [
         received,
         acked,
         released,
@@ -284,6 +297,8 @@ async fn every_public_item(
         reserved,
         skipped_redeliveries,
         lost_acks,
+        payload_failures,
+        payload_delete_failures,
     ];
     let _: Duration = worst_extension_delay;
 

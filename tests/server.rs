@@ -97,7 +97,7 @@ async fn bad_settings_are_refused_before_anything_is_sent() {
             "max_in_flight",
             Consumer::builder(client.clone(), "http://127.0.0.1:1/q").max_in_flight(0),
         ),
-        ("queue_url", Consumer::builder(client.clone(), "orders")),
+        ("queue", Consumer::builder(client.clone(), "my queue")),
     ];
     for (field, builder) in cases {
         match builder.build() {

@@ -28,6 +28,7 @@ use aws_sdk_sqs::types::Message;
 use tokio::sync::Notify;
 use tokio::time::{sleep_until, Instant};
 
+use crate::backlog::Backlog;
 use crate::call_retries::random_u64;
 use crate::error::Error;
 use crate::limits::{MAX_BATCH, MAX_WAIT_SECS};
@@ -71,6 +72,8 @@ pub struct MemoryQueue {
 
 struct Inner {
     name: String,
+    /// `memory:<name>`, as the queue is named in a consumer's logs.
+    label: String,
     /// Part of every receipt handle, so a handle of another queue is refused.
     id: u64,
     settings: QueueSettings,
@@ -182,6 +185,7 @@ impl MemoryQueue {
         });
         Self {
             inner: Arc::new(Inner {
+                label: format!("memory:{name}"),
                 name,
                 id,
                 state: Mutex::new(QueueState::seeded(
@@ -434,6 +438,24 @@ impl MemoryQueue {
     }
 
     /// `GetQueueAttributes` for the visibility timeout, for the seam.
+    /// How the queue names itself in a consumer's logs: `memory:<name>`.
+    pub(crate) fn label(&self) -> &str {
+        &self.inner.label
+    }
+
+    /// A `GetQueueAttributes` call for the approximate counts.
+    pub(crate) fn backlog_request(&self) -> Result<Backlog, Error> {
+        let mut state = self.lock();
+        state.request(Action::GetQueueAttributes)?;
+        let now = Instant::now();
+        let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+        Ok(Backlog::new(
+            count(state.visible_len(now)),
+            count(state.in_flight_len(now)),
+            count(state.delayed_len(now)),
+        ))
+    }
+
     pub(crate) fn visibility_timeout_request(&self) -> Result<Duration, Error> {
         self.lock().request(Action::GetQueueAttributes)?;
         Ok(self.visibility_timeout())

@@ -7,6 +7,7 @@ use std::time::Duration;
 use aws_sdk_sqs::types::Message;
 use futures_util::future::BoxFuture;
 
+use crate::backlog::Backlog;
 use crate::error::Error;
 use crate::memory::counts::Action;
 use crate::memory::faults::{lost_answer, Fault};
@@ -64,8 +65,19 @@ where
 }
 
 impl Transport for MemoryQueue {
-    fn describe(&self) -> String {
-        format!("memory:{}", self.name())
+    fn describe(&self) -> &str {
+        self.label()
+    }
+
+    fn resolve(&self) -> BoxFuture<'_, Result<String, Error>> {
+        Box::pin(std::future::ready(Ok(self.label().to_owned())))
+    }
+
+    fn backlog(&self) -> BoxFuture<'_, Result<Backlog, Error>> {
+        Box::pin(self.disturbed(Action::GetQueueAttributes, async move {
+            self.round_trip().await;
+            self.backlog_request()
+        }))
     }
 
     fn is_fifo(&self) -> bool {

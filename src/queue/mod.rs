@@ -1,4 +1,4 @@
-//! The seam: the four SQS calls the crate makes, whoever serves them.
+//! The seam: the SQS calls the crate makes, whoever serves them.
 //!
 //! [`Transport`] is what a queue implementation provides: the SDK mapping ([`sdk`]) and the
 //! in-memory queue (`crate::memory`) each implement it; nothing here knows either. [`Queue`]
@@ -15,6 +15,7 @@ use std::time::Duration;
 use aws_sdk_sqs::types::{Message, MessageSystemAttributeName};
 use futures_util::future::BoxFuture;
 
+use crate::backlog::Backlog;
 use crate::error::{Error, ErrorKind};
 
 /// How long a request may go unanswered (beyond a long poll's wait) before it counts as a
@@ -55,8 +56,12 @@ pub(crate) type BatchResult = Result<Vec<Result<(), Error>>, Error>;
 /// What a queue implementation provides. Futures are boxed: one per request, which is cheap
 /// next to the request itself.
 pub(crate) trait Transport: Send + Sync + 'static {
-    /// The queue's URL or name, for logs and errors.
-    fn describe(&self) -> String;
+    /// The queue's URL (once resolved, for a queue given by name or ARN) or name, for logs
+    /// and errors.
+    fn describe(&self) -> &str;
+    /// The queue's URL: for a queue given by name or ARN, one `GetQueueUrl` the first time,
+    /// remembered for every call after it.
+    fn resolve(&self) -> BoxFuture<'_, Result<String, Error>>;
     /// `true` for a FIFO queue.
     fn is_fifo(&self) -> bool;
     /// `ReceiveMessage`.
@@ -70,13 +75,14 @@ pub(crate) trait Transport: Send + Sync + 'static {
     ) -> BoxFuture<'a, BatchResult>;
     /// `GetQueueAttributes` for the queue's `VisibilityTimeout`, whole seconds.
     fn visibility_timeout(&self) -> BoxFuture<'_, Result<u32, Error>>;
+    /// `GetQueueAttributes` for the approximate counts of messages.
+    fn backlog(&self) -> BoxFuture<'_, Result<Backlog, Error>>;
 }
 
 /// A queue, and the time each of its calls may take.
 #[derive(Clone)]
 pub(crate) struct Queue {
     transport: Arc<dyn Transport>,
-    name: Arc<str>,
     fifo: bool,
     request_timeout: Duration,
 }
@@ -84,7 +90,6 @@ pub(crate) struct Queue {
 impl Queue {
     pub(crate) fn new(transport: impl Transport) -> Self {
         Self {
-            name: Arc::from(transport.describe()),
             fifo: transport.is_fifo(),
             transport: Arc::new(transport),
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
@@ -97,8 +102,9 @@ impl Queue {
         self
     }
 
+    /// The queue's URL (once resolved) or name, for logs and errors.
     pub(crate) fn name(&self) -> &str {
-        &self.name
+        self.transport.describe()
     }
 
     pub(crate) fn is_fifo(&self) -> bool {
@@ -120,6 +126,22 @@ impl Queue {
         within(self.request_timeout, "ChangeMessageVisibilityBatch", call).await?
     }
 
+    /// The queue's URL, resolved (once) if it was given by name or ARN.
+    pub(crate) async fn resolve(&self) -> Result<String, Error> {
+        within(
+            self.request_timeout,
+            "GetQueueUrl",
+            self.transport.resolve(),
+        )
+        .await?
+    }
+
+    /// The queue's approximate message counts.
+    pub(crate) async fn backlog(&self) -> Result<Backlog, Error> {
+        let call = self.transport.backlog();
+        within(self.request_timeout, "GetQueueAttributes", call).await?
+    }
+
     /// The queue's `VisibilityTimeout` attribute, whole seconds.
     pub(crate) async fn visibility_timeout(&self) -> Result<u32, Error> {
         let call = self.transport.visibility_timeout();
@@ -129,7 +151,7 @@ impl Queue {
 
 impl fmt::Debug for Queue {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.name)
+        f.write_str(self.name())
     }
 }
 
@@ -158,8 +180,14 @@ mod tests {
     struct Silent;
 
     impl Transport for Silent {
-        fn describe(&self) -> String {
-            "silent".into()
+        fn describe(&self) -> &str {
+            "silent"
+        }
+        fn resolve(&self) -> BoxFuture<'_, Result<String, Error>> {
+            Box::pin(std::future::pending())
+        }
+        fn backlog(&self) -> BoxFuture<'_, Result<Backlog, Error>> {
+            Box::pin(std::future::pending())
         }
         fn is_fifo(&self) -> bool {
             false
@@ -216,10 +244,12 @@ mod tests {
                 "GetQueueAttributes",
                 q.visibility_timeout().await.unwrap_err(),
             ),
+            ("GetQueueUrl", q.resolve().await.unwrap_err()),
+            ("GetQueueAttributes", q.backlog().await.unwrap_err()),
         ] {
             assert!(err.is_retryable(), "{err}");
             assert!(err.to_string().contains(operation), "{err}");
         }
-        assert_eq!(start.elapsed(), Duration::from_secs(23 + 3 * 3));
+        assert_eq!(start.elapsed(), Duration::from_secs(23 + 5 * 3));
     }
 }

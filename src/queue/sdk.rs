@@ -6,7 +6,7 @@
 //! of the crate retries on its own terms (see the guide's errors page, "Who retries, who times out").
 
 use std::collections::HashSet;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use aws_sdk_sqs::config::http::HttpResponse;
 use aws_sdk_sqs::config::retry::RetryConfig;
@@ -17,33 +17,61 @@ use aws_sdk_sqs::types::{
 };
 use futures_util::future::BoxFuture;
 
+use crate::backlog::Backlog;
 use crate::error::{classify_code, shorten_handles, Error, ErrorKind};
 use crate::queue::{BatchEntry, BatchResult, Receive, Transport};
+use crate::queue_ref::QueueRef;
 
-/// A queue at `url`, reached through `client`.
+/// A queue given by URL, name or ARN, reached through `client`.
 #[derive(Debug, Clone)]
 pub(crate) struct SdkQueue {
     client: aws_sdk_sqs::Client,
-    url: Arc<str>,
+    target: Arc<Target>,
+}
+
+/// The queue as given, and its URL once known: shared by every client's view of the queue
+/// (the keeper's included), so one `GetQueueUrl` serves them all.
+#[derive(Debug)]
+struct Target {
+    given: QueueRef,
+    url: OnceLock<Arc<str>>,
 }
 
 impl SdkQueue {
-    pub(crate) fn new(client: aws_sdk_sqs::Client, url: impl Into<Arc<str>>) -> Self {
+    pub(crate) fn new(client: aws_sdk_sqs::Client, queue: QueueRef) -> Self {
+        let url = OnceLock::new();
+        if let Some(given) = queue.url() {
+            let _ = url.set(Arc::from(given));
+        }
         Self {
             client,
-            url: url.into(),
+            target: Arc::new(Target { given: queue, url }),
         }
     }
 
-    pub(crate) fn url(&self) -> &str {
-        &self.url
+    /// The queue as given: URL, name or ARN.
+    pub(crate) fn given(&self) -> &QueueRef {
+        &self.target.given
+    }
+
+    /// The client's region, if its configuration names one.
+    pub(crate) fn client_region(&self) -> Option<&str> {
+        self.client.config().region().map(|r| r.as_ref())
+    }
+
+    /// The queue's URL; before a name or ARN is resolved (no call is made then), the name.
+    fn url(&self) -> &str {
+        match self.target.url.get() {
+            Some(url) => url,
+            None => self.target.given.as_str(),
+        }
     }
 
     /// The same queue through `client`.
     pub(crate) fn with_client(&self, client: aws_sdk_sqs::Client) -> Self {
         Self {
             client,
-            url: self.url.clone(),
+            target: self.target.clone(),
         }
     }
 
@@ -73,12 +101,74 @@ fn one_attempt() -> aws_sdk_sqs::config::Builder {
 }
 
 impl Transport for SdkQueue {
-    fn describe(&self) -> String {
-        self.url.to_string()
+    fn describe(&self) -> &str {
+        self.url()
     }
 
     fn is_fifo(&self) -> bool {
-        self.url.trim_end_matches('/').ends_with(".fifo")
+        self.target.given.is_fifo()
+    }
+
+    fn resolve(&self) -> BoxFuture<'_, Result<String, Error>> {
+        Box::pin(async move {
+            if let Some(url) = self.target.url.get() {
+                return Ok(url.to_string());
+            }
+            let Some((name, owner)) = self.target.given.name_and_owner() else {
+                return Ok(self.url().to_owned());
+            };
+            let out = self
+                .client
+                .get_queue_url()
+                .queue_name(name)
+                .set_queue_owner_aws_account_id(owner.map(str::to_owned))
+                .customize()
+                .config_override(one_attempt())
+                .send()
+                .await
+                .map_err(|e| naming(sdk_error("GetQueueUrl", e), &self.target.given))?;
+            let Some(url) = out.queue_url() else {
+                return Err(Error::Sqs {
+                    operation: "GetQueueUrl",
+                    code: None,
+                    message: format!("the answer for queue `{}` has no URL", self.target.given),
+                    kind: ErrorKind::Retryable,
+                    source: "missing QueueUrl".into(),
+                });
+            };
+            let url = self.target.url.get_or_init(|| Arc::from(url));
+            tracing::debug!(queue = %self.target.given, %url, "queue URL resolved");
+            Ok(url.to_string())
+        })
+    }
+
+    fn backlog(&self) -> BoxFuture<'_, Result<Backlog, Error>> {
+        use QueueAttributeName as A;
+        Box::pin(async move {
+            let out = self
+                .client
+                .get_queue_attributes()
+                .queue_url(self.url())
+                .attribute_names(A::ApproximateNumberOfMessages)
+                .attribute_names(A::ApproximateNumberOfMessagesNotVisible)
+                .attribute_names(A::ApproximateNumberOfMessagesDelayed)
+                .customize()
+                .config_override(one_attempt())
+                .send()
+                .await
+                .map_err(|e| sdk_error("GetQueueAttributes", e))?;
+            let count = |name: A| {
+                out.attributes()
+                    .and_then(|a| a.get(&name))
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .unwrap_or(0)
+            };
+            Ok(Backlog::new(
+                count(A::ApproximateNumberOfMessages),
+                count(A::ApproximateNumberOfMessagesNotVisible),
+                count(A::ApproximateNumberOfMessagesDelayed),
+            ))
+        })
     }
 
     fn receive<'a>(&'a self, req: Receive<'a>) -> BoxFuture<'a, Result<Vec<Message>, Error>> {
@@ -86,7 +176,7 @@ impl Transport for SdkQueue {
             let mut call = self
                 .client
                 .receive_message()
-                .queue_url(self.url.as_ref())
+                .queue_url(self.url())
                 .max_number_of_messages(to_i32(req.max_messages))
                 .wait_time_seconds(to_i32(req.wait.as_secs()))
                 .set_message_system_attribute_names(Some(req.system_attribute_names.to_vec()))
@@ -107,10 +197,7 @@ impl Transport for SdkQueue {
     fn delete_batch<'a>(&'a self, entries: &'a [BatchEntry<'a>]) -> BoxFuture<'a, BatchResult> {
         const OPERATION: &str = "DeleteMessageBatch";
         Box::pin(async move {
-            let mut call = self
-                .client
-                .delete_message_batch()
-                .queue_url(self.url.as_ref());
+            let mut call = self.client.delete_message_batch().queue_url(self.url());
             for e in entries {
                 let entry = DeleteMessageBatchRequestEntry::builder()
                     .id(e.id)
@@ -139,7 +226,7 @@ impl Transport for SdkQueue {
             let mut call = self
                 .client
                 .change_message_visibility_batch()
-                .queue_url(self.url.as_ref());
+                .queue_url(self.url());
             for e in entries {
                 let entry = ChangeMessageVisibilityBatchRequestEntry::builder()
                     .id(e.id)
@@ -165,7 +252,7 @@ impl Transport for SdkQueue {
             let out = self
                 .client
                 .get_queue_attributes()
-                .queue_url(self.url.as_ref())
+                .queue_url(self.url())
                 .attribute_names(QueueAttributeName::VisibilityTimeout)
                 .customize()
                 .config_override(one_attempt())
@@ -231,6 +318,26 @@ fn build_error(operation: &'static str, err: aws_sdk_sqs::error::BuildError) -> 
         message: format!("the request could not be built: {err}"),
         kind: ErrorKind::Fatal,
         source: Box::new(err),
+    }
+}
+
+/// `err`, its message saying which queue it was about.
+fn naming(err: Error, queue: &QueueRef) -> Error {
+    match err {
+        Error::Sqs {
+            operation,
+            code,
+            message,
+            kind,
+            source,
+        } => Error::Sqs {
+            operation,
+            code,
+            message: format!("queue `{queue}`: {message}"),
+            kind,
+            source,
+        },
+        other => other,
     }
 }
 

@@ -425,6 +425,26 @@ impl TestQueue {
         }
     }
 
+    /// Sends a message hidden for `delay` after the send.
+    pub async fn send_delayed(&self, body: &str, delay: Duration) {
+        match self {
+            TestQueue::Memory(q) => {
+                let options = sqs_consumer::memory::SendOptions::new().delay(delay);
+                q.send_with(body, options).unwrap();
+            }
+            TestQueue::Server { client, url } => {
+                client
+                    .send_message()
+                    .queue_url(url)
+                    .message_body(body)
+                    .delay_seconds(delay.as_secs() as i32)
+                    .send()
+                    .await
+                    .expect("SendMessage (delayed)");
+            }
+        }
+    }
+
     /// Sends `n` messages, bodies `{prefix}0`, `{prefix}1`, ...
     pub async fn send_many(&self, prefix: &str, n: usize) {
         match self {

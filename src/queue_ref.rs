@@ -1,0 +1,195 @@
+//! How a consumer names its queue: a URL, a name, or an ARN, told apart and checked against
+//! SQS's rules before anything is sent.
+
+use std::fmt;
+
+use crate::error::Error;
+
+/// The longest queue name SQS accepts, `.fifo` included.
+const MAX_NAME: usize = 80;
+
+/// What a refusal of the queue argument says is allowed.
+const ALLOWED: &str = "a queue URL (http:// or https://), a queue name (1 to 80 of A-Z a-z 0-9 \
+                       _ -, `.fifo` at the end of a FIFO queue's name, counted in the 80), or \
+                       an ARN `arn:<partition>:sqs:<region>:<12-digit account>:<name>`";
+
+/// A queue as the builder was given it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum QueueRef {
+    /// A queue URL, used as it is.
+    Url(String),
+    /// A queue name, resolved with `GetQueueUrl` in the client's account and region.
+    Name(String),
+    /// An ARN, resolved with `GetQueueUrl` for its name and account.
+    Arn {
+        /// The whole ARN, as given.
+        arn: String,
+        region: String,
+        account: String,
+        name: String,
+    },
+}
+
+impl QueueRef {
+    /// Tells a URL, a name and an ARN apart; anything else is refused, naming the rules.
+    pub(crate) fn parse(given: &str) -> Result<Self, Error> {
+        if given.starts_with("https://") || given.starts_with("http://") {
+            let host = given.split_once("://").map_or("", |(_, rest)| rest);
+            return if host.is_empty() {
+                Err(Error::invalid("queue", given, ALLOWED))
+            } else {
+                Ok(QueueRef::Url(given.to_owned()))
+            };
+        }
+        if given.starts_with("arn:") {
+            return parse_arn(given).ok_or_else(|| Error::invalid("queue", given, ALLOWED));
+        }
+        if is_queue_name(given) {
+            Ok(QueueRef::Name(given.to_owned()))
+        } else {
+            Err(Error::invalid("queue", given, ALLOWED))
+        }
+    }
+
+    /// The queue as given: URL, name or ARN.
+    pub(crate) fn as_str(&self) -> &str {
+        match self {
+            QueueRef::Url(s) | QueueRef::Name(s) => s,
+            QueueRef::Arn { arn, .. } => arn,
+        }
+    }
+
+    /// The URL, when it was given as one.
+    pub(crate) fn url(&self) -> Option<&str> {
+        match self {
+            QueueRef::Url(url) => Some(url),
+            _ => None,
+        }
+    }
+
+    /// The name to ask `GetQueueUrl` for, and the owner account (an ARN's).
+    pub(crate) fn name_and_owner(&self) -> Option<(&str, Option<&str>)> {
+        match self {
+            QueueRef::Url(_) => None,
+            QueueRef::Name(name) => Some((name, None)),
+            QueueRef::Arn { name, account, .. } => Some((name, Some(account))),
+        }
+    }
+
+    /// An ARN's region.
+    pub(crate) fn region(&self) -> Option<&str> {
+        match self {
+            QueueRef::Arn { region, .. } => Some(region),
+            _ => None,
+        }
+    }
+
+    /// `true` for a FIFO queue: its URL, name or ARN ends in `.fifo`.
+    pub(crate) fn is_fifo(&self) -> bool {
+        self.as_str().trim_end_matches('/').ends_with(".fifo")
+    }
+}
+
+impl fmt::Display for QueueRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// SQS's rule for queue names: 1 to 80 letters, digits, `_` and `-`; a FIFO queue's ends in
+/// `.fifo`, counted in the 80.
+fn is_queue_name(name: &str) -> bool {
+    let base = name.strip_suffix(".fifo").unwrap_or(name);
+    name.len() <= MAX_NAME
+        && !base.is_empty()
+        && base
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
+/// `arn:<partition>:sqs:<region>:<account>:<name>`.
+fn parse_arn(arn: &str) -> Option<QueueRef> {
+    let parts: Vec<&str> = arn.split(':').collect();
+    let [_, partition, service, region, account, name] = parts.as_slice() else {
+        return None;
+    };
+    let word = |s: &str| {
+        !s.is_empty()
+            && s.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+    };
+    let valid = word(partition)
+        && *service == "sqs"
+        && word(region)
+        && account.len() == 12
+        && account.chars().all(|c| c.is_ascii_digit())
+        && is_queue_name(name);
+    valid.then(|| QueueRef::Arn {
+        arn: arn.to_owned(),
+        region: (*region).to_owned(),
+        account: (*account).to_owned(),
+        name: (*name).to_owned(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_names_and_arns_are_told_apart() {
+        let url = "https://sqs.us-east-1.amazonaws.com/123456789012/orders";
+        assert_eq!(QueueRef::parse(url).unwrap(), QueueRef::Url(url.into()));
+        assert_eq!(
+            QueueRef::parse("http://127.0.0.1:4566/000000000000/q").unwrap(),
+            QueueRef::Url("http://127.0.0.1:4566/000000000000/q".into())
+        );
+        for name in ["orders", "orders.fifo", "a", "A_b-9", &"x".repeat(80)] {
+            assert_eq!(QueueRef::parse(name).unwrap(), QueueRef::Name(name.into()));
+        }
+        let arn = QueueRef::parse("arn:aws:sqs:eu-west-1:123456789012:orders.fifo").unwrap();
+        assert_eq!(
+            arn.name_and_owner(),
+            Some(("orders.fifo", Some("123456789012")))
+        );
+        assert_eq!(arn.region(), Some("eu-west-1"));
+        assert!(arn.is_fifo());
+        assert!(!QueueRef::parse("orders").unwrap().is_fifo());
+        assert!(QueueRef::parse("arn:aws-cn:sqs:cn-north-1:123456789012:q").is_ok());
+    }
+
+    #[test]
+    fn malformed_queues_are_refused_naming_the_rule() {
+        for bad in [
+            "",
+            "https://",
+            "http://",
+            "my queue",
+            "orders.fifo.fifo",
+            ".fifo",
+            "ördrs",
+            "a/b",
+            &"x".repeat(81),
+            &format!("{}.fifo", "x".repeat(76)),
+            "arn:aws:sqs:us-east-1:123456789012",
+            "arn:aws:sns:us-east-1:123456789012:orders",
+            "arn:aws:sqs:us-east-1:12345678901:orders",
+            "arn:aws:sqs:us-east-1:1234567890ab:orders",
+            "arn:aws:sqs::123456789012:orders",
+            "arn:aws:sqs:us-east-1:123456789012:bad name",
+            "arn:aws:sqs:us-east-1:123456789012:orders:extra",
+            "ftp://host/q",
+        ] {
+            match QueueRef::parse(bad) {
+                Err(Error::InvalidConfig { field, allowed, .. }) => {
+                    assert_eq!(field, "queue", "{bad}");
+                    assert!(
+                        allowed.contains("1 to 80") && allowed.contains("arn:"),
+                        "{bad}"
+                    );
+                }
+                other => panic!("{bad:?} was not refused: {other:?}"),
+            }
+        }
+    }
+}
