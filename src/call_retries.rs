@@ -64,6 +64,18 @@ pub(crate) const ACK_RETRY_WINDOW: Duration = Duration::from_secs(20);
 /// visibility lapses.
 pub(crate) const RELEASE_ATTEMPTS: u32 = 4;
 
+/// A payload read from S3 (or an object delete after an ack) that failed transiently.
+#[cfg(feature = "s3")]
+pub(crate) const PAYLOAD: Schedule = Schedule {
+    first: Duration::from_millis(200),
+    longest: Duration::from_secs(2),
+};
+
+/// Tries of a payload read (while its delivery is kept hidden) before the delivery meets the
+/// retry policy, and of an object delete before it is logged and left.
+#[cfg(feature = "s3")]
+pub(crate) const PAYLOAD_ATTEMPTS: u32 = 4;
+
 /// A random 64-bit number from the standard library's per-process hash keys.
 ///
 /// Good enough for jitter and for unique-looking ids; not for anything secret.

@@ -164,6 +164,17 @@ pub struct ConsumerBuilder {
     in_flight_limit: Option<InFlightLimit>,
     keeper: KeeperPlacement,
     keeper_client: Option<aws_sdk_sqs::Client>,
+    #[cfg(feature = "s3")]
+    payloads: PayloadSettings,
+}
+
+/// What the builder was told about payloads in S3 (feature `s3`).
+#[cfg(feature = "s3")]
+#[derive(Debug)]
+struct PayloadSettings {
+    client: Option<aws_sdk_s3::Client>,
+    max_bytes: u64,
+    delete_on_ack: bool,
 }
 
 impl ConsumerBuilder {
@@ -185,6 +196,12 @@ impl ConsumerBuilder {
             in_flight_limit: None,
             keeper: KeeperPlacement::Default,
             keeper_client: None,
+            #[cfg(feature = "s3")]
+            payloads: PayloadSettings {
+                client: None,
+                max_bytes: crate::s3::DEFAULT_MAX_PAYLOAD_BYTES,
+                delete_on_ack: false,
+            },
         }
     }
 
@@ -353,6 +370,80 @@ impl ConsumerBuilder {
         self
     }
 
+    /// Reads the payloads that Amazon's Extended Client libraries (Java, Python, .NET, and
+    /// the SNS extended client) store in S3, through `client`: a message whose body is such a
+    /// library's pointer (it carries the reserved `ExtendedPayloadSize` or
+    /// `SQSLargePayloadSize` attribute, which the consumer then always asks for) is handed to
+    /// its handler with the payload as [`Delivery::body`](crate::Delivery::body), and
+    /// [`Delivery::payload_location`](crate::Delivery::payload_location) says where it came
+    /// from. The same for batch handlers and streams, and for SNS notifications whose
+    /// `Message` is a pointer (`sns()`, feature `json`).
+    ///
+    /// The object is read before the handler runs, while the delivery is held: it takes its
+    /// `max_in_flight` slot and the keeper keeps it hidden however long the download takes
+    /// (the download is not counted in `handler_timeout`). Each request waits at most
+    /// [`request_timeout`](ConsumerBuilder::request_timeout) for an answer, and a download
+    /// as long for each next piece. Transient S3 failures are tried 4 times in all. A payload
+    /// that cannot be read (no such object or bucket, access denied, a malformed pointer, a
+    /// size over [`max_payload_bytes`](ConsumerBuilder::max_payload_bytes) or not the one
+    /// declared, S3 failing 4 times) reaches no handler: it is counted in
+    /// [`Stats::payload_failures`](crate::Stats::payload_failures), logged once at `error`
+    /// with the message id, bucket and key, and the delivery meets the
+    /// [`retry_policy`](ConsumerBuilder::retry_policy), so a queue's redrive policy takes a
+    /// message that keeps failing to its dead-letter queue. Nothing is acked that no handler
+    /// saw. Feature `s3`; defaults to none (pointers are delivered as they are).
+    ///
+    /// ```no_run
+    /// # async fn example(sqs: aws_sdk_sqs::Client, s3: aws_sdk_s3::Client) -> Result<(), sqs_consumer::Error> {
+    /// use sqs_consumer::{Consumer, Delivery};
+    ///
+    /// let consumer = Consumer::builder(sqs, "orders")
+    ///     .s3_payloads(s3)
+    ///     .max_payload_bytes(64 * 1024 * 1024)
+    ///     .build()?;
+    /// consumer
+    ///     .run(|delivery: Delivery| async move {
+    ///         println!("{} bytes", delivery.body().len()); // the payload, read from S3
+    ///         delivery.ack().await
+    ///     })
+    ///     .await
+    /// # }
+    /// ```
+    #[cfg(feature = "s3")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "s3")))]
+    pub fn s3_payloads(mut self, client: aws_sdk_s3::Client) -> Self {
+        self.payloads.client = Some(client);
+        self
+    }
+
+    /// The largest payload read from S3, in bytes, 1..=2147483648 (2 GiB): a message that
+    /// declares more, or an object that turns out larger, is refused without reading it (or
+    /// as soon as more arrives) and meets the retry policy, as an unreadable payload does
+    /// (see [`s3_payloads`](ConsumerBuilder::s3_payloads)). Each payload held is in memory
+    /// whole, as a `String`, while its delivery is held. Defaults to 256 MiB. Feature `s3`.
+    #[cfg(feature = "s3")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "s3")))]
+    pub fn max_payload_bytes(mut self, max: u64) -> Self {
+        self.payloads.max_bytes = max;
+        self
+    }
+
+    /// Deletes a payload's object from S3 once its message is acked: only after the SQS
+    /// delete succeeded (never before: a failed ack leaves the message to be handled again,
+    /// and it needs its payload), in the background (a graceful shutdown waits for it). A
+    /// failed object delete is tried 4 times at most, then logged at `warn` and counted in
+    /// [`Stats::payload_delete_failures`](crate::Stats::payload_delete_failures); the object
+    /// stays. Defaults to `false`: with SNS fan-out several queues carry pointers to one
+    /// object, and the first consumer to delete it would take it from the others (let an S3
+    /// lifecycle rule expire them instead). Needs
+    /// [`s3_payloads`](ConsumerBuilder::s3_payloads). Feature `s3`.
+    #[cfg(feature = "s3")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "s3")))]
+    pub fn delete_payload_on_ack(mut self, delete: bool) -> Self {
+        self.payloads.delete_on_ack = delete;
+        self
+    }
+
     /// Checks the settings and creates the consumer. Nothing is sent to SQS yet.
     ///
     /// # Errors
@@ -370,6 +461,8 @@ impl ConsumerBuilder {
         )?;
         self.retry_policy.validate()?;
         let handling = self.handler_settings()?;
+        #[cfg(feature = "s3")]
+        let payloads = self.payloads.build(request_timeout)?;
         let (queue, lease_queue) = queues(self.source, self.keeper_client, self.keeper)?;
         let leases = match lease_queue {
             Some(lease_queue) => (
@@ -389,6 +482,8 @@ impl ConsumerBuilder {
                 retry_policy: self.retry_policy,
                 handling,
                 leases,
+                #[cfg(feature = "s3")]
+                payloads,
             },
         ))
     }
@@ -417,6 +512,10 @@ impl ConsumerBuilder {
         )?;
         for name in &self.message_attribute_names {
             limits::message_attribute_name("message_attribute_names", name)?;
+        }
+        #[cfg(feature = "s3")]
+        if self.payloads.client.is_some() {
+            with_size_attributes(&mut self.message_attribute_names);
         }
         let known = MessageSystemAttributeName::values();
         if let Some(unknown) = self
@@ -464,6 +563,52 @@ impl ConsumerBuilder {
             ack_mode: self.ack_mode,
             timeout: self.handler_timeout,
         })
+    }
+}
+
+#[cfg(feature = "s3")]
+impl PayloadSettings {
+    /// Checks the payload settings; the store to read payloads from, if any.
+    fn build(
+        &mut self,
+        request_timeout: std::time::Duration,
+    ) -> Result<Option<crate::s3::PayloadStore>, Error> {
+        let max_bytes = limits::in_range(
+            "max_payload_bytes",
+            self.max_bytes,
+            1..=(2 << 30),
+            "1..=2147483648 (2 GiB)",
+        )?;
+        let Some(client) = self.client.take() else {
+            if self.delete_on_ack {
+                return Err(Error::invalid(
+                    "delete_payload_on_ack",
+                    true,
+                    "true only with s3_payloads (there is nothing to delete without it)",
+                ));
+            }
+            return Ok(None);
+        };
+        Ok(Some(crate::s3::PayloadStore::new(
+            client,
+            max_bytes,
+            self.delete_on_ack,
+            request_timeout,
+        )))
+    }
+}
+
+/// Adds the reserved size attributes of Extended Client pointers to `names`, unless it asks
+/// for every attribute already: a pointer is known by them.
+#[cfg(feature = "s3")]
+fn with_size_attributes(names: &mut Vec<String>) {
+    if names.iter().any(|n| n == "All" || n == ".*") {
+        return;
+    }
+    for needed in crate::payload::SIZE_ATTRIBUTES {
+        if !names.iter().any(|n| n == needed) {
+            names.push(needed.to_owned());
+        }
     }
 }
 
@@ -750,6 +895,61 @@ mod tests {
         assert!(
             c.receive_settings().message_attribute_names.is_empty(),
             "an empty list asks for no message attribute"
+        );
+    }
+
+    #[cfg(feature = "s3")]
+    fn s3() -> aws_sdk_s3::Client {
+        let conf = aws_sdk_s3::Config::builder()
+            .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
+            .region(aws_sdk_s3::config::Region::new("us-east-1"))
+            .build();
+        aws_sdk_s3::Client::from_conf(conf)
+    }
+
+    #[cfg(feature = "s3")]
+    #[test]
+    fn payload_settings_are_checked_and_pointers_are_always_recognisable() {
+        for max in [0, (2 << 30) + 1] {
+            refused(
+                builder().s3_payloads(s3()).max_payload_bytes(max),
+                "max_payload_bytes",
+                "1..=2147483648 (2 GiB)",
+            );
+        }
+        refused(
+            builder().delete_payload_on_ack(true),
+            "delete_payload_on_ack",
+            "only with s3_payloads",
+        );
+        builder()
+            .s3_payloads(s3())
+            .max_payload_bytes(2 << 30)
+            .delete_payload_on_ack(true)
+            .build()
+            .expect("bounds are valid");
+        let names = |given: &[&str]| {
+            builder()
+                .s3_payloads(s3())
+                .message_attribute_names(given.iter().copied())
+                .build()
+                .unwrap()
+                .receive_settings()
+                .message_attribute_names
+                .clone()
+        };
+        let both = ["ExtendedPayloadSize", "SQSLargePayloadSize"];
+        assert_eq!(names(&[]), both);
+        assert_eq!(names(&["tenant"]), ["tenant", both[0], both[1]]);
+        assert_eq!(names(&["All"]), ["All"]);
+        assert_eq!(names(&[".*"]), [".*"]);
+        let without = builder()
+            .message_attribute_names(["tenant"])
+            .build()
+            .unwrap();
+        assert_eq!(
+            without.receive_settings().message_attribute_names,
+            ["tenant"]
         );
     }
 

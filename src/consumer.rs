@@ -28,6 +28,9 @@ pub(crate) struct ConsumerSettings {
     pub(crate) handling: HandlerSettings,
     /// The queue the keeper and the settle calls use, and where they run.
     pub(crate) leases: (Queue, Runner),
+    /// Where payloads are read from (feature `s3`), if the consumer reads them.
+    #[cfg(feature = "s3")]
+    pub(crate) payloads: Option<crate::s3::PayloadStore>,
 }
 
 /// Receives messages from one SQS queue and hands each to a handler as a
@@ -56,6 +59,8 @@ impl Consumer {
                 settings.retry_policy,
                 settings.shutdown_timeout,
                 settings.handling,
+                #[cfg(feature = "s3")]
+                settings.payloads,
             )),
         }
     }

@@ -86,6 +86,9 @@ pub(crate) struct Context {
     visibility: Batcher,
     /// Where the batchers and the settle retries run.
     runner: Runner,
+    /// Where payloads are read from and deleted (feature `s3`), if the consumer reads them.
+    #[cfg(feature = "s3")]
+    payloads: Option<crate::s3::PayloadStore>,
 }
 
 impl Context {
@@ -102,7 +105,76 @@ impl Context {
             counters: Counters::new(queue.name()),
             lost_acks: LostAcks::default(),
             settles,
+            #[cfg(feature = "s3")]
+            payloads: None,
         }
+    }
+
+    /// The same context, reading payloads from `store`.
+    #[cfg(feature = "s3")]
+    pub(crate) fn with_payloads(mut self, store: Option<crate::s3::PayloadStore>) -> Self {
+        self.payloads = store;
+        self
+    }
+
+    /// Where payloads are read from, if the consumer reads them.
+    #[cfg(feature = "s3")]
+    pub(crate) fn payloads(&self) -> Option<&crate::s3::PayloadStore> {
+        self.payloads.as_ref()
+    }
+
+    /// After an ack, deletes the payload object at `location` if the consumer was asked to:
+    /// in a task of its own that shutdown waits for, a few tries at most; a failure is
+    /// logged and counted, and the object stays.
+    #[cfg(feature = "s3")]
+    pub(crate) fn delete_payload(
+        self: &Arc<Self>,
+        location: &crate::payload::PayloadLocation,
+        span: &Span,
+    ) {
+        let Some(store) = self.payloads.clone().filter(|s| s.deletes_on_ack()) else {
+            return;
+        };
+        // On the caller's runtime: the S3 client's connections belong to it.
+        let Ok(runtime) = Handle::try_current() else {
+            return;
+        };
+        let (ctx, location) = (self.clone(), location.clone());
+        let delete = async move {
+            let mut backoff = call_retries::PAYLOAD.backoff();
+            let mut tries = 1;
+            loop {
+                match store.delete(&location).await {
+                    Ok(()) => {
+                        tracing::debug!(
+                            bucket = location.bucket(),
+                            key = location.key(),
+                            "payload deleted"
+                        );
+                        return;
+                    }
+                    Err(err)
+                        if err.kind == crate::error::ErrorKind::Retryable
+                            && tries < call_retries::PAYLOAD_ATTEMPTS =>
+                    {
+                        tries += 1;
+                        sleep(backoff.next_delay()).await;
+                    }
+                    Err(err) => {
+                        ctx.count(Counter::PayloadDeleteFailures);
+                        tracing::warn!(
+                            bucket = location.bucket(),
+                            key = location.key(),
+                            error = %err.reason,
+                            tries,
+                            "deleting the payload after the ack failed; the object stays in S3"
+                        );
+                        return;
+                    }
+                }
+            }
+        };
+        self.spawn_settle(delete.instrument(span.clone()), &runtime);
     }
 
     /// `true` when the keeper and the settle calls run on a thread of their own.

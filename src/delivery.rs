@@ -195,8 +195,48 @@ impl Delivery {
     }
 
     /// The message body (empty if SQS sent none).
+    ///
+    /// With [`s3_payloads`](crate::ConsumerBuilder::s3_payloads) (feature `s3`), for a message
+    /// whose body an Extended Client library stored in S3, the payload read from S3 (the
+    /// pointer the queue carried stays in [`message`](Delivery::message)). For an SNS
+    /// notification whose `Message` is such a pointer, the body is the envelope as sent, and
+    /// `sns()` gives the notification with the payload as its `message`.
     pub fn body(&self) -> &str {
+        #[cfg(feature = "s3")]
+        if let Some(payload) = self.lease.payload() {
+            if payload.carrier == crate::payload::Carrier::Sqs {
+                return &payload.body;
+            }
+        }
         self.lease.message().body().unwrap_or_default()
+    }
+
+    /// Where the payload came from, for a message whose body an Extended Client library stored
+    /// in S3: its bucket, key and declared size; `None` for an ordinary message. Feature `s3`.
+    ///
+    /// ```no_run
+    /// # async fn example(delivery: sqs_consumer::Delivery) {
+    /// if let Some(location) = delivery.payload_location() {
+    ///     tracing::info!(bucket = location.bucket(), key = location.key(), "large message");
+    /// }
+    /// # }
+    /// ```
+    #[cfg(feature = "s3")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "s3")))]
+    pub fn payload_location(&self) -> Option<&crate::payload::PayloadLocation> {
+        self.lease.payload().map(|p| &p.location)
+    }
+
+    /// The payload of an SNS notification whose `Message` was a pointer to S3, once read.
+    #[cfg(feature = "json")]
+    pub(crate) fn sns_payload(&self) -> Option<&str> {
+        #[cfg(feature = "s3")]
+        if let Some(payload) = self.lease.payload() {
+            if payload.carrier == crate::payload::Carrier::Sns {
+                return Some(&payload.body);
+            }
+        }
+        None
     }
 
     /// The message as the SDK returned it, with its system and message attributes, but
@@ -523,6 +563,12 @@ impl Delivery {
             error = %crate::error::chain(&*error),
             "delivery failed; it gets the retry policy"
         );
+        self.meet_retry_policy().await
+    }
+
+    /// What a failure does: the retry policy (released at once during a shutdown).
+    pub(crate) async fn meet_retry_policy(self) -> Result<(), Error> {
+        let lease = &self.lease;
         if let Some(reason) = lease.lost_reason() {
             return Err(Error::Lost {
                 message_id: self.message_id().to_owned(),

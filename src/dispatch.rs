@@ -59,9 +59,13 @@ impl Engine {
         retry: RetryPolicy,
         shutdown_timeout: Duration,
         handling: HandlerSettings,
+        #[cfg(feature = "s3")] payloads: Option<crate::s3::PayloadStore>,
     ) -> Self {
+        let ctx = Context::new(&lease_queue, retry, runner.clone());
+        #[cfg(feature = "s3")]
+        let ctx = ctx.with_payloads(payloads);
         Self {
-            ctx: Arc::new(Context::new(&lease_queue, retry, runner.clone())),
+            ctx: Arc::new(ctx),
             keeper: Keeper::new(runner),
             receiver: Receiver::new(queue, receive),
             shutdown_timeout,
@@ -218,6 +222,8 @@ impl Engine {
         dispatch: &Dispatch,
         stop: &CancellationToken,
     ) -> Result<(), Error> {
+        #[cfg(feature = "s3")]
+        let dispatch = &self.reading_payloads(dispatch);
         self.receiver
             .run(stop, |batch| {
                 // Group tasks log their own failures; this only frees finished ones.
@@ -225,6 +231,41 @@ impl Engine {
                 self.deliver(batch, run, dispatch);
             })
             .await
+    }
+
+    /// `dispatch`, each delivery's payload read from S3 first when the consumer reads
+    /// payloads (in the delivery's own task, its lease kept meanwhile); a delivery whose
+    /// payload cannot be read is handed to no one.
+    #[cfg(feature = "s3")]
+    fn reading_payloads(&self, dispatch: &Dispatch) -> Dispatch {
+        if self.ctx.payloads().is_none() {
+            return dispatch.clone();
+        }
+        match dispatch {
+            Dispatch::Each(each) => {
+                let each = each.clone();
+                Dispatch::Each(Arc::new(move |d| {
+                    let each = each.clone();
+                    Box::pin(async move {
+                        if let Some(d) = crate::payloads::resolve(d).await {
+                            each(d).await;
+                        }
+                    })
+                }))
+            }
+            Dispatch::Batch(batch) => {
+                let batch = batch.clone();
+                Dispatch::Batch(Arc::new(move |deliveries, shutdown| {
+                    let batch = batch.clone();
+                    Box::pin(async move {
+                        let deliveries = crate::payloads::resolve_all(deliveries).await;
+                        if !deliveries.is_empty() {
+                            batch(deliveries, shutdown).await;
+                        }
+                    })
+                }))
+            }
+        }
     }
 
     /// Lets the FIFO groups already received finish handing out their deliveries, and
@@ -324,7 +365,6 @@ impl Engine {
             Dispatch::Each(each) => {
                 for group in fifo::partition(deliveries, ctx.is_fifo()) {
                     let each = each.clone();
-                    // Boxed: the task then moves a pointer around, not the whole state machine.
                     // Boxed: the task then moves a pointer around, not the whole state machine.
                     groups.spawn(Box::pin(fifo::run_group(
                         group,

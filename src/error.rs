@@ -74,6 +74,28 @@ pub enum Error {
         source: std::io::Error,
     },
 
+    /// A message's payload in S3 (an Extended Client pointer, feature `s3`) could not be read:
+    /// the object is missing or forbidden, the pointer is malformed, the size is over
+    /// `max_payload_bytes` or not what the message declares, or S3 kept failing. The handler
+    /// never sees such a delivery: it meets the retry policy.
+    #[error("message {message_id}: its payload (bucket {bucket:?}, key {key:?}) could not be read: {reason}")]
+    Payload {
+        /// The SQS message id.
+        message_id: String,
+        /// The bucket the pointer names (empty if the pointer could not be read).
+        bucket: String,
+        /// The key the pointer names (empty if the pointer could not be read).
+        key: String,
+        /// What went wrong.
+        reason: String,
+        /// Retryable (S3 was unavailable, throttled or slow) or fatal (trying again reads
+        /// the same answer).
+        kind: ErrorKind,
+        /// The S3 error, or the pointer's fault.
+        #[source]
+        source: BoxError,
+    },
+
     /// An SQS call (or the equivalent [`MemoryQueue`](crate::MemoryQueue) call) failed.
     #[error("SQS {operation} failed{}: {message}", code.as_deref().map(|c| format!(" with {c}")).unwrap_or_default())]
     Sqs {
@@ -155,6 +177,9 @@ impl Error {
             Error::Sqs {
                 kind: ErrorKind::Retryable,
                 ..
+            } | Error::Payload {
+                kind: ErrorKind::Retryable,
+                ..
             }
         )
     }
@@ -168,13 +193,17 @@ impl Error {
                     kind: ErrorKind::Fatal,
                     ..
                 }
+                | Error::Payload {
+                    kind: ErrorKind::Fatal,
+                    ..
+                }
         )
     }
 
-    /// How a failed SQS call is treated; `None` for errors that are not SQS calls.
+    /// How a failed SQS call (or S3 payload read) is treated; `None` for other errors.
     pub fn kind(&self) -> Option<ErrorKind> {
         match self {
-            Error::Sqs { kind, .. } => Some(*kind),
+            Error::Sqs { kind, .. } | Error::Payload { kind, .. } => Some(*kind),
             _ => None,
         }
     }

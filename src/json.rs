@@ -122,7 +122,11 @@ impl Delivery {
     /// # }
     /// ```
     pub fn sns(&self) -> Result<SnsNotification, Error> {
-        sns(self.message_id(), self.body())
+        let mut notification = sns(self.message_id(), self.body())?;
+        if let Some(payload) = self.sns_payload() {
+            payload.clone_into(&mut notification.message);
+        }
+        Ok(notification)
     }
 
     /// The body decoded from JSON as a `T`, whether it is the message itself or an SNS
@@ -150,7 +154,10 @@ impl Delivery {
     /// [`Error::Decode`] naming the form it tried (the body, or an SNS notification's
     /// `Message`) and why that failed.
     pub fn json_or_sns<T: DeserializeOwned>(&self) -> Result<T, Error> {
-        json_or_sns(self.message_id(), self.body())
+        match self.sns_payload() {
+            Some(payload) => decode(self.message_id(), payload),
+            None => json_or_sns(self.message_id(), self.body()),
+        }
     }
 }
 

@@ -143,6 +143,9 @@ pub(crate) struct Lease {
     keeper_slot: AtomicU32,
     /// Set once the keeper was told to let go of it.
     let_go: AtomicBool,
+    /// The payload read from S3, set once before the delivery is handed out.
+    #[cfg(feature = "s3")]
+    payload: std::sync::OnceLock<crate::payload::Payload>,
 }
 
 impl Lease {
@@ -170,7 +173,21 @@ impl Lease {
             span,
             keeper_slot: AtomicU32::new(u32::MAX),
             let_go: AtomicBool::new(false),
+            #[cfg(feature = "s3")]
+            payload: std::sync::OnceLock::new(),
         }
+    }
+
+    /// The payload read from S3 for this message, if any.
+    #[cfg(feature = "s3")]
+    pub(crate) fn payload(&self) -> Option<&crate::payload::Payload> {
+        self.payload.get()
+    }
+
+    /// Keeps the payload read from S3 (once: a second one is ignored).
+    #[cfg(feature = "s3")]
+    pub(crate) fn set_payload(&self, payload: crate::payload::Payload) {
+        let _ = self.payload.set(payload);
     }
 
     /// `true` the first time only: whoever gets it tells the keeper to let go.
@@ -381,6 +398,11 @@ impl Lease {
             (Ok(()), Some(reason)) => reason,
             (Ok(()), None) if self.acked() => {
                 tracing::debug!(parent: &self.span, "acked");
+                // Only now, the SQS delete done: the object is never deleted before it.
+                #[cfg(feature = "s3")]
+                if let Some(payload) = self.payload() {
+                    self.ctx.delete_payload(&payload.location, &self.span);
+                }
                 return Ok(());
             }
             (Ok(()), None) => self

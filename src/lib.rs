@@ -106,10 +106,16 @@ mod lease_thread;
 mod limits;
 mod lost_acks;
 pub mod memory;
+#[cfg(feature = "s3")]
+mod payload;
+#[cfg(feature = "s3")]
+mod payloads;
 mod queue;
 mod queue_ref;
 mod receiver;
 mod redelivery;
+#[cfg(feature = "s3")]
+mod s3;
 mod stats;
 mod stream;
 
@@ -127,6 +133,9 @@ pub use in_flight_limit::InFlightLimit;
 #[cfg_attr(docsrs, doc(cfg(feature = "json")))]
 pub use json::{SnsMessageAttribute, SnsNotification};
 pub use memory::MemoryQueue;
+#[cfg(feature = "s3")]
+#[cfg_attr(docsrs, doc(cfg(feature = "s3")))]
+pub use payload::PayloadLocation;
 pub use redelivery::RetryPolicy;
 pub use stats::Stats;
 pub use stream::DeliveryStream;

@@ -37,6 +37,7 @@ const ROOT: &[&str] = &[
     "InFlightLimit",
     "LostReason",
     "MemoryQueue",
+    "PayloadLocation",
     "RetryPolicy",
     "SnsMessageAttribute",
     "SnsNotification",
@@ -134,6 +135,11 @@ async fn every_public_item(
         .in_flight_limit(&limit)
         .isolated_keeper(true)
         .keeper_client(client);
+    #[cfg(feature = "s3")]
+    let builder: ConsumerBuilder = builder
+        .s3_payloads(s3_client())
+        .max_payload_bytes(1)
+        .delete_payload_on_ack(false);
     let consumer: Consumer = builder.build()?;
     #[cfg(feature = "from-env")]
     let _: ConsumerBuilder = Consumer::from_env("url").await;
@@ -197,6 +203,11 @@ async fn every_public_item(
     ];
     let _: bool = delivery.is_lost();
     let _: LostReason = delivery.lost().await;
+    #[cfg(feature = "s3")]
+    if let Some(location) = delivery.payload_location() {
+        let _: &sqs_consumer::PayloadLocation = location;
+        let _: (&str, &str, u64) = (location.bucket(), location.key(), location.declared_size());
+    }
     let _: Option<std::time::SystemTime> = delivery.sent_at();
     let _: Option<Duration> = delivery.age();
     #[cfg(feature = "json")]
@@ -255,6 +266,17 @@ async fn every_public_item(
         }
         Error::Lost { message_id, reason } => {
             let _: (String, LostReason) = (message_id, reason);
+        }
+        Error::Payload {
+            message_id,
+            bucket,
+            key,
+            reason,
+            kind,
+            ..
+        } => {
+            let _: (String, String, String, String, ErrorKind) =
+                (message_id, bucket, key, reason, kind);
         }
         _ => {}
     }
@@ -364,4 +386,13 @@ async fn every_public_item(
         let _: &str = action.name();
     }
     Ok(())
+}
+
+#[cfg(feature = "s3")]
+fn s3_client() -> aws_sdk_s3::Client {
+    aws_sdk_s3::Client::from_conf(
+        aws_sdk_s3::Config::builder()
+            .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
+            .build(),
+    )
 }

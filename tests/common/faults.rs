@@ -1,6 +1,7 @@
 //! A fault-injecting HTTP proxy on 127.0.0.1, between the SDK and the test server.
 //!
-//! It reads each HTTP/1.1 request the SDK sends, and for the SQS actions it is told to
+//! It reads each HTTP/1.1 request the SDK sends, and for the SQS actions (or S3 ones, named
+//! by their method: `GetObject` for a GET) it is told to
 //! disturb, draws a fault: answer `500 InternalError` or a throttling error itself, reset the
 //! connection before the server sees the request, forward the request and drop the
 //! connection instead of answering (the call took effect, the client saw a failure), or
@@ -238,6 +239,17 @@ fn message_ids(body: &[u8]) -> Vec<String> {
         .collect()
 }
 
+/// An S3 request's action, from its method (S3 names no action in a header).
+fn s3_action(head: &str) -> Option<&'static str> {
+    match head.split(' ').next()? {
+        "GET" => Some("GetObject"),
+        "HEAD" => Some("HeadObject"),
+        "PUT" => Some("PutObject"),
+        "DELETE" => Some("DeleteObject"),
+        _ => None,
+    }
+}
+
 async fn forward(upstream: SocketAddr, request: &Http) -> Option<Http> {
     let mut server = TcpStream::connect(upstream).await.ok()?;
     server.write_all(&request.raw).await.ok()?;
@@ -266,6 +278,7 @@ async fn serve(mut client: TcpStream, upstream: SocketAddr, shared: Shared) {
         let action = request
             .header("x-amz-target")
             .and_then(|t| t.rsplit('.').next())
+            .or_else(|| s3_action(&request.head))
             .unwrap_or("?")
             .to_owned();
         let fault = faults

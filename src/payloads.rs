@@ -1,0 +1,142 @@
+//! Reading a delivery's payload from S3 before its handler sees it (feature `s3`): the
+//! delivery's lease is kept meanwhile (it holds its slot, and the keeper extends it), transient
+//! failures are retried a few times, and a payload that cannot be read keeps the delivery from
+//! every handler: it is counted, logged once at `error`, and meets the retry policy.
+
+use futures_util::future::join_all;
+use tokio::time::sleep;
+
+use crate::call_retries::{self, PAYLOAD_ATTEMPTS};
+use crate::delivery::Delivery;
+use crate::error::{Error, ErrorKind};
+use crate::payload::{self, Malformed, Payload, PayloadLocation};
+use crate::s3::{ObjectError, PayloadStore};
+use crate::stats::Counter;
+
+/// `delivery`, its payload read if it carries a pointer; `None` when the payload could not be
+/// read (the delivery then met the retry policy) or the delivery was lost meanwhile.
+pub(crate) async fn resolve(delivery: Delivery) -> Option<Delivery> {
+    let Some(store) = delivery.context().payloads().cloned() else {
+        return Some(delivery);
+    };
+    let (location, carrier) = match payload::find(delivery.message()) {
+        Ok(None) => return Some(delivery),
+        Ok(Some(found)) => found,
+        Err(malformed) => {
+            let err = malformed_error(&delivery, malformed);
+            return give_up(delivery, err).await;
+        }
+    };
+    let lost = delivery.lost();
+    let read = tokio::select! {
+        read = read_with_retries(&store, &location) => read,
+        reason = lost => {
+            tracing::warn!(parent: delivery.span(), message_id = %delivery.message_id(), %reason, "delivery lost while its payload was read; dropped");
+            return None;
+        }
+    };
+    match read {
+        Ok(body) => {
+            delivery.lease().set_payload(Payload {
+                location,
+                carrier,
+                body,
+            });
+            Some(delivery)
+        }
+        Err(err) => {
+            let err = Error::Payload {
+                message_id: delivery.message_id().to_owned(),
+                bucket: location.bucket().to_owned(),
+                key: location.key().to_owned(),
+                reason: err.reason,
+                kind: err.kind,
+                source: err.source,
+            };
+            give_up(delivery, err).await
+        }
+    }
+}
+
+/// The deliveries whose payloads could be read (each read at once), in their order.
+pub(crate) async fn resolve_all(deliveries: Vec<Delivery>) -> Vec<Delivery> {
+    join_all(deliveries.into_iter().map(resolve))
+        .await
+        .into_iter()
+        .flatten()
+        .collect()
+}
+
+/// Reads the object, retrying transient failures up to [`PAYLOAD_ATTEMPTS`] tries in all; a
+/// declared size over the limit is refused without a request.
+async fn read_with_retries(
+    store: &PayloadStore,
+    location: &PayloadLocation,
+) -> Result<String, ObjectError> {
+    if location.declared_size() > store.max_bytes() {
+        return Err(ObjectError {
+            reason: format!(
+                "the message declares {} bytes, over max_payload_bytes ({})",
+                location.declared_size(),
+                store.max_bytes()
+            ),
+            kind: ErrorKind::Fatal,
+            source: "declared size over the limit".into(),
+        });
+    }
+    let mut backoff = call_retries::PAYLOAD.backoff();
+    let mut tries = 1;
+    loop {
+        match store.read(location).await {
+            Ok(body) => return Ok(body),
+            Err(err) if err.kind == ErrorKind::Retryable && tries < PAYLOAD_ATTEMPTS => {
+                let wait = backoff.next_delay();
+                tracing::debug!(error = %err.reason, tries, retry_in = ?wait, "reading the payload failed; retrying");
+                tries += 1;
+                sleep(wait).await;
+            }
+            Err(err) => return Err(err),
+        }
+    }
+}
+
+fn malformed_error(delivery: &Delivery, malformed: Malformed) -> Error {
+    Error::Payload {
+        message_id: delivery.message_id().to_owned(),
+        bucket: malformed.bucket.unwrap_or_default(),
+        key: malformed.key.unwrap_or_default(),
+        source: malformed.reason.clone().into(),
+        reason: malformed.reason,
+        kind: ErrorKind::Fatal,
+    }
+}
+
+/// A payload that cannot be read: counted, logged once, and the delivery meets the retry
+/// policy (the queue's redrive policy then takes a message that keeps failing to its
+/// dead-letter queue). It reaches no handler, so nothing acks it.
+async fn give_up(delivery: Delivery, err: Error) -> Option<Delivery> {
+    delivery.context().count(Counter::PayloadFailures);
+    if let Error::Payload {
+        message_id,
+        bucket,
+        key,
+        reason,
+        ..
+    } = &err
+    {
+        tracing::error!(
+            parent: delivery.span(),
+            %message_id,
+            %bucket,
+            %key,
+            error = %reason,
+            retryable = err.is_retryable(),
+            "the message's payload could not be read from S3; it gets the retry policy"
+        );
+    }
+    let message_id = delivery.message_id().to_owned();
+    if let Err(release) = delivery.meet_retry_policy().await {
+        tracing::warn!(%message_id, error = %release.chain(), "applying the retry policy failed; the message returns when its visibility lapses");
+    }
+    None
+}

@@ -1,0 +1,506 @@
+//! Payloads in S3, as Amazon's Extended Client libraries store them (feature `s3`): pointers
+//! written exactly as the Java and Python libraries write them, read before the handler with
+//! the lease kept; unreadable payloads kept from every handler; the object deleted only after
+//! the SQS delete. S3 is the test server's own (moto serves it on the SQS port; LocalStack runs
+//! it beside SQS); the queue is `MemoryQueue` (on the real clock: S3 is real I/O) or the
+//! server's.
+#![cfg(feature = "s3")]
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use aws_sdk_sqs::types::MessageAttributeValue;
+use common::faults::{FaultProxy, Faults};
+use common::{eventually, secs, Kind, TestQueue};
+use sqs_consumer::memory::Action;
+use sqs_consumer::{ConsumerBuilder, Delivery, RetryPolicy};
+
+/// Runs `name(kind)` on `MemoryQueue` and on the server's queue, both with the server's S3.
+macro_rules! with_s3 {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            use super::*;
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn memory() {
+                require_server!(concat!(stringify!($name), "::memory"));
+                super::$name(Kind::Memory).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn server() {
+                require_server!(concat!(stringify!($name), "::server"));
+                super::$name(Kind::Server).await;
+            }
+        }
+    )*};
+}
+
+const CLASS: &str = "software.amazon.payloadoffloading.PayloadS3Pointer";
+const REPACKAGED: &str = "awsv2.repackaged.software.amazon.payloadoffloading.PayloadS3Pointer";
+
+/// An S3 client of the test server (or a proxy in front of it), path-style as local servers
+/// need.
+fn s3_client(endpoint: &str) -> aws_sdk_s3::Client {
+    let config = aws_sdk_s3::Config::builder()
+        .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
+        .region(aws_sdk_s3::config::Region::new("us-east-1"))
+        .credentials_provider(aws_sdk_s3::config::Credentials::new(
+            "test", "test", None, None, "tests",
+        ))
+        .endpoint_url(endpoint)
+        .force_path_style(true)
+        .build();
+    aws_sdk_s3::Client::from_conf(config)
+}
+
+/// A fresh bucket on the test server.
+async fn new_bucket(s3: &aws_sdk_s3::Client) -> String {
+    let bucket = common::unique_name("payloads");
+    s3.create_bucket()
+        .bucket(&bucket)
+        .send()
+        .await
+        .expect("CreateBucket");
+    bucket
+}
+
+async fn put(s3: &aws_sdk_s3::Client, bucket: &str, key: &str, body: &[u8]) {
+    s3.put_object()
+        .bucket(bucket)
+        .key(key)
+        .body(body.to_vec().into())
+        .send()
+        .await
+        .expect("PutObject");
+}
+
+async fn exists(s3: &aws_sdk_s3::Client, bucket: &str, key: &str) -> bool {
+    s3.head_object()
+        .bucket(bucket)
+        .key(key)
+        .send()
+        .await
+        .is_ok()
+}
+
+/// How a producer library writes its pointer.
+#[derive(Debug, Clone, Copy)]
+enum Producer {
+    /// Java (`amazon-sqs-java-extended-client-lib`): compact JSON, `ExtendedPayloadSize`.
+    Java,
+    /// Java 2.x repackaged inside another jar: a longer class name.
+    JavaRepackaged,
+    /// Python (`amazon-sqs-python-extended-client`): `json.dumps`, with spaces.
+    Python,
+    /// Older producers: the legacy attribute name `SQSLargePayloadSize`.
+    Legacy,
+}
+
+impl Producer {
+    fn pointer(self, bucket: &str, key: &str) -> String {
+        match self {
+            Producer::Java | Producer::Legacy => {
+                format!(r#"["{CLASS}",{{"s3BucketName":"{bucket}","s3Key":"{key}"}}]"#)
+            }
+            Producer::JavaRepackaged => {
+                format!(r#"["{REPACKAGED}",{{"s3BucketName":"{bucket}","s3Key":"{key}"}}]"#)
+            }
+            Producer::Python => {
+                format!(r#"["{CLASS}", {{"s3BucketName": "{bucket}", "s3Key": "{key}"}}]"#)
+            }
+        }
+    }
+
+    fn size_attribute(self) -> &'static str {
+        match self {
+            Producer::Legacy => "SQSLargePayloadSize",
+            _ => "ExtendedPayloadSize",
+        }
+    }
+}
+
+/// Sends the pointer `producer` would write for `bucket`/`key`, declaring `size` bytes (the
+/// reserved attribute is a Number on the server; `MemoryQueue` keeps every attribute as a
+/// String).
+async fn send_pointer(q: &TestQueue, producer: Producer, bucket: &str, key: &str, size: u64) {
+    let body = producer.pointer(bucket, key);
+    send_raw(q, &body, producer.size_attribute(), &size.to_string()).await;
+}
+
+async fn send_raw(q: &TestQueue, body: &str, attribute: &str, value: &str) {
+    match q {
+        TestQueue::Memory(_) => q.send_with_attributes(body, &[(attribute, value)]).await,
+        TestQueue::Server { client, url } => {
+            let size = MessageAttributeValue::builder()
+                .data_type("Number")
+                .string_value(value)
+                .build()
+                .unwrap();
+            client
+                .send_message()
+                .queue_url(url)
+                .message_body(body)
+                .message_attributes(attribute, size)
+                .send()
+                .await
+                .expect("SendMessage");
+        }
+    }
+}
+
+/// What handlers saw: each body, with its payload's bucket and key.
+type Seen = Arc<Mutex<Vec<(String, Option<(String, String, u64)>)>>>;
+
+fn recording(
+    seen: &Seen,
+) -> impl Fn(Delivery) -> futures::future::BoxFuture<'static, Result<(), sqs_consumer::Error>>
+       + Send
+       + Sync
+       + 'static {
+    let seen = seen.clone();
+    move |d: Delivery| {
+        let seen = seen.clone();
+        Box::pin(async move {
+            let location = d
+                .payload_location()
+                .map(|l| (l.bucket().to_owned(), l.key().to_owned(), l.declared_size()));
+            seen.lock().unwrap().push((d.body().to_owned(), location));
+            d.ack().await
+        })
+    }
+}
+
+fn consumer_of(q: &TestQueue, s3: aws_sdk_s3::Client) -> ConsumerBuilder {
+    q.consumer().wait_time(secs(1)).s3_payloads(s3)
+}
+
+/// Pointers as each library writes them are read before the handler: the body is the
+/// payload, `payload_location` says where from, and the object stays (no delete by
+/// default). An ordinary message beside them is untouched.
+async fn pointers_as_the_java_and_python_libraries_write_them_are_read(kind: Kind) {
+    let s3 = s3_client(&common::server_endpoint());
+    let bucket = new_bucket(&s3).await;
+    let q = TestQueue::new(kind, 30).await;
+    let producers = [
+        Producer::Java,
+        Producer::JavaRepackaged,
+        Producer::Python,
+        Producer::Legacy,
+    ];
+    let mut expected = Vec::new();
+    for (i, producer) in producers.into_iter().enumerate() {
+        // Multi-byte UTF-8, so bytes and characters differ.
+        let payload = format!("{producer:?} payload é✓ {}", "x".repeat(1000 * (i + 1)));
+        let key = format!("{}/{i}", common::unique_name("k"));
+        put(&s3, &bucket, &key, payload.as_bytes()).await;
+        send_pointer(&q, producer, &bucket, &key, payload.len() as u64).await;
+        expected.push((
+            payload.clone(),
+            Some((bucket.clone(), key, payload.len() as u64)),
+        ));
+    }
+    q.send("an ordinary message").await;
+    expected.push(("an ordinary message".to_owned(), None));
+
+    let consumer = consumer_of(&q, s3.clone()).build().unwrap();
+    let seen = Seen::default();
+    let all_seen = eventually("every message handled", secs(60), || {
+        seen.lock().unwrap().len() == expected.len() && consumer.stats().acked == 5
+    });
+    common::run_while(&consumer, recording(&seen), all_seen).await;
+    let mut got = seen.lock().unwrap().clone();
+    got.sort();
+    expected.sort();
+    assert_eq!(got, expected);
+    assert_eq!(consumer.stats().payload_failures, 0);
+    for (_, location) in &expected {
+        if let Some((bucket, key, _)) = location {
+            assert!(
+                exists(&s3, bucket, key).await,
+                "deleted without delete_payload_on_ack"
+            );
+        }
+    }
+}
+
+/// A missing object, a size other than declared, a payload over the limit and a malformed
+/// pointer reach no handler: each is counted, logged at `error` with its message id, bucket
+/// and key, and meets the retry policy, so the queue's redrive takes it to the dead-letter
+/// queue after its receives. A good payload beside them is handled.
+async fn unreadable_payloads_reach_no_handler_and_meet_the_retry_policy(kind: Kind) {
+    let s3 = s3_client(&common::server_endpoint());
+    let bucket = new_bucket(&s3).await;
+    let (q, dlq) = TestQueue::with_dead_letter(kind, 30, 2).await;
+    put(&s3, &bucket, "short", b"12345").await;
+    put(&s3, &bucket, "large", &[b'z'; 200]).await;
+    put(&s3, &bucket, "good", b"fine").await;
+    send_pointer(&q, Producer::Java, &bucket, "missing", 10).await;
+    send_pointer(&q, Producer::Java, &bucket, "short", 10).await;
+    send_pointer(&q, Producer::Java, &bucket, "large", 200).await;
+    send_raw(&q, "not a pointer", "ExtendedPayloadSize", "3").await;
+    send_pointer(&q, Producer::Java, &bucket, "good", 4).await;
+
+    let consumer = consumer_of(&q, s3.clone())
+        .max_payload_bytes(100)
+        .retry_policy(RetryPolicy::ReleaseNow)
+        .build()
+        .unwrap();
+    let seen = Seen::default();
+    // Redrive moves a message at the receive after its second: the consumer runs until then.
+    let parked = async {
+        while dlq.counts().await.0 < 4 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    let parked = tokio::time::timeout(secs(120), parked);
+    common::run_while(&consumer, recording(&seen), parked)
+        .await
+        .expect("the four bad ones reach the dead-letter queue");
+    assert!(
+        consumer.stats().payload_failures >= 8,
+        "{:?}",
+        consumer.stats()
+    );
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(
+        seen.len(),
+        1,
+        "only the good payload reached a handler: {seen:?}"
+    );
+    assert_eq!(seen[0].0, "fine");
+    let stats = consumer.stats();
+    assert_eq!((stats.acked, stats.handler_errors), (1, 0), "{stats:?}");
+    let bodies: Vec<String> = dlq
+        .receive_raw(Duration::ZERO)
+        .await
+        .iter()
+        .map(|m| m.body().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(bodies.len(), 4, "{bodies:?}");
+    assert!(bodies.iter().any(|b| b == "not a pointer"), "{bodies:?}");
+    for key in ["missing", "short", "large"] {
+        assert!(
+            bodies.iter().any(|b| b.contains(&format!("\"{key}\""))),
+            "{key}: {bodies:?}"
+        );
+    }
+}
+
+/// The errors of unreadable payloads as logged: once each at `error`, naming the message,
+/// bucket and key, and why (on `MemoryQueue`, its logs captured on this thread).
+#[tokio::test]
+async fn an_unreadable_payload_is_logged_once_at_error_naming_message_bucket_and_key() {
+    require_server!("an_unreadable_payload_is_logged_once_at_error_naming_message_bucket_and_key");
+    let (logs, _guard) = common::capture_logs();
+    let s3 = s3_client(&common::server_endpoint());
+    let bucket = new_bucket(&s3).await;
+    let q = TestQueue::new(Kind::Memory, 30).await;
+    send_pointer(&q, Producer::Java, &bucket, "no-such-key", 10).await;
+    let consumer = consumer_of(&q, s3).build().unwrap();
+    let failed = eventually("the payload failure", secs(60), || {
+        consumer.stats().payload_failures == 1
+    });
+    common::run_while(&consumer, recording(&Seen::default()), failed).await;
+    let logs = String::from_utf8(logs.lock().unwrap().clone()).unwrap();
+    let errors: Vec<&str> = logs.lines().filter(|l| l.contains("ERROR")).collect();
+    assert_eq!(errors.len(), 1, "{logs}");
+    assert_eq!(
+        q.counts().await,
+        (0, 1),
+        "kept hidden: the default retry policy leaves it"
+    );
+    for what in [
+        "message_id=",
+        &bucket,
+        "key=no-such-key",
+        "NoSuchKey",
+        "payload could not be read",
+    ] {
+        assert!(
+            errors[0].contains(what),
+            "{what} missing from {}",
+            errors[0]
+        );
+    }
+}
+
+/// With `delete_payload_on_ack`, the object goes once the SQS delete succeeded, and stays
+/// when it failed (`MemoryQueue` refuses the first delete).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_on_ack_deletes_the_object_only_after_the_sqs_delete() {
+    require_server!("delete_on_ack_deletes_the_object_only_after_the_sqs_delete");
+    let s3 = s3_client(&common::server_endpoint());
+    let bucket = new_bucket(&s3).await;
+    let q = TestQueue::new(Kind::Memory, 30).await;
+    let TestQueue::Memory(memory) = &q else {
+        unreachable!()
+    };
+    put(&s3, &bucket, "kept", b"first").await;
+    send_pointer(&q, Producer::Java, &bucket, "kept", 5).await;
+    memory.fail_next(Action::DeleteMessageBatch, "AccessDenied", 1);
+    let consumer = consumer_of(&q, s3.clone())
+        .delete_payload_on_ack(true)
+        .build()
+        .unwrap();
+    let d = common::take_one(&consumer).await;
+    assert_eq!(d.body(), "first");
+    let err = d.ack().await.expect_err("the SQS delete is refused");
+    assert!(err.is_fatal(), "{err}");
+    // A queue of its own: the first message may be back on the first one.
+    let q = TestQueue::new(Kind::Memory, 30).await;
+    put(&s3, &bucket, "deleted", b"second").await;
+    send_pointer(&q, Producer::Java, &bucket, "deleted", 6).await;
+    let consumer = consumer_of(&q, s3.clone())
+        .delete_payload_on_ack(true)
+        .build()
+        .unwrap();
+    let d = common::take_one(&consumer).await;
+    assert_eq!(d.body(), "second");
+    d.ack().await.unwrap();
+    let mut gone = false;
+    for _ in 0..100 {
+        if !exists(&s3, &bucket, "deleted").await {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(gone, "the object of the acked message was not deleted");
+    assert!(
+        exists(&s3, &bucket, "kept").await,
+        "deleted though its ack failed"
+    );
+    assert_eq!(consumer.stats().payload_delete_failures, 0);
+}
+
+/// A download slower than the visibility timeout keeps the message hidden: a spy receiving
+/// all the while gets nothing, and the handler gets the payload.
+async fn a_slow_download_keeps_the_message_hidden(kind: Kind) {
+    let endpoint = common::server_endpoint();
+    let s3 = s3_client(&endpoint);
+    let bucket = new_bucket(&s3).await;
+    let visibility = 2;
+    let q = TestQueue::new(kind, visibility).await;
+    put(&s3, &bucket, "slow", b"worth the wait").await;
+    send_pointer(&q, Producer::Java, &bucket, "slow", 14).await;
+    // Every object read is answered two visibility timeouts late.
+    let hold = secs(2 * visibility);
+    let faults = Faults {
+        internal_error: 0.0,
+        throttle: 0.0,
+        reset_before: 0.0,
+        drop_after: 0.0,
+        delay: 1.0,
+        delay_for: hold,
+        actions: &["GetObject"],
+    };
+    let proxy = FaultProxy::start(&endpoint, faults, 7).await;
+    let consumer = consumer_of(&q, s3_client(&proxy.endpoint))
+        .request_timeout(hold * 2)
+        .build()
+        .unwrap();
+    let seen = Seen::default();
+    let spied = Arc::new(Mutex::new(0usize));
+    let spy = {
+        let (q, seen, spied) = (q.clone(), seen.clone(), spied.clone());
+        let received = eventually("the receive", secs(30), || consumer.stats().received == 1);
+        async move {
+            received.await;
+            while seen.lock().unwrap().is_empty() {
+                let got = q.receive_up_to(10, Duration::ZERO).await;
+                *spied.lock().unwrap() += got.len();
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        }
+    };
+    let limit = tokio::time::timeout(hold * 10, spy);
+    common::run_while(&consumer, recording(&seen), limit)
+        .await
+        .expect("the payload reached the handler");
+    assert_eq!(
+        *spied.lock().unwrap(),
+        0,
+        "the message was visible during the download"
+    );
+    assert_eq!(seen.lock().unwrap()[0].0, "worth the wait");
+    assert!(consumer.stats().extended >= 1, "{:?}", consumer.stats());
+    assert_eq!(proxy.log().requests.get("GetObject"), Some(&1));
+}
+
+/// S3 failing transiently is tried 4 times in all, then the delivery meets the retry policy
+/// (kept hidden by default) without reaching a handler.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_s3_is_tried_four_times_then_the_delivery_meets_the_retry_policy() {
+    require_server!("a_failing_s3_is_tried_four_times_then_the_delivery_meets_the_retry_policy");
+    let endpoint = common::server_endpoint();
+    let s3 = s3_client(&endpoint);
+    let bucket = new_bucket(&s3).await;
+    let q = TestQueue::new(Kind::Memory, 30).await;
+    put(&s3, &bucket, "flaky", b"never read").await;
+    send_pointer(&q, Producer::Java, &bucket, "flaky", 10).await;
+    let faults = Faults {
+        internal_error: 1.0,
+        throttle: 0.0,
+        reset_before: 0.0,
+        drop_after: 0.0,
+        delay: 0.0,
+        delay_for: Duration::ZERO,
+        actions: &["GetObject"],
+    };
+    let proxy = FaultProxy::start(&endpoint, faults, 7).await;
+    let consumer = consumer_of(&q, s3_client(&proxy.endpoint)).build().unwrap();
+    let seen = Seen::default();
+    let failed = eventually("the payload failure", secs(60), || {
+        consumer.stats().payload_failures == 1
+    });
+    common::run_while(&consumer, recording(&seen), failed).await;
+    assert!(seen.lock().unwrap().is_empty());
+    assert_eq!(proxy.log().requests.get("GetObject"), Some(&4));
+    assert_eq!(
+        q.counts().await,
+        (0, 1),
+        "kept hidden by the default retry policy"
+    );
+}
+
+/// An SNS notification (without raw delivery) whose `Message` is a pointer: `sns()` gives the
+/// payload as its message; the body stays the envelope.
+#[cfg(feature = "json")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_sns_envelope_around_a_pointer_gives_the_payload_as_its_message() {
+    require_server!("an_sns_envelope_around_a_pointer_gives_the_payload_as_its_message");
+    let s3 = s3_client(&common::server_endpoint());
+    let bucket = new_bucket(&s3).await;
+    put(&s3, &bucket, "order", br#"{"id": 7}"#).await;
+    let envelope = serde_json::json!({
+        "Type": "Notification",
+        "MessageId": "sns-1",
+        "TopicArn": "arn:aws:sns:us-east-1:123456789012:orders",
+        "Message": Producer::Java.pointer(&bucket, "order"),
+        "Timestamp": "2026-12-01T00:00:00.000Z",
+        "MessageAttributes": {"ExtendedPayloadSize": {"Type": "Number", "Value": "9"}}
+    })
+    .to_string();
+    let q = TestQueue::new(Kind::Memory, 30).await;
+    q.send(&envelope).await;
+    let consumer = consumer_of(&q, s3).build().unwrap();
+    let d = common::take_one(&consumer).await;
+    assert_eq!(d.body(), envelope);
+    assert_eq!(d.sns().unwrap().message, r#"{"id": 7}"#);
+    #[derive(serde::Deserialize)]
+    struct Order {
+        id: u64,
+    }
+    assert_eq!(d.json_or_sns::<Order>().unwrap().id, 7);
+    assert_eq!(d.payload_location().unwrap().key(), "order");
+    d.ack().await.unwrap();
+}
+
+with_s3!(
+    pointers_as_the_java_and_python_libraries_write_them_are_read,
+    unreadable_payloads_reach_no_handler_and_meet_the_retry_policy,
+    a_slow_download_keeps_the_message_hidden,
+);
