@@ -15,7 +15,8 @@
 #
 # Needs no server: the MemoryQueue variants and the server-less tests run. With
 # SQS_TEST_ENDPOINT set (scripts/with-sqs-server.sh scripts/break-claims.sh), the server
-# variants of the named scenarios run too.
+# variants of the named scenarios run too, and so do the breaks whose only tests need a server
+# (S3 payloads: `breaks_on_server`); without one those print "skipped".
 set -uo pipefail
 cd "$(dirname "$0")/.."
 only="${1:-}"
@@ -97,6 +98,15 @@ breaks() {
     *) echo "caught  $promise ($what)" ;;
   esac
   restore
+}
+
+# breaks_on_server ...: as breaks, for a promise only tests against a server prove.
+breaks_on_server() {
+  if [ -z "${SQS_TEST_ENDPOINT:-}" ]; then
+    if [[ -z $only || ${1,,} =~ ${only,,} ]]; then echo "skipped $1 (needs a server)"; fi
+    return
+  fi
+  breaks "$@"
 }
 
 # --- Guarantees
@@ -282,6 +292,32 @@ breaks "backlog() has the queue's three counts" src/queue/sdk.rs \
   'count(A::ApproximateNumberOfMessagesDelayed),
                 count(A::ApproximateNumberOfMessagesNotVisible),' \
   -- --test queues the_backlog_maps_each_count_to_its_field
+# --- S3 payloads
+breaks "pointers are known by both attribute names and both class names" src/payload.rs \
+  ".is_some_and(|prefix| prefix.ends_with('.'));" '.is_some_and(|prefix| prefix.is_empty());' \
+  -- --lib both_attribute_names_and_both_class_names_are_pointers
+breaks "a payload over max_payload_bytes is refused" src/s3.rs \
+  'if size > self.max_bytes {' 'if size > self.max_bytes * 2 {' \
+  -- --lib sizes_over_the_limit_or_not_as_declared_and_bodies_not_utf8_are_refused
+breaks "s3 errors are fatal unless throttling or 5xx" src/s3.rs \
+  'let transient = status >= 500' 'let transient = status >= 600' \
+  -- --lib s3_errors_are_fatal_unless_throttling_or_5xx
+breaks_on_server "an unreadable payload reaches no handler and is counted" src/payloads.rs \
+  'delivery.context().count(Counter::PayloadFailures);' '' \
+  -- --test payloads unreadable_payloads_reach_no_handler
+breaks_on_server "transient s3 failures are tried 4 times" src/call_retries.rs \
+  'pub(crate) const PAYLOAD_ATTEMPTS: u32 = 4;' 'pub(crate) const PAYLOAD_ATTEMPTS: u32 = 5;' \
+  -- --test payloads a_failing_s3_is_tried_four_times
+breaks_on_server "payload objects are kept unless delete_payload_on_ack" src/config.rs \
+  'delete_on_ack: false,' 'delete_on_ack: true,' \
+  -- --test payloads pointers_as_the_java_and_python_libraries_write_them_are_read
+breaks_on_server "a payload object is deleted only after the sqs delete succeeded" src/lease.rs \
+  '(Err(err), _) => return Err(err),' \
+  '(Err(err), _) => { if let Some(p) = self.payload() { self.ctx.delete_payload(&p.location, &self.span); } return Err(err) }' \
+  -- --test payloads delete_on_ack_deletes_the_object_only_after_the_sqs_delete
+breaks_on_server "the lease is kept while a payload downloads" src/payloads.rs \
+  'let lost = delivery.lost();' 'let lost = delivery.lost(); delivery.keeper().let_go(delivery.lease());' \
+  -- --test payloads a_slow_download_keeps_the_message_hidden
 breaks "every counter lands in its own stats field" src/stats.rs \
   'handler_errors: get(Counter::HandlerErrors),
             handler_panics: get(Counter::HandlerPanics),' \

@@ -21,8 +21,9 @@ stop_server() {
   wait "$server_pid" 2> /dev/null || true
 }
 
-# wait_until_up PYTHON LOG METHOD URL [SERVICE]: polls URL with METHOD for at most 60 s until
-# it answers (and, given SERVICE, until the JSON answer's "services" shows it running).
+# wait_until_up PYTHON LOG METHOD URL [SERVICES]: polls URL with METHOD for at most 60 s until
+# it answers (and, given SERVICES, comma-separated, until the JSON answer's "services" shows
+# each of them running).
 wait_until_up() {
   "$1" - "$2" "$3" "$4" "${5:-}" << 'PY'
 import json, sys, time, urllib.request
@@ -31,7 +32,8 @@ for _ in range(300):
     try:
         request = urllib.request.Request(url, method=method)
         with urllib.request.urlopen(request, timeout=1) as answer:
-            if not service or json.load(answer)["services"].get(service) in ("running", "available"):
+            states = json.load(answer)["services"] if service else {}
+            if all(states.get(s) in ("running", "available") for s in service.split(",") if s):
                 sys.exit(0)
     except Exception:
         pass

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs a command with LocalStack's SQS (its own implementation, not moto's) up on the host, no
+# Runs a command with LocalStack's SQS (its own implementation, not moto's) and S3 up on the host, no
 # Docker: installs LocalStack and its pinned dependencies (scripts/localstack-requirements.txt)
 # into a venv under target/ on first use, with a Python >= 3.13 found on PATH or in pyenv;
 # starts it on 127.0.0.1 on a free port, exports its address as SQS_TEST_ENDPOINT (and
@@ -59,5 +59,5 @@ start_server target/localstack.log \
   SQS_DISABLE_CLOUDWATCH_METRICS=1 \
   "$venv/bin/python" scripts/localstack_server.py
 wait_until_up "$venv/bin/python" target/localstack.log GET \
-  "http://127.0.0.1:$port/_localstack/health" sqs
+  "http://127.0.0.1:$port/_localstack/health" sqs,s3
 run_against localstack "$port" "$@"

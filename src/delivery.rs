@@ -196,7 +196,7 @@ impl Delivery {
 
     /// The message body (empty if SQS sent none).
     ///
-    /// With [`s3_payloads`](crate::ConsumerBuilder::s3_payloads) (feature `s3`), for a message
+    /// With `ConsumerBuilder::s3_payloads` (feature `s3`), for a message
     /// whose body an Extended Client library stored in S3, the payload read from S3 (the
     /// pointer the queue carried stays in [`message`](Delivery::message)). For an SNS
     /// notification whose `Message` is such a pointer, the body is the envelope as sent, and

@@ -37,6 +37,11 @@ pub mod bad_input {}
 #[cfg_attr(docsrs, doc(cfg(all(feature = "json", feature = "from-env"))))]
 pub mod integrations {}
 
+#[doc = include_str!("../docs/payloads.md")]
+#[cfg(feature = "s3")]
+#[cfg_attr(docsrs, doc(cfg(feature = "s3")))]
+pub mod payloads {}
+
 #[doc = include_str!("../docs/cost.md")]
 pub mod cost {}
 

@@ -107,6 +107,9 @@ impl Delivery {
     /// message delivery on, or a message sent to the queue directly), saying so: read the
     /// body itself then, for example with [`json`](Delivery::json).
     ///
+    /// With feature `s3` and `ConsumerBuilder::s3_payloads`, a notification whose `Message`
+    /// was an Extended Client pointer has the payload read from S3 as its `message`.
+    ///
     /// # Errors
     ///
     /// [`Error::Decode`] naming the missing envelope field, or saying the body has no

@@ -49,6 +49,8 @@
 //!   [`guide::bad_input`], [`guide::cost`];
 //! - `guide::integrations` (features `json` and `from-env`): SNS envelopes, typed bodies,
 //!   one in-flight budget for several queues, trace context, metrics;
+//! - `guide::payloads` (feature `s3`): large messages stored in S3 by Amazon's Extended
+//!   Client libraries, read before the handler;
 //! - [`guide::testing`]: the in-memory queue ([`memory`]), local servers, and what they
 //!   answer differently from AWS.
 //!
@@ -67,6 +69,9 @@
 //! - `from-env` (default): `Consumer::from_env`, through `aws-config`.
 //! - `json`: `Delivery::json`, `Delivery::sns`, `Delivery::json_or_sns`, `SnsNotification`.
 //! - `metrics`: counters and histograms through the `metrics` facade.
+//! - `s3`: `ConsumerBuilder::s3_payloads`, `Delivery::payload_location`, `PayloadLocation`:
+//!   payloads that Amazon's Extended Client libraries store in S3, through `aws-sdk-s3`
+//!   (without its default features: you build the S3 client).
 //!
 //! With none of them the crate needs no HTTP client, TLS stack or `aws-config`: you pass the
 //! client you built. Items that need a feature say so.
