@@ -43,6 +43,10 @@ pub struct Delivery {
     /// What it shares with the run (or stream) that received it.
     run: Arc<RunTies>,
     _slot: Slot,
+    /// The payload read from S3 (feature `s3`), freed with the delivery; boxed, so that a
+    /// delivery stays a few words.
+    #[cfg(feature = "s3")]
+    payload: Option<Box<crate::payload::Payload>>,
 }
 
 /// What the deliveries of one run (a `run_until`, or a stream) share: the run's shutdown
@@ -186,6 +190,8 @@ impl Delivery {
             lease,
             run: received.run,
             _slot: received.slot.unwrap_or_default(),
+            #[cfg(feature = "s3")]
+            payload: None,
         }
     }
 
@@ -203,7 +209,7 @@ impl Delivery {
     /// `sns()` gives the notification with the payload as its `message`.
     pub fn body(&self) -> &str {
         #[cfg(feature = "s3")]
-        if let Some(payload) = self.lease.payload() {
+        if let Some(payload) = &self.payload {
             if payload.carrier == crate::payload::Carrier::Sqs {
                 return &payload.body;
             }
@@ -224,14 +230,25 @@ impl Delivery {
     #[cfg(feature = "s3")]
     #[cfg_attr(docsrs, doc(cfg(feature = "s3")))]
     pub fn payload_location(&self) -> Option<&crate::payload::PayloadLocation> {
-        self.lease.payload().map(|p| &p.location)
+        self.lease.payload_location()
+    }
+
+    /// Keeps the payload read from `location` as this delivery's.
+    #[cfg(feature = "s3")]
+    pub(crate) fn set_payload(
+        &mut self,
+        location: crate::payload::PayloadLocation,
+        payload: crate::payload::Payload,
+    ) {
+        self.lease.set_payload_location(location);
+        self.payload = Some(Box::new(payload));
     }
 
     /// The payload of an SNS notification whose `Message` was a pointer to S3, once read.
     #[cfg(feature = "json")]
     pub(crate) fn sns_payload(&self) -> Option<&str> {
         #[cfg(feature = "s3")]
-        if let Some(payload) = self.lease.payload() {
+        if let Some(payload) = &self.payload {
             if payload.carrier == crate::payload::Carrier::Sns {
                 return Some(&payload.body);
             }

@@ -143,9 +143,11 @@ pub(crate) struct Lease {
     keeper_slot: AtomicU32,
     /// Set once the keeper was told to let go of it.
     let_go: AtomicBool,
-    /// The payload read from S3, set once before the delivery is handed out.
+    /// Where the payload read from S3 came from (to delete it after the ack, if asked); the
+    /// payload itself is the `Delivery`'s, freed with it (the keeper may hold a lease a while
+    /// longer). Boxed: a lease of an ordinary message stays small.
     #[cfg(feature = "s3")]
-    payload: std::sync::OnceLock<crate::payload::Payload>,
+    payload_location: std::sync::OnceLock<Box<crate::payload::PayloadLocation>>,
 }
 
 impl Lease {
@@ -174,20 +176,20 @@ impl Lease {
             keeper_slot: AtomicU32::new(u32::MAX),
             let_go: AtomicBool::new(false),
             #[cfg(feature = "s3")]
-            payload: std::sync::OnceLock::new(),
+            payload_location: std::sync::OnceLock::new(),
         }
     }
 
-    /// The payload read from S3 for this message, if any.
+    /// Where this message's payload was read from, if it was.
     #[cfg(feature = "s3")]
-    pub(crate) fn payload(&self) -> Option<&crate::payload::Payload> {
-        self.payload.get()
+    pub(crate) fn payload_location(&self) -> Option<&crate::payload::PayloadLocation> {
+        self.payload_location.get().map(|l| &**l)
     }
 
-    /// Keeps the payload read from S3 (once: a second one is ignored).
+    /// Remembers where the payload was read from (once: a second is ignored).
     #[cfg(feature = "s3")]
-    pub(crate) fn set_payload(&self, payload: crate::payload::Payload) {
-        let _ = self.payload.set(payload);
+    pub(crate) fn set_payload_location(&self, location: crate::payload::PayloadLocation) {
+        let _ = self.payload_location.set(Box::new(location));
     }
 
     /// `true` the first time only: whoever gets it tells the keeper to let go.
@@ -400,8 +402,8 @@ impl Lease {
                 tracing::debug!(parent: &self.span, "acked");
                 // Only now, the SQS delete done: the object is never deleted before it.
                 #[cfg(feature = "s3")]
-                if let Some(payload) = self.payload() {
-                    self.ctx.delete_payload(&payload.location, &self.span);
+                if let Some(location) = self.payload_location() {
+                    self.ctx.delete_payload(location, &self.span);
                 }
                 return Ok(());
             }

@@ -49,10 +49,9 @@ pub(crate) enum Carrier {
     Sns,
 }
 
-/// A payload read from S3, and where from.
+/// A payload read from S3, and how its pointer came.
 #[derive(Debug)]
 pub(crate) struct Payload {
-    pub(crate) location: PayloadLocation,
     pub(crate) carrier: Carrier,
     pub(crate) body: String,
 }

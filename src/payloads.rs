@@ -15,7 +15,7 @@ use crate::stats::Counter;
 
 /// `delivery`, its payload read if it carries a pointer; `None` when the payload could not be
 /// read (the delivery then met the retry policy) or the delivery was lost meanwhile.
-pub(crate) async fn resolve(delivery: Delivery) -> Option<Delivery> {
+pub(crate) async fn resolve(mut delivery: Delivery) -> Option<Delivery> {
     let Some(store) = delivery.context().payloads().cloned() else {
         return Some(delivery);
     };
@@ -37,11 +37,7 @@ pub(crate) async fn resolve(delivery: Delivery) -> Option<Delivery> {
     };
     match read {
         Ok(body) => {
-            delivery.lease().set_payload(Payload {
-                location,
-                carrier,
-                body,
-            });
+            delivery.set_payload(location, Payload { carrier, body });
             Some(delivery)
         }
         Err(err) => {
