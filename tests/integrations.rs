@@ -164,6 +164,13 @@ async fn the_delivery_span_records_the_trace_context(kind: Kind) {
         line.contains(&format!("traceparent={TRACEPARENT}")),
         "{line}"
     );
+    // And the message's age at the receive, in whole milliseconds.
+    let age = line
+        .split("age_ms=")
+        .nth(1)
+        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|ms| ms.parse::<u64>().ok());
+    assert!(age.is_some_and(|ms| ms < 600_000), "no age_ms: {line}");
 }
 
 #[cfg(feature = "json")]
@@ -334,8 +341,9 @@ const FROM_ENV_QUEUE: &str = "SQS_CONSUMER_FROM_ENV_QUEUE";
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "the child process of from_env_reaches_the_server_through_the_environment_alone"]
 async fn from_env_child() {
-    let url = std::env::var(FROM_ENV_QUEUE).expect("run only as the child");
-    let consumer = Consumer::from_env(url)
+    // The queue by name: resolved through the same environment.
+    let name = std::env::var(FROM_ENV_QUEUE).expect("run only as the child");
+    let consumer = Consumer::from_env(name)
         .await
         .wait_time(secs(1))
         .build()
@@ -363,7 +371,7 @@ fn from_env_reaches_the_server_through_the_environment_alone() {
     let output = common::output_within(
         std::process::Command::new(std::env::current_exe().unwrap())
             .args(["--exact", "from_env_child", "--ignored", "--nocapture"])
-            .env(FROM_ENV_QUEUE, &url)
+            .env(FROM_ENV_QUEUE, url.rsplit('/').next().unwrap())
             // The environment alone says where the server is and who we are.
             .env("AWS_ENDPOINT_URL_SQS", common::server_endpoint())
             .env("AWS_REGION", "us-east-1")

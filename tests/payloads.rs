@@ -14,8 +14,9 @@ use std::time::Duration;
 use aws_sdk_sqs::types::MessageAttributeValue;
 use common::faults::{FaultProxy, Faults};
 use common::{eventually, secs, Kind, TestQueue};
+use futures::StreamExt;
 use sqs_consumer::memory::Action;
-use sqs_consumer::{ConsumerBuilder, Delivery, RetryPolicy};
+use sqs_consumer::{AckMode, Batch, ConsumerBuilder, Delivery, RetryPolicy};
 
 /// Runs `name(kind)` on `MemoryQueue` and on the server's queue, both with the server's S3.
 macro_rules! with_s3 {
@@ -243,9 +244,11 @@ async fn unreadable_payloads_reach_no_handler_and_meet_the_retry_policy(kind: Ki
     send_raw(&q, "not a pointer", "ExtendedPayloadSize", "3").await;
     send_pointer(&q, Producer::Java, &bucket, "good", 4).await;
 
+    // OnSuccess acks what a handler leaves: the deliveries no handler saw stay unacked.
     let consumer = consumer_of(&q, s3.clone())
         .max_payload_bytes(100)
         .retry_policy(RetryPolicy::ReleaseNow)
+        .ack_mode(AckMode::OnSuccess)
         .build()
         .unwrap();
     let seen = Seen::default();
@@ -376,6 +379,92 @@ async fn delete_on_ack_deletes_the_object_only_after_the_sqs_delete() {
     assert_eq!(consumer.stats().payload_delete_failures, 0);
 }
 
+/// A batch handler and a stream get payloads too: each delivery's payload is read before the
+/// batch is handed over or the delivery yielded, and one that cannot be read is left out.
+async fn batches_and_streams_get_payloads_too(kind: Kind) {
+    let s3 = s3_client(&common::server_endpoint());
+    let bucket = new_bucket(&s3).await;
+    let q = TestQueue::new(kind, 30).await;
+    for i in 0..3 {
+        let key = format!("batch-{i}");
+        put(&s3, &bucket, &key, format!("payload {i}").as_bytes()).await;
+        send_pointer(&q, Producer::Java, &bucket, &key, 9).await;
+    }
+    send_pointer(&q, Producer::Java, &bucket, "missing", 9).await;
+    let consumer = consumer_of(&q, s3.clone()).build().unwrap();
+    let bodies: Arc<Mutex<Vec<String>>> = Arc::default();
+    let seen = bodies.clone();
+    let handler = move |batch: Batch| {
+        let seen = seen.clone();
+        async move {
+            seen.lock()
+                .unwrap()
+                .extend(batch.iter().map(|d| d.body().to_owned()));
+            batch.ack_all().await
+        }
+    };
+    let handled = eventually("the batches", secs(60), || {
+        consumer.stats().acked == 3 && consumer.stats().payload_failures == 1
+    });
+    tokio::select! {
+        result = consumer.run_batch(handler) => panic!("run_batch ended: {result:?}"),
+        () = handled => {}
+    }
+    let mut got = bodies.lock().unwrap().clone();
+    got.sort();
+    assert_eq!(got, ["payload 0", "payload 1", "payload 2"]);
+
+    // The same through a stream.
+    put(&s3, &bucket, "streamed", b"by stream").await;
+    send_pointer(&q, Producer::Python, &bucket, "streamed", 9).await;
+    let consumer = consumer_of(&q, s3).build().unwrap();
+    let mut stream = consumer.stream();
+    let d = tokio::time::timeout(secs(60), stream.next())
+        .await
+        .expect("a delivery within 60 s")
+        .expect("the stream goes on")
+        .expect("no error");
+    assert_eq!(d.body(), "by stream");
+    assert_eq!(d.payload_location().map(|l| l.key()), Some("streamed"));
+    d.ack().await.unwrap();
+}
+
+/// An object delete that keeps failing after an ack is tried 4 times, then counted and left:
+/// the ack stands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_object_delete_is_tried_four_times_then_counted_and_left() {
+    require_server!("a_failing_object_delete_is_tried_four_times_then_counted_and_left");
+    let endpoint = common::server_endpoint();
+    let s3 = s3_client(&endpoint);
+    let bucket = new_bucket(&s3).await;
+    let q = TestQueue::new(Kind::Memory, 30).await;
+    put(&s3, &bucket, "stays", b"12345").await;
+    send_pointer(&q, Producer::Java, &bucket, "stays", 5).await;
+    let faults = Faults {
+        internal_error: 1.0,
+        throttle: 0.0,
+        reset_before: 0.0,
+        drop_after: 0.0,
+        delay: 0.0,
+        delay_for: Duration::ZERO,
+        actions: &["DeleteObject"],
+    };
+    let proxy = FaultProxy::start(&endpoint, faults, 7).await;
+    let consumer = consumer_of(&q, s3_client(&proxy.endpoint))
+        .delete_payload_on_ack(true)
+        .build()
+        .unwrap();
+    let d = common::take_one(&consumer).await;
+    d.ack().await.expect("the ack stands");
+    let counted = eventually("the failed delete counted", secs(60), || {
+        consumer.stats().payload_delete_failures == 1
+    });
+    counted.await;
+    assert_eq!(proxy.log().requests.get("DeleteObject"), Some(&4));
+    assert!(exists(&s3, &bucket, "stays").await);
+    assert_eq!(consumer.stats().acked, 1);
+}
+
 /// A download slower than the visibility timeout keeps the message hidden: a spy receiving
 /// all the while gets nothing, and the handler gets the payload.
 async fn a_slow_download_keeps_the_message_hidden(kind: Kind) {
@@ -503,4 +592,5 @@ with_s3!(
     pointers_as_the_java_and_python_libraries_write_them_are_read,
     unreadable_payloads_reach_no_handler_and_meet_the_retry_policy,
     a_slow_download_keeps_the_message_hidden,
+    batches_and_streams_get_payloads_too,
 );
