@@ -141,36 +141,20 @@ impl Context {
         };
         let (ctx, location) = (self.clone(), location.clone());
         let delete = async move {
-            let mut backoff = call_retries::PAYLOAD.backoff();
-            let mut tries = 1;
-            loop {
-                match store.delete(&location).await {
-                    Ok(()) => {
-                        tracing::debug!(
-                            bucket = location.bucket(),
-                            key = location.key(),
-                            "payload deleted"
-                        );
-                        return;
-                    }
-                    Err(err)
-                        if err.kind == crate::error::ErrorKind::Retryable
-                            && tries < call_retries::PAYLOAD_ATTEMPTS =>
-                    {
-                        tries += 1;
-                        sleep(backoff.next_delay()).await;
-                    }
-                    Err(err) => {
-                        ctx.count(Counter::PayloadDeleteFailures);
-                        tracing::warn!(
-                            bucket = location.bucket(),
-                            key = location.key(),
-                            error = %err.reason,
-                            tries,
-                            "deleting the payload after the ack failed; the object stays in S3"
-                        );
-                        return;
-                    }
+            match store.delete_retrying(&location).await {
+                Ok(()) => tracing::debug!(
+                    bucket = location.bucket(),
+                    key = location.key(),
+                    "payload deleted"
+                ),
+                Err(err) => {
+                    ctx.count(Counter::PayloadDeleteFailures);
+                    tracing::warn!(
+                        bucket = location.bucket(),
+                        key = location.key(),
+                        error = %err.reason,
+                        "deleting the payload after the ack failed; the object stays in S3"
+                    );
                 }
             }
         };

@@ -4,13 +4,10 @@
 //! every handler: it is counted, logged once at `error`, and meets the retry policy.
 
 use futures_util::future::join_all;
-use tokio::time::sleep;
 
-use crate::call_retries::{self, PAYLOAD_ATTEMPTS};
 use crate::delivery::Delivery;
 use crate::error::{Error, ErrorKind};
-use crate::payload::{self, Malformed, Payload, PayloadLocation};
-use crate::s3::{ObjectError, PayloadStore};
+use crate::payload::{self, Malformed, Payload};
 use crate::stats::Counter;
 
 /// `delivery`, its payload read if it carries a pointer; `None` when the payload could not be
@@ -29,7 +26,7 @@ pub(crate) async fn resolve(mut delivery: Delivery) -> Option<Delivery> {
     };
     let lost = delivery.lost();
     let read = tokio::select! {
-        read = read_with_retries(&store, &location) => read,
+        read = store.read_retrying(&location) => read,
         reason = lost => {
             tracing::warn!(parent: delivery.span(), message_id = %delivery.message_id(), %reason, "delivery lost while its payload was read; dropped");
             return None;
@@ -61,39 +58,6 @@ pub(crate) async fn resolve_all(deliveries: Vec<Delivery>) -> Vec<Delivery> {
         .into_iter()
         .flatten()
         .collect()
-}
-
-/// Reads the object, retrying transient failures up to [`PAYLOAD_ATTEMPTS`] tries in all; a
-/// declared size over the limit is refused without a request.
-async fn read_with_retries(
-    store: &PayloadStore,
-    location: &PayloadLocation,
-) -> Result<String, ObjectError> {
-    if location.declared_size() > store.max_bytes() {
-        return Err(ObjectError {
-            reason: format!(
-                "the message declares {} bytes, over max_payload_bytes ({})",
-                location.declared_size(),
-                store.max_bytes()
-            ),
-            kind: ErrorKind::Fatal,
-            source: "declared size over the limit".into(),
-        });
-    }
-    let mut backoff = call_retries::PAYLOAD.backoff();
-    let mut tries = 1;
-    loop {
-        match store.read(location).await {
-            Ok(body) => return Ok(body),
-            Err(err) if err.kind == ErrorKind::Retryable && tries < PAYLOAD_ATTEMPTS => {
-                let wait = backoff.next_delay();
-                tracing::debug!(error = %err.reason, tries, retry_in = ?wait, "reading the payload failed; retrying");
-                tries += 1;
-                sleep(wait).await;
-            }
-            Err(err) => return Err(err),
-        }
-    }
 }
 
 fn malformed_error(delivery: &Delivery, malformed: Malformed) -> Error {

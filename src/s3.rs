@@ -4,11 +4,13 @@
 //! help (throttling, 5xx, timeouts, a dropped connection), fatal when it would read the same
 //! answer (no such key or bucket, access denied, a size over the limit or not as declared).
 
+use std::future::Future;
 use std::time::Duration;
 
 use aws_sdk_s3::config::retry::RetryConfig;
 use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 
+use crate::call_retries::{self, PAYLOAD_ATTEMPTS};
 use crate::error::{BoxError, ErrorKind};
 use crate::payload::PayloadLocation;
 
@@ -71,19 +73,22 @@ impl PayloadStore {
         }
     }
 
-    pub(crate) fn max_bytes(&self) -> u64 {
-        self.max_bytes
-    }
-
     pub(crate) fn deletes_on_ack(&self) -> bool {
         self.delete_on_ack
     }
 
     /// Reads the object at `location`, one try: the whole of it, as UTF-8, if it is exactly
-    /// the declared size and within the limit. Refused before the download when the size
-    /// S3 announces says it cannot be; stopped as soon as the bytes read exceed either.
+    /// the declared size and within the limit. Refused without a request when the declared
+    /// size is over the limit, before the download when the size S3 announces says it cannot
+    /// be; stopped as soon as the bytes read exceed either.
     pub(crate) async fn read(&self, location: &PayloadLocation) -> Result<String, ObjectError> {
         let declared = location.declared_size();
+        if declared > self.max_bytes {
+            return Err(ObjectError::fatal(format!(
+                "the message declares {declared} bytes, over max_payload_bytes ({})",
+                self.max_bytes
+            )));
+        }
         let call = self
             .client
             .get_object()
@@ -145,6 +150,24 @@ impl PayloadStore {
         })
     }
 
+    /// [`read`](PayloadStore::read), transient failures tried again: [`PAYLOAD_ATTEMPTS`]
+    /// tries in all.
+    pub(crate) async fn read_retrying(
+        &self,
+        location: &PayloadLocation,
+    ) -> Result<String, ObjectError> {
+        retrying("GetObject", || self.read(location)).await
+    }
+
+    /// [`delete`](PayloadStore::delete), transient failures tried again: [`PAYLOAD_ATTEMPTS`]
+    /// tries in all.
+    pub(crate) async fn delete_retrying(
+        &self,
+        location: &PayloadLocation,
+    ) -> Result<(), ObjectError> {
+        retrying("DeleteObject", || self.delete(location)).await
+    }
+
     /// A size over the limit, or other than declared, is refused.
     fn check_size(&self, size: u64, declared: u64) -> Result<(), ObjectError> {
         if size > self.max_bytes {
@@ -179,6 +202,27 @@ impl PayloadStore {
             })?
             .map_err(|err| classify("DeleteObject", err))?;
         Ok(())
+    }
+}
+
+/// `call`'s answer, its transient failures tried again after a back-off, [`PAYLOAD_ATTEMPTS`]
+/// tries in all; a fatal failure at once.
+async fn retrying<T, F>(operation: &str, mut call: impl FnMut() -> F) -> Result<T, ObjectError>
+where
+    F: Future<Output = Result<T, ObjectError>>,
+{
+    let mut backoff = call_retries::PAYLOAD.backoff();
+    let mut tries = 1;
+    loop {
+        match call().await {
+            Err(err) if err.kind == ErrorKind::Retryable && tries < PAYLOAD_ATTEMPTS => {
+                let wait = backoff.next_delay();
+                tracing::debug!(operation, error = %err.reason, tries, retry_in = ?wait, "S3 call failed; retrying");
+                tries += 1;
+                tokio::time::sleep(wait).await;
+            }
+            done => return done,
+        }
     }
 }
 
@@ -324,5 +368,15 @@ mod tests {
         }
         let rule = answer(b"fine", Some(4));
         assert_eq!(store(&rule, 4).read(&location(4)).await.unwrap(), "fine");
+        // A declared size over the limit: refused without a request.
+        let rule = answer(b"fine", Some(4));
+        let err = store(&rule, 100).read(&location(101)).await.unwrap_err();
+        assert!(
+            err.reason
+                .contains("declares 101 bytes, over max_payload_bytes"),
+            "{}",
+            err.reason
+        );
+        assert_eq!(rule.num_calls(), 0);
     }
 }
