@@ -5,8 +5,8 @@
 #
 # Prints one line per change: "caught" (a named test failed), "MISSED" (they all passed),
 # "HUNG" (the tests neither passed nor failed within BREAK_LIMIT, 600 s by default: the break
-# shows, but as a hang) or "STALE" (the text it changes has moved: update its line here).
-# Exits non-zero on a MISSED or a STALE one. Slow (each change rebuilds the library): not part of the test
+# shows, but as a hang), "STALE" (the text it changes has moved: update its line here) or
+# "NOBUILD" (the change no longer compiles). Exits non-zero on a MISSED, STALE or NOBUILD one. Slow (each change rebuilds the library): not part of the test
 # command; run it after changing a promise or the code behind one.
 #
 #   scripts/break-claims.sh            every change
@@ -85,8 +85,18 @@ breaks() {
     return
   fi
   # Bounded: a break that makes a test hang is reported as such, not waited for.
+  local before
+  before=$(wc -l <"$log")
   timeout --kill-after=10 "$LIMIT" cargo test --all-features "$@" >>"$log" 2>&1
-  case $? in
+  local status=$?
+  # A break that does not compile proves nothing about the tests.
+  if tail -n +"$((before + 1))" "$log" | grep -q "could not compile"; then
+    echo "NOBUILD $promise ($what): the change does not compile; update its line here"
+    stale=$((stale + 1))
+    restore
+    return
+  fi
+  case $status in
     0)
       echo "MISSED  $promise ($what)"
       missed=$((missed + 1))
@@ -313,7 +323,7 @@ breaks_on_server "payload objects are kept unless delete_payload_on_ack" src/con
   -- --test payloads pointers_as_the_java_and_python_libraries_write_them_are_read
 breaks_on_server "a payload object is deleted only after the sqs delete succeeded" src/lease.rs \
   '(Err(err), _) => return Err(err),' \
-  '(Err(err), _) => { if let Some(p) = self.payload() { self.ctx.delete_payload(&p.location, &self.span); } return Err(err) }' \
+  '(Err(err), _) => { if let Some(l) = self.payload_location() { self.ctx.delete_payload(l, &self.span); } return Err(err) }' \
   -- --test payloads delete_on_ack_deletes_the_object_only_after_the_sqs_delete
 breaks_on_server "the lease is kept while a payload downloads" src/payloads.rs \
   'let lost = delivery.lost();' 'let lost = delivery.lost(); delivery.keeper().let_go(delivery.lease());' \
