@@ -337,6 +337,10 @@ breaks "every counter lands in its own stats field" src/stats.rs \
 breaks "consumers sharing an InFlightLimit never hold more together" src/delivery.rs \
   'shared: shared.and_then(hold_one),' 'shared: shared.and(None),' \
   -- --test integrations three_consumers_sharing_a_limit_never_hold_more
+breaks "AckMode::Always acks on every outcome" src/handling.rs \
+  '(_, AckMode::Always) | (Outcome::Ok, AckMode::OnSuccess) => {' \
+  '(Outcome::Ok, AckMode::Always) | (Outcome::Ok, AckMode::OnSuccess) => {' \
+  -- --test handler_model always_acks_on_ok_err_panic_and_timeout
 breaks "a handler past handler_timeout is stopped" src/handling.rs \
   'Some(limit) => match tokio::time::timeout(limit, guarded).await {' \
   'Some(limit) => match tokio::time::timeout(limit * 100, guarded).await {' \

@@ -17,7 +17,8 @@ use crate::error::BoxError;
 /// to a delivery the handler did not settle follows from its outcome and the consumer's
 /// [`AckMode`](crate::AckMode): by default it gets the [`RetryPolicy`](crate::RetryPolicy)
 /// (the message is received again once its visibility timeout lapses), and an `Ok` without
-/// settling is counted and warned about; with `AckMode::OnSuccess`, `Ok` acks it. A handler
+/// settling is counted and warned about; with `AckMode::OnSuccess`, `Ok` acks it; with
+/// `AckMode::Always`, every outcome does. A handler
 /// that runs past the consumer's
 /// [`handler_timeout`](crate::ConsumerBuilder::handler_timeout) is stopped, as if it had
 /// failed.

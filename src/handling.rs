@@ -24,11 +24,13 @@ use crate::stats::{Counter, Measure};
 /// `ack`, `release` or `release_after`), set with
 /// [`ack_mode`](crate::ConsumerBuilder::ack_mode).
 ///
-/// Whatever the mode, a handler that returns an error, panics, or runs past its
+/// In `Manual` and `OnSuccess`, a handler that returns an error, panics, or runs past its
 /// [`handler_timeout`](crate::ConsumerBuilder::handler_timeout) leaves its unsettled
-/// deliveries to the [`RetryPolicy`](crate::RetryPolicy), and a delivery the handler moved
-/// elsewhere (and still holds) is not touched: it is settled, or meets the retry policy, when
-/// it is dropped.
+/// deliveries to the [`RetryPolicy`](crate::RetryPolicy). In every mode a delivery the
+/// handler settled itself (`ack`, `release`, `fail`, ...) stays settled as it said, and a
+/// delivery the handler moved elsewhere (and still holds) is not touched: it is settled, or
+/// meets the retry policy, when it is dropped. A handler cancelled by a shutdown past its
+/// timeout has no outcome: what it held is released, whatever the mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum AckMode {
@@ -41,6 +43,15 @@ pub enum AckMode {
     /// `Ok` acks what the handler left unsettled (deleted together, in one request for up to
     /// 10); an error, a panic or a timeout applies the retry policy.
     OnSuccess,
+    /// Every outcome acks what the handler left unsettled: `Ok`, an error, a panic and a
+    /// timeout alike (deleted together, as for `OnSuccess`). For work that must never be
+    /// tried twice, where a failure is logged and dropped rather than retried: the failures
+    /// are still counted by outcome ([`Stats::handler_errors`](crate::Stats::handler_errors),
+    /// [`handler_panics`](crate::Stats::handler_panics),
+    /// [`handler_timeouts`](crate::Stats::handler_timeouts)) and logged, and each ack in
+    /// [`Stats::acked`](crate::Stats::acked). A delivery the handler [`fail`](crate::Delivery::fail)s
+    /// or releases itself still meets the retry policy, or its release.
+    Always,
 }
 
 /// How the consumer runs each handler.
@@ -238,7 +249,9 @@ impl Handed {
             return;
         }
         match (outcome, self.ack_mode) {
-            (Outcome::Ok, AckMode::OnSuccess) => self.ack(&abandoned).await,
+            (_, AckMode::Always) | (Outcome::Ok, AckMode::OnSuccess) => {
+                self.ack(&abandoned).await;
+            }
             (Outcome::Ok, AckMode::Manual) => {
                 for (item, _) in abandoned {
                     let n = self.ctx.count(Counter::Unsettled);
@@ -284,7 +297,7 @@ impl Handed {
         for (((item, _), result), lost_before) in abandoned.iter().zip(results).zip(lost_before) {
             self.let_go(item);
             match item.lease.finish_ack(result, lost_before) {
-                Ok(()) => tracing::debug!(parent: &item.span, "acked (AckMode::OnSuccess)"),
+                Ok(()) => tracing::debug!(parent: &item.span, ack_mode = ?self.ack_mode, "acked"),
                 Err(err) if err.is_lost() => item.lease.end(),
                 Err(err) => {
                     item.lease.end();

@@ -26,6 +26,7 @@ on_both!(
     a_handler_past_its_timeout_is_stopped_and_its_message_comes_back_after_its_timeout,
     a_handler_past_its_timeout_with_release_now_gives_its_message_back_at_once,
     on_success_acks_on_ok_and_redelivers_on_err_and_on_panic,
+    always_acks_on_ok_err_panic_and_timeout_and_counts_each,
     manual_ok_without_settling_is_counted_once_per_delivery_and_redelivered,
     run_batch_hands_out_one_batch_per_receive,
     run_batch_on_fifo_never_holds_two_of_a_group_and_keeps_their_order,
@@ -190,6 +191,92 @@ async fn on_success_acks_on_ok_and_redelivers_on_err_and_on_panic(kind: Kind) {
         (3, 1, 1)
     );
     assert_eq!(stats.unsettled, 0);
+}
+
+/// `AckMode::Always`: each outcome acks what the handler left, once; a delivery the handler
+/// failed itself still gets the retry policy.
+async fn always_acks_on_ok_err_panic_and_timeout_and_counts_each(kind: Kind) {
+    let q = TestQueue::new(kind, T).await;
+    for body in ["ok", "err", "panic", "slow", "failed"] {
+        q.send(body).await;
+    }
+    let consumer = q
+        .consumer()
+        .wait_time(secs(1))
+        .ack_mode(AckMode::Always)
+        .handler_timeout(secs(3))
+        .retry_policy(RetryPolicy::ReleaseNow)
+        .build()
+        .unwrap();
+    let calls: Calls = Arc::default();
+    // A message handled more often than expected ends the test at once: on the paused clock a
+    // queue that hands the same messages out again and again never lets a timer fire.
+    let (again, mut handled_again) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let handler = {
+        let calls = calls.clone();
+        move |d: Delivery| {
+            let (calls, again) = (calls.clone(), again.clone());
+            async move {
+                let n = count(&calls, d.body());
+                if n > if d.body() == "failed" { 2 } else { 1 } {
+                    let _ = again.send(d.body().to_owned());
+                }
+                match (d.body(), n) {
+                    ("err", _) => Err("failed on purpose".into()),
+                    ("panic", _) => panic!("panicked on purpose"),
+                    ("slow", _) => {
+                        sleep(secs(3 * T)).await; // past the handler timeout
+                        Ok(())
+                    }
+                    // Failed by hand once: released, received again, then left to Always.
+                    ("failed", 1) => d.fail("failed by hand").await.map_err(Into::into),
+                    _ => Ok::<(), sqs_consumer::BoxError>(()),
+                }
+            }
+        }
+    };
+    let start = Instant::now();
+    let done = async {
+        loop {
+            let (visible, hidden) = q.counts().await;
+            if visible + hidden == 0 && consumer.stats().in_flight == 0 {
+                return;
+            }
+            assert!(
+                start.elapsed() < LIMIT,
+                "not drained: {:?}",
+                calls.lock().unwrap()
+            );
+            sleep(Duration::from_millis(100)).await;
+        }
+    };
+    let done = async {
+        tokio::select! {
+            () = done => {}
+            Some(body) = handled_again.recv() => panic!("{body} was handled again: not acked"),
+        }
+    };
+    common::run_while_expecting_panics(&consumer, handler, done).await;
+    let stats = consumer.stats();
+    let times: Vec<u32> = ["ok", "err", "panic", "slow", "failed"]
+        .iter()
+        .map(|b| seen(&calls, b))
+        .collect();
+    assert_eq!(
+        times,
+        [1, 1, 1, 1, 2],
+        "each handled once; the failed one twice"
+    );
+    assert_eq!(
+        (
+            stats.acked,
+            stats.handler_errors,
+            stats.handler_panics,
+            stats.handler_timeouts
+        ),
+        (5, 2, 1, 1),
+        "{stats:?}"
+    );
 }
 
 async fn manual_ok_without_settling_is_counted_once_per_delivery_and_redelivered(kind: Kind) {

@@ -148,7 +148,7 @@ async fn every_public_item(
     for policy in [RetryPolicy::Leave, RetryPolicy::ReleaseNow] {
         let _ = policy;
     }
-    let _ = AckMode::Manual;
+    let _ = [AckMode::Manual, AckMode::OnSuccess, AckMode::Always];
 
     // Running it.
     let (_, _, _): (usize, bool, Stats) = (
