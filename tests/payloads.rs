@@ -57,6 +57,37 @@ fn s3_client(endpoint: &str) -> aws_sdk_s3::Client {
     aws_sdk_s3::Client::from_conf(config)
 }
 
+/// What a proxy in front of S3 does to every request of one action.
+#[derive(Debug, Clone, Copy)]
+enum Disturb {
+    /// Answers `500 InternalError` itself.
+    Fail,
+    /// Forwards it, and holds the answer this long.
+    Hold(Duration),
+}
+
+/// A proxy in front of the test server that disturbs every request of `actions`.
+async fn s3_proxy(
+    endpoint: &str,
+    actions: &'static [&'static str],
+    disturb: Disturb,
+) -> FaultProxy {
+    let (internal_error, delay, delay_for) = match disturb {
+        Disturb::Fail => (1.0, 0.0, Duration::ZERO),
+        Disturb::Hold(hold) => (0.0, 1.0, hold),
+    };
+    let faults = Faults {
+        internal_error,
+        throttle: 0.0,
+        reset_before: 0.0,
+        drop_after: 0.0,
+        delay,
+        delay_for,
+        actions,
+    };
+    FaultProxy::start(endpoint, faults, 7).await
+}
+
 /// A fresh bucket on the test server.
 async fn new_bucket(s3: &aws_sdk_s3::Client) -> String {
     let bucket = common::unique_name("payloads");
@@ -440,16 +471,7 @@ async fn a_failing_object_delete_is_tried_four_times_then_counted_and_left() {
     let q = TestQueue::new(Kind::Memory, 30).await;
     put(&s3, &bucket, "stays", b"12345").await;
     send_pointer(&q, Producer::Java, &bucket, "stays", 5).await;
-    let faults = Faults {
-        internal_error: 1.0,
-        throttle: 0.0,
-        reset_before: 0.0,
-        drop_after: 0.0,
-        delay: 0.0,
-        delay_for: Duration::ZERO,
-        actions: &["DeleteObject"],
-    };
-    let proxy = FaultProxy::start(&endpoint, faults, 7).await;
+    let proxy = s3_proxy(&endpoint, &["DeleteObject"], Disturb::Fail).await;
     let consumer = consumer_of(&q, s3_client(&proxy.endpoint))
         .delete_payload_on_ack(true)
         .build()
@@ -477,16 +499,7 @@ async fn a_slow_download_keeps_the_message_hidden(kind: Kind) {
     send_pointer(&q, Producer::Java, &bucket, "slow", 14).await;
     // Every object read is answered two visibility timeouts late.
     let hold = secs(2 * visibility);
-    let faults = Faults {
-        internal_error: 0.0,
-        throttle: 0.0,
-        reset_before: 0.0,
-        drop_after: 0.0,
-        delay: 1.0,
-        delay_for: hold,
-        actions: &["GetObject"],
-    };
-    let proxy = FaultProxy::start(&endpoint, faults, 7).await;
+    let proxy = s3_proxy(&endpoint, &["GetObject"], Disturb::Hold(hold)).await;
     let consumer = consumer_of(&q, s3_client(&proxy.endpoint))
         .request_timeout(hold * 2)
         .build()
@@ -530,16 +543,7 @@ async fn a_failing_s3_is_tried_four_times_then_the_delivery_meets_the_retry_poli
     let q = TestQueue::new(Kind::Memory, 30).await;
     put(&s3, &bucket, "flaky", b"never read").await;
     send_pointer(&q, Producer::Java, &bucket, "flaky", 10).await;
-    let faults = Faults {
-        internal_error: 1.0,
-        throttle: 0.0,
-        reset_before: 0.0,
-        drop_after: 0.0,
-        delay: 0.0,
-        delay_for: Duration::ZERO,
-        actions: &["GetObject"],
-    };
-    let proxy = FaultProxy::start(&endpoint, faults, 7).await;
+    let proxy = s3_proxy(&endpoint, &["GetObject"], Disturb::Fail).await;
     let consumer = consumer_of(&q, s3_client(&proxy.endpoint)).build().unwrap();
     let seen = Seen::default();
     let failed = eventually("the payload failure", secs(60), || {
