@@ -97,13 +97,7 @@ impl PayloadStore {
             .customize()
             .config_override(one_attempt())
             .send();
-        let out = tokio::time::timeout(self.request_timeout, call)
-            .await
-            .map_err(|elapsed| {
-                let reason = format!("GetObject: no answer within {:?}", self.request_timeout);
-                ObjectError::retryable(reason, Box::new(elapsed))
-            })?
-            .map_err(|err| classify("GetObject", err))?;
+        let out = self.answer("GetObject", call).await?;
         if let Some(length) = out.content_length().and_then(|l| u64::try_from(l).ok()) {
             self.check_size(length, declared)?;
         }
@@ -168,6 +162,25 @@ impl PayloadStore {
         retrying("DeleteObject", || self.delete(location)).await
     }
 
+    /// The answer to one `call` of `operation`: a retryable failure when none came within
+    /// the request timeout, else the SDK's error classified.
+    async fn answer<T, E>(
+        &self,
+        operation: &str,
+        call: impl Future<Output = Result<T, SdkError<E, aws_sdk_s3::config::http::HttpResponse>>>,
+    ) -> Result<T, ObjectError>
+    where
+        E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    {
+        match tokio::time::timeout(self.request_timeout, call).await {
+            Ok(answer) => answer.map_err(|err| classify(operation, err)),
+            Err(elapsed) => {
+                let reason = format!("{operation}: no answer within {:?}", self.request_timeout);
+                Err(ObjectError::retryable(reason, Box::new(elapsed)))
+            }
+        }
+    }
+
     /// A size over the limit, or other than declared, is refused.
     fn check_size(&self, size: u64, declared: u64) -> Result<(), ObjectError> {
         if size > self.max_bytes {
@@ -194,13 +207,7 @@ impl PayloadStore {
             .customize()
             .config_override(one_attempt())
             .send();
-        tokio::time::timeout(self.request_timeout, call)
-            .await
-            .map_err(|elapsed| {
-                let reason = format!("DeleteObject: no answer within {:?}", self.request_timeout);
-                ObjectError::retryable(reason, Box::new(elapsed))
-            })?
-            .map_err(|err| classify("DeleteObject", err))?;
+        self.answer("DeleteObject", call).await?;
         Ok(())
     }
 }
