@@ -4,4 +4,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 exec scripts/with-sqs-server.sh cargo bench --features s3 --bench throughput --bench shutdown \
-  --bench edges --bench starved --bench payloads -- "$@"
+  --bench edges --bench starved --bench payloads --bench flow -- "$@"

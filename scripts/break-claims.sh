@@ -345,6 +345,28 @@ breaks "a handler past handler_timeout is stopped" src/handling.rs \
   'Some(limit) => match tokio::time::timeout(limit, guarded).await {' \
   'Some(limit) => match tokio::time::timeout(limit * 100, guarded).await {' \
   -- --test handler_model a_handler_past_its_timeout_is_stopped
-
+breaks "a receive asks for no more messages than its tokens" src/receiver.rs \
+  'let (granted, tokens) = Tokens::take(limits, slots.len(), slots.len()).await;
+                slots.truncate(granted);' \
+  'let (_, tokens) = Tokens::take(limits, slots.len(), slots.len()).await;' \
+  --also src/receiver.rs \
+  'let (granted, tokens) = Tokens::take(limits, want, 1).await;
+                slots.truncate(granted);' \
+  'let (_, tokens) = Tokens::take(limits, want, 1).await;' \
+  -- --test flow_control rate
+breaks "tokens a receive held and did not use go back" src/rate_limit.rs \
+  'for (limit, taken) in self.taken.drain(..) {
+            limit.give_back(taken);' \
+  'for (limit, taken) in self.taken.drain(..) {
+            limit.settle(taken, taken, Duration::ZERO);' \
+  -- --lib rate_limit
+breaks "a long poll's messages are paid for when they arrive" src/rate_limit.rs \
+  'bucket.tokens = if out_for.as_secs_f64() * per_second >= taken as f64 {' \
+  'bucket.tokens = if out_for.as_secs_f64() * per_second >= taken as f64 * 1e9 {' \
+  -- --lib rate_limit
+breaks "a pause while a receive waits for its token takes nothing" src/receiver.rs \
+  '_ = paused.wait_for(|p| *p) => break,' \
+  '_ = paused.wait_for(|p| *p && false) => break,' \
+  -- --test flow_control a_pause_while_a_receive_waits
 echo "missed: $missed, stale: $stale, hung: $hung (the output of every run: $log)"
 [ "$missed" -eq 0 ] && [ "$stale" -eq 0 ]

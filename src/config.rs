@@ -15,6 +15,7 @@ use crate::memory::MemoryQueue;
 use crate::queue::sdk::SdkQueue;
 use crate::queue::{Queue, DEFAULT_REQUEST_TIMEOUT};
 use crate::queue_ref::QueueRef;
+use crate::rate_limit::{RateLimit, RateLimits};
 use crate::receiver::ReceiveSettings;
 use crate::redelivery::RetryPolicy;
 
@@ -26,6 +27,9 @@ const DEFAULT_BATCH_SIZE: u32 = 10;
 const DEFAULT_MAX_IN_FLIGHT: usize = 40;
 const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
 const DEFAULT_MAX_CONCURRENT_RECEIVES: usize = 8;
+/// Messages per second a rate limit may be set to.
+const RECEIVE_RATES: std::ops::RangeInclusive<f64> = 0.001..=100_000.0;
+const RECEIVE_RATES_ALLOWED: &str = "a finite number of messages per second, 0.001..=100000";
 /// The range a `request_timeout` must fall in.
 const REQUEST_TIMEOUTS: std::ops::RangeInclusive<Duration> =
     Duration::from_millis(100)..=Duration::from_secs(300);
@@ -162,6 +166,8 @@ pub struct ConsumerBuilder {
     message_attribute_names: Vec<String>,
     system_attribute_names: Vec<MessageSystemAttributeName>,
     in_flight_limit: Option<InFlightLimit>,
+    max_receive_rate: Option<f64>,
+    rate_limit: Option<RateLimit>,
     keeper: KeeperPlacement,
     keeper_client: Option<aws_sdk_sqs::Client>,
     #[cfg(feature = "s3")]
@@ -194,6 +200,8 @@ impl ConsumerBuilder {
             message_attribute_names: vec!["All".to_owned()],
             system_attribute_names: vec![MessageSystemAttributeName::All],
             in_flight_limit: None,
+            max_receive_rate: None,
+            rate_limit: None,
             keeper: KeeperPlacement::Default,
             keeper_client: None,
             #[cfg(feature = "s3")]
@@ -331,6 +339,32 @@ impl ConsumerBuilder {
     /// [`max_in_flight`](ConsumerBuilder::max_in_flight) applies too. Defaults to none.
     pub fn in_flight_limit(mut self, limit: &InFlightLimit) -> Self {
         self.in_flight_limit = Some(limit.clone());
+        self
+    }
+
+    /// At most `per_second` messages received a second by this consumer, a [`RateLimit`] of
+    /// its own: each receive waits for tokens before its request and asks for no more
+    /// messages than it holds, so no message waits for the rate while its visibility timeout
+    /// runs. A finite number from 0.001 to 100000. Defaults to none (as fast as the handlers
+    /// free slots).
+    ///
+    /// ```
+    /// # fn example(builder: sqs_consumer::ConsumerBuilder) -> Result<(), sqs_consumer::Error> {
+    /// // A downstream API that takes 50 calls a second: receives of 10, five a second.
+    /// let consumer = builder.max_receive_rate(50.0).build()?;
+    /// # let _ = consumer; Ok(()) }
+    /// ```
+    pub fn max_receive_rate(mut self, per_second: f64) -> Self {
+        self.max_receive_rate = Some(per_second);
+        self
+    }
+
+    /// A budget of messages per second shared with other consumers (see [`RateLimit`]): the
+    /// messages received by all of them together stay within it. A
+    /// [`max_receive_rate`](ConsumerBuilder::max_receive_rate) of this consumer's own applies
+    /// too. Defaults to none.
+    pub fn rate_limit(mut self, limit: &RateLimit) -> Self {
+        self.rate_limit = Some(limit.clone());
         self
     }
 
@@ -537,6 +571,28 @@ impl ConsumerBuilder {
                 "1..=120000",
             )?;
         }
+        let own_rate = self
+            .max_receive_rate
+            .map(|per_second| {
+                limits::in_range(
+                    "max_receive_rate",
+                    per_second,
+                    RECEIVE_RATES,
+                    RECEIVE_RATES_ALLOWED,
+                )
+            })
+            .transpose()?
+            .map(RateLimit::new);
+        if let Some(limit) = &self.rate_limit {
+            let per_second = limit.per_second();
+            limits::in_range(
+                "rate_limit",
+                per_second,
+                RECEIVE_RATES,
+                RECEIVE_RATES_ALLOWED,
+            )?;
+        }
+        let rate_limits = RateLimits::new(own_rate, self.rate_limit.take());
         Ok(ReceiveSettings {
             visibility_timeout,
             wait_time,
@@ -546,6 +602,7 @@ impl ConsumerBuilder {
             message_attribute_names: std::mem::take(&mut self.message_attribute_names),
             system_attribute_names: with_needed(std::mem::take(&mut self.system_attribute_names)),
             in_flight_limit: self.in_flight_limit.take(),
+            rate_limits,
         })
     }
 
@@ -835,6 +892,25 @@ mod tests {
                 "in_flight_limit",
                 "1..=120000",
             );
+        }
+        for rate in [0.0, -1.0, 0.0009, 100_000.5, f64::NAN, f64::INFINITY] {
+            refused(
+                builder().max_receive_rate(rate),
+                "max_receive_rate",
+                "0.001..=100000",
+            );
+            refused(
+                builder().rate_limit(&RateLimit::new(rate)),
+                "rate_limit",
+                "0.001..=100000",
+            );
+        }
+        for rate in [0.001, 50.0, 100_000.0] {
+            let built = builder()
+                .max_receive_rate(rate)
+                .rate_limit(&RateLimit::new(rate))
+                .build();
+            assert!(built.is_ok(), "{rate}: {built:?}");
         }
         refused(
             builder().message_attribute_names([""]),

@@ -20,6 +20,9 @@ pub mod semantics {}
 #[doc = include_str!("../docs/keeper.md")]
 pub mod keeper {}
 
+#[doc = include_str!("../docs/flow_control.md")]
+pub mod flow_control {}
+
 #[doc = include_str!("../docs/fifo.md")]
 pub mod fifo {}
 

@@ -45,6 +45,7 @@
 //! - [`guide::settings`]: every [`ConsumerBuilder`] setting with its default and range;
 //! - [`guide::semantics`]: the guarantees, exactly, and how each is tested;
 //! - [`guide::keeper`]: the keeper that extends visibility, and blocking work in handlers;
+//! - [`guide::flow_control`]: a receive rate ([`RateLimit`]);
 //! - [`guide::fifo`], [`guide::shutdown`], [`guide::errors`] (who retries what),
 //!   [`guide::bad_input`], [`guide::cost`];
 //! - `guide::integrations` (features `json` and `from-env`): SNS envelopes, typed bodies,
@@ -61,7 +62,8 @@
 //! [`Consumer::in_memory`] for a [`MemoryQueue`]). It hands each message to a [`Handler`]
 //! (any async closure taking a [`Delivery`]), a [`BatchHandler`] (a [`Batch`] per receive) or
 //! a [`DeliveryStream`]. A [`ConsumerHandle`] pauses, resumes and stops it from elsewhere;
-//! [`InFlightLimit`] shares one budget of held deliveries between consumers. Failures are an
+//! [`InFlightLimit`] shares one budget of held deliveries between consumers, [`RateLimit`] one
+//! budget of messages per second. Failures are an
 //! [`Error`] with an [`ErrorKind`] and, for a lost lease, a [`LostReason`].
 //!
 //! # Cargo features
@@ -117,6 +119,7 @@ mod payload;
 mod payloads;
 mod queue;
 mod queue_ref;
+mod rate_limit;
 mod receiver;
 mod redelivery;
 #[cfg(feature = "s3")]
@@ -141,6 +144,7 @@ pub use memory::MemoryQueue;
 #[cfg(feature = "s3")]
 #[cfg_attr(docsrs, doc(cfg(feature = "s3")))]
 pub use payload::PayloadLocation;
+pub use rate_limit::RateLimit;
 pub use redelivery::RetryPolicy;
 pub use stats::Stats;
 pub use stream::DeliveryStream;

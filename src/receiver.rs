@@ -19,6 +19,7 @@ use crate::delivery::Slot;
 use crate::error::Error;
 use crate::in_flight_limit::InFlightLimit;
 use crate::queue::{Queue, Receive};
+use crate::rate_limit::{RateLimits, Tokens};
 
 /// While the queue is busy, how long a receive waits for a whole batch of free slots before
 /// it asks for fewer messages.
@@ -39,6 +40,8 @@ pub(crate) struct ReceiveSettings {
     pub(crate) system_attribute_names: Vec<MessageSystemAttributeName>,
     /// A budget shared with other consumers, if any.
     pub(crate) in_flight_limit: Option<InFlightLimit>,
+    /// Messages per second: this consumer's own, a budget shared with others, both or none.
+    pub(crate) rate_limits: RateLimits,
 }
 
 /// One receive's worth of messages, with the slots they take.
@@ -208,7 +211,8 @@ impl Receiver {
             let pausing = *paused.borrow_and_update();
             if !halted && !pausing {
                 self.log_resumed(&mut state);
-                let start_one = |slots| self.receive_once(slots, timeout, &backoffs, stop);
+                let start_one =
+                    |(slots, tokens)| self.receive_once(slots, tokens, timeout, &backoffs, stop);
                 let refill = self
                     .refill(&mut receives, &state, &mut paused, stop, start_one)
                     .await;
@@ -275,7 +279,7 @@ impl Receiver {
         state: &LoopState,
         paused: &mut watch::Receiver<bool>,
         stop: &CancellationToken,
-        mut start_one: impl FnMut(Vec<Slot>) -> F,
+        mut start_one: impl FnMut((Vec<Slot>, Tokens)) -> F,
     ) -> Refill {
         while receives.len() < state.target {
             let first = if receives.is_empty() {
@@ -283,13 +287,13 @@ impl Receiver {
             } else {
                 Demand::More
             };
-            let slots = tokio::select! {
-                slots = self.acquire(first, state.load) => slots,
+            let grant = tokio::select! {
+                grant = self.acquire(first, state.load) => grant,
                 _ = paused.wait_for(|p| *p) => break,
                 () = stop.cancelled() => break,
             };
-            match slots {
-                Some(slots) => receives.push(start_one(slots)),
+            match grant {
+                Some(grant) => receives.push(start_one(grant)),
                 None if receives.is_empty() => return Refill::SlotsGone,
                 None => break,
             }
@@ -332,10 +336,13 @@ impl Receiver {
         let settings = &self.settings;
         match answer {
             ReceiveOutcome::Batch(batch) => {
-                // Full: as many as asked for (a whole batch, without a shared budget).
-                let full = match settings.in_flight_limit {
-                    Some(_) => batch.messages.len() >= batch.slots.len(),
-                    None => batch.messages.len() == settings.batch_size as usize,
+                // Full: as many as asked for (a whole batch, without a shared budget or a
+                // rate limit).
+                let full = if settings.in_flight_limit.is_some() || !settings.rate_limits.is_empty()
+                {
+                    batch.messages.len() >= batch.slots.len()
+                } else {
+                    batch.messages.len() == settings.batch_size as usize
                 };
                 state.load = if full { Load::Busy } else { Load::Quiet };
                 if state.load == Load::Busy
@@ -381,10 +388,37 @@ impl Receiver {
         }
     }
 
+    /// The slots for the next receive, and its tokens under a rate limit (no more slots than
+    /// tokens). Slots first: tokens waited for while the slots are short would pile up a
+    /// second burst behind them. The first receive waits for its tokens (a whole burst of
+    /// them while the queue is busy); more receives start only on tokens there now.
+    async fn acquire(&self, demand: Demand, load: Load) -> Option<(Vec<Slot>, Tokens)> {
+        let mut slots = self.acquire_slots_for(demand, load).await?;
+        let limits = &self.settings.rate_limits;
+        if limits.is_empty() {
+            return Some((slots, Tokens::default()));
+        }
+        let tokens = match (demand, load) {
+            (Demand::More, _) => Tokens::try_take(limits, slots.len())?,
+            (Demand::First, Load::Busy) => {
+                let (granted, tokens) = Tokens::take(limits, slots.len(), slots.len()).await;
+                slots.truncate(granted);
+                tokens
+            }
+            (Demand::First, Load::Quiet) => {
+                let want = limits.quiet_want(slots.len());
+                let (granted, tokens) = Tokens::take(limits, want, 1).await;
+                slots.truncate(granted);
+                tokens
+            }
+        };
+        Some((slots, tokens))
+    }
+
     /// The slots for the next receive. The first receive waits for a slot (for a whole batch
     /// of them while the queue is busy: receives of 10 cost the least); more receives start
     /// only on a whole batch of slots free now.
-    async fn acquire(&self, demand: Demand, load: Load) -> Option<Vec<Slot>> {
+    async fn acquire_slots_for(&self, demand: Demand, load: Load) -> Option<Vec<Slot>> {
         match (demand, load) {
             // A long poll on a quiet queue: with a budget shared with other consumers, it
             // holds back one slot of it, not a whole batch.
@@ -407,6 +441,7 @@ impl Receiver {
     async fn receive_once(
         &self,
         slots: Vec<Slot>,
+        tokens: Tokens,
         timeout: u32,
         backoffs: &Mutex<Backoffs>,
         stop: &CancellationToken,
@@ -424,6 +459,7 @@ impl Receiver {
         let backoffs = || backoffs.lock().unwrap_or_else(PoisonError::into_inner);
         match result {
             Ok(messages) if messages.is_empty() => {
+                drop(tokens);
                 // Short polling (or a server that answers early): do not spin.
                 let early =
                     settings.wait_time.is_zero() || received_at.elapsed() < settings.wait_time / 2;
@@ -438,6 +474,7 @@ impl Receiver {
                 Ok(ReceiveOutcome::Empty)
             }
             Ok(messages) => {
+                tokens.spend(messages.len());
                 {
                     let mut b = backoffs();
                     b.failures.reset();
@@ -457,7 +494,7 @@ impl Receiver {
                 Err(err)
             }
             Err(err) => {
-                drop(slots);
+                drop((slots, tokens));
                 let wait = backoffs().failures.next_delay();
                 tracing::warn!(error = %err.chain(), retry_in = ?wait, "receive failed; retrying");
                 self.back_off(wait, stop).await;

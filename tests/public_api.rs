@@ -16,7 +16,7 @@ use sqs_consumer::memory::{
 use sqs_consumer::{
     AckMode, Backlog, Batch, BatchHandler, BoxError, Consumer, ConsumerBuilder, ConsumerHandle,
     Delivery, DeliveryStream, Error, ErrorKind, Handler, InFlightLimit, LostReason, MemoryQueue,
-    RetryPolicy, Stats,
+    RateLimit, RetryPolicy, Stats,
 };
 
 /// What the crate root exports: its types, and two modules (`memory`, `guide`).
@@ -38,6 +38,7 @@ const ROOT: &[&str] = &[
     "LostReason",
     "MemoryQueue",
     "PayloadLocation",
+    "RateLimit",
     "RetryPolicy",
     "SnsMessageAttribute",
     "SnsNotification",
@@ -117,6 +118,8 @@ async fn every_public_item(
     // Building a consumer.
     let limit: InFlightLimit = InFlightLimit::new(8);
     let (_, _): (usize, usize) = (limit.max(), limit.in_use());
+    let rate: RateLimit = RateLimit::new(1.0);
+    let (_, _): (f64, u32) = (rate.per_second(), rate.burst());
     let builder: ConsumerBuilder = Consumer::builder(client.clone(), "url")
         .visibility_timeout(Duration::ZERO)
         .wait_time(Duration::ZERO)
@@ -133,6 +136,8 @@ async fn every_public_item(
             aws_sdk_sqs::types::MessageSystemAttributeName::SentTimestamp,
         ])
         .in_flight_limit(&limit)
+        .max_receive_rate(1.0)
+        .rate_limit(&rate)
         .isolated_keeper(true)
         .keeper_client(client);
     #[cfg(feature = "s3")]
