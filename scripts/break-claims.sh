@@ -364,6 +364,15 @@ breaks "a long poll's messages are paid for when they arrive" src/rate_limit.rs 
   'bucket.tokens = if out_for.as_secs_f64() * per_second >= taken as f64 {' \
   'bucket.tokens = if out_for.as_secs_f64() * per_second >= taken as f64 * 1e9 {' \
   -- --lib rate_limit
+breaks "cancel_on_lost drops the handler of a lost delivery" src/handling.rs \
+  '() = handed.all_lost() => None,' '() = std::future::pending() => None,' \
+  -- --test flow_control cancel_on_lost_drops_the_handler
+breaks "a batch handler is dropped only once its whole batch is lost" src/handling.rs \
+  'async fn all_lost(&self) {
+        for item in self.items.as_slice() {' \
+  'async fn all_lost(&self) {
+        for item in self.items.as_slice().iter().take(1) {' \
+  -- --test flow_control cancel_on_lost_drops_a_batch_handler
 breaks "a pause while a receive waits for its token takes nothing" src/receiver.rs \
   '_ = paused.wait_for(|p| *p) => break,' \
   '_ = paused.wait_for(|p| *p && false) => break,' \

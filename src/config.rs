@@ -7,7 +7,7 @@ use aws_sdk_sqs::types::MessageSystemAttributeName;
 
 use crate::consumer::{Consumer, ConsumerSettings};
 use crate::error::Error;
-use crate::handling::{AckMode, HandlerSettings};
+use crate::handling::{AckMode, HandlerSettings, OnLost};
 use crate::in_flight_limit::InFlightLimit;
 use crate::lease_thread::Runner;
 use crate::limits::{self, HARD_LIMIT, MAX_BATCH, MAX_IN_FLIGHT};
@@ -163,6 +163,7 @@ pub struct ConsumerBuilder {
     request_timeout: Duration,
     handler_timeout: Option<Duration>,
     ack_mode: AckMode,
+    on_lost: OnLost,
     message_attribute_names: Vec<String>,
     system_attribute_names: Vec<MessageSystemAttributeName>,
     in_flight_limit: Option<InFlightLimit>,
@@ -197,6 +198,7 @@ impl ConsumerBuilder {
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             handler_timeout: None,
             ack_mode: AckMode::Manual,
+            on_lost: OnLost::RunOn,
             message_attribute_names: vec!["All".to_owned()],
             system_attribute_names: vec![MessageSystemAttributeName::All],
             in_flight_limit: None,
@@ -356,6 +358,33 @@ impl ConsumerBuilder {
     /// ```
     pub fn max_receive_rate(mut self, per_second: f64) -> Self {
         self.max_receive_rate = Some(per_second);
+        self
+    }
+
+    /// Drops a handler's future as soon as its delivery is lost (a batch handler's: once
+    /// every delivery of its batch is lost), counted in
+    /// [`Stats::cancelled_on_lost`](crate::Stats::cancelled_on_lost) and logged at `warn`
+    /// with the message id. A lost delivery's message may already be with another consumer:
+    /// for work that must not run twice at once (a payment, a job holding a lock), stopping
+    /// is safer than finishing. The handler stops at the `.await` it is waiting on, as with
+    /// [`handler_timeout`](ConsumerBuilder::handler_timeout): code between two `.await`s
+    /// always runs to the next one, and what the handler does at an `.await` (a write half
+    /// sent, a transaction open) is cut there, so keep side effects that must finish behind
+    /// one `.await`, or use [`Delivery::lost`](crate::Delivery::lost) yourself to stop at
+    /// points you choose. Defaults to `false`: the handler runs on, and its ack reports the
+    /// loss.
+    ///
+    /// ```
+    /// # fn example(builder: sqs_consumer::ConsumerBuilder) -> Result<(), sqs_consumer::Error> {
+    /// let consumer = builder.cancel_on_lost(true).build()?;
+    /// # let _ = consumer; Ok(()) }
+    /// ```
+    pub fn cancel_on_lost(mut self, cancel: bool) -> Self {
+        self.on_lost = if cancel {
+            OnLost::Cancel
+        } else {
+            OnLost::RunOn
+        };
         self
     }
 
@@ -619,6 +648,7 @@ impl ConsumerBuilder {
         Ok(HandlerSettings {
             ack_mode: self.ack_mode,
             timeout: self.handler_timeout,
+            on_lost: self.on_lost,
         })
     }
 }

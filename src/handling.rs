@@ -60,6 +60,17 @@ pub(crate) struct HandlerSettings {
     pub(crate) ack_mode: AckMode,
     /// `None`: no limit.
     pub(crate) timeout: Option<Duration>,
+    pub(crate) on_lost: OnLost,
+}
+
+/// What becomes of a handler whose deliveries are lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum OnLost {
+    /// It runs on; `Delivery::lost` and `is_lost` tell it, and its ack reports it.
+    #[default]
+    RunOn,
+    /// Its future is dropped (`cancel_on_lost`).
+    Cancel,
 }
 
 /// How a handler ended.
@@ -69,6 +80,8 @@ enum Outcome {
     Failed,
     Panicked,
     TimedOut,
+    /// Dropped: its deliveries were lost (`cancel_on_lost`).
+    CancelledOnLost,
 }
 
 /// Runs `handler` on one delivery.
@@ -122,6 +135,15 @@ async fn outcome(
 ) -> Outcome {
     let started = tokio::time::Instant::now();
     let guarded = AssertUnwindSafe(work).catch_unwind();
+    let guarded = async {
+        match settings.on_lost {
+            OnLost::RunOn => Some(guarded.await),
+            OnLost::Cancel => tokio::select! {
+                result = guarded => Some(result),
+                () = handed.all_lost() => None,
+            },
+        }
+    };
     let result = match settings.timeout {
         None => guarded.await,
         Some(limit) => match tokio::time::timeout(limit, guarded).await {
@@ -144,6 +166,10 @@ async fn outcome(
     handed
         .ctx
         .observe(Measure::HandlerDuration, started.elapsed().as_secs_f64());
+    let Some(result) = result else {
+        handed.cancelled_on_lost();
+        return Outcome::CancelledOnLost;
+    };
     match result {
         Ok(Ok(())) => Outcome::Ok,
         Ok(Err(err)) => {
@@ -234,6 +260,28 @@ impl Handed {
         self.items.as_slice().len()
     }
 
+    /// Completes once every delivery handed over is lost.
+    async fn all_lost(&self) {
+        for item in self.items.as_slice() {
+            item.lease.lost().await;
+        }
+    }
+
+    /// The handler was dropped because its deliveries were lost: counted, and a `warn` for
+    /// each delivery with its message id.
+    fn cancelled_on_lost(&self) {
+        self.ctx.count(Counter::CancelledOnLost);
+        for item in self.items.as_slice() {
+            let reason = item.lease.lost_reason();
+            tracing::warn!(
+                parent: &item.span,
+                message_id = item.lease.message().message_id().unwrap_or_default(),
+                reason = ?reason,
+                "delivery lost: its handler was dropped (cancel_on_lost); another consumer may                  have the message"
+            );
+        }
+    }
+
     /// Settles what the handler dropped unsettled, as `outcome` and the ack mode say; a
     /// delivery it still holds elsewhere decides for itself from now on.
     async fn settle(mut self, outcome: Outcome) {
@@ -249,6 +297,12 @@ impl Handed {
             return;
         }
         match (outcome, self.ack_mode) {
+            // Lost: nothing to ack or release (another consumer may have the message).
+            (Outcome::CancelledOnLost, _) => {
+                for (item, _) in abandoned {
+                    self.release(item);
+                }
+            }
             (_, AckMode::Always) | (Outcome::Ok, AckMode::OnSuccess) => {
                 self.ack(&abandoned).await;
             }

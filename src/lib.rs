@@ -45,7 +45,7 @@
 //! - [`guide::settings`]: every [`ConsumerBuilder`] setting with its default and range;
 //! - [`guide::semantics`]: the guarantees, exactly, and how each is tested;
 //! - [`guide::keeper`]: the keeper that extends visibility, and blocking work in handlers;
-//! - [`guide::flow_control`]: a receive rate ([`RateLimit`]);
+//! - [`guide::flow_control`]: a receive rate ([`RateLimit`]), cancellation on a lost lease;
 //! - [`guide::fifo`], [`guide::shutdown`], [`guide::errors`] (who retries what),
 //!   [`guide::bad_input`], [`guide::cost`];
 //! - `guide::integrations` (features `json` and `from-env`): SNS envelopes, typed bodies,

@@ -69,6 +69,10 @@ pub struct Stats {
     /// Payload objects that could not be deleted after their message's ack (with
     /// `delete_payload_on_ack`), each logged at `warn`: the object stays in S3.
     pub payload_delete_failures: u64,
+    /// Handlers dropped because their delivery was lost, with
+    /// [`cancel_on_lost`](crate::ConsumerBuilder::cancel_on_lost) (a batch handler: once
+    /// every delivery of its batch is lost), each logged at `warn` with the message id.
+    pub cancelled_on_lost: u64,
 }
 
 /// The events [`Stats`] counts.
@@ -90,10 +94,11 @@ pub(crate) enum Counter {
     LostAcks,
     PayloadFailures,
     PayloadDeleteFailures,
+    CancelledOnLost,
 }
 
 /// How many counters there are: one per [`Counter`].
-const COUNTERS: usize = Counter::PayloadDeleteFailures as usize + 1;
+const COUNTERS: usize = Counter::CancelledOnLost as usize + 1;
 
 /// The names the counters are exported under with feature `metrics`, in [`Counter`] order.
 #[cfg(feature = "metrics")]
@@ -114,6 +119,7 @@ const COUNTER_NAMES: [&str; COUNTERS] = [
     "sqs_consumer_lost_acks_total",
     "sqs_consumer_payload_failures_total",
     "sqs_consumer_payload_delete_failures_total",
+    "sqs_consumer_cancelled_on_lost_total",
 ];
 
 /// What is measured per event, for the histograms of feature `metrics`.
@@ -268,6 +274,7 @@ impl Counters {
             lost_acks: get(Counter::LostAcks),
             payload_failures: get(Counter::PayloadFailures),
             payload_delete_failures: get(Counter::PayloadDeleteFailures),
+            cancelled_on_lost: get(Counter::CancelledOnLost),
         }
     }
 }
@@ -312,6 +319,7 @@ mod tests {
             Counter::LostAcks,
             Counter::PayloadFailures,
             Counter::PayloadDeleteFailures,
+            Counter::CancelledOnLost,
         ];
         assert_eq!(all.len(), COUNTERS);
         let c = Counters::default();
@@ -339,10 +347,11 @@ mod tests {
             s.lost_acks,
             s.payload_failures,
             s.payload_delete_failures,
+            s.cancelled_on_lost,
         ];
         assert_eq!(
             fields,
-            [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16]
+            [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17]
         );
     }
 }

@@ -1,5 +1,6 @@
 //! Flow control, each scenario on `MemoryQueue` (paused clock) and on the test server (real
-//! time): a receive rate (one consumer's own, and one budget shared by two). Figures are
+//! time): a receive rate (one consumer's own, and one budget shared by two), cancellation of
+//! a handler whose delivery is lost. Figures are
 //! printed (`cargo test --test flow_control -- --nocapture`).
 
 #[macro_use]
@@ -21,6 +22,7 @@ const LIMIT: Duration = Duration::from_secs(60);
 on_both!(
     max_receive_rate_holds_receives_to_the_rate_and_no_message_waits_for_a_token,
     a_shared_rate_limit_holds_two_consumers_to_one_rate,
+    cancel_on_lost_drops_the_handler_when_its_delivery_is_lost,
 );
 
 /// When each message reached its handler, and how long after its receive's request.
@@ -236,4 +238,157 @@ async fn a_stop_while_a_receive_waits_for_its_token_ends_at_once_and_takes_nothi
         (handled.len(), q.visible_len(), q.in_flight_len()),
         (1, 2, 0)
     );
+}
+
+/// Whether a handler's future was dropped before it finished, and whether it finished.
+#[derive(Debug, Default, Clone)]
+struct Fate {
+    dropped: Arc<std::sync::atomic::AtomicBool>,
+    finished: Arc<std::sync::atomic::AtomicBool>,
+}
+
+struct DropFlag(Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for DropFlag {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// A message deleted elsewhere while its handler works (3 visibility timeouts): the delivery
+/// is lost at the keeper's next round. With `cancel_on_lost` the handler is dropped then;
+/// without, it runs to its end and its ack reports the loss.
+async fn lost_while_handled(kind: Kind, cancel: bool) -> (Fate, sqs_consumer::Stats, Duration) {
+    let q = TestQueue::new(kind, T).await;
+    q.send("deleted elsewhere").await;
+    let consumer = q
+        .consumer()
+        .wait_time(secs(1))
+        .cancel_on_lost(cancel)
+        .build()
+        .unwrap();
+    let fate = Fate::default();
+    let (handles, mut handle) = tokio::sync::mpsc::unbounded_channel::<(String, Instant)>();
+    let handler = {
+        let fate = fate.clone();
+        move |d: Delivery| {
+            let (fate, handles) = (fate.clone(), handles.clone());
+            async move {
+                let _flag = DropFlag(fate.dropped.clone());
+                let receipt = d.message().receipt_handle().unwrap_or_default().to_owned();
+                let _ = handles.send((receipt, d.deadline()));
+                sleep(secs(3 * T)).await;
+                fate.finished
+                    .store(true, std::sync::atomic::Ordering::SeqCst);
+                let acked = d.ack().await;
+                assert!(acked.unwrap_err().is_lost(), "the ack reports the loss");
+                Ok::<(), sqs_consumer::BoxError>(())
+            }
+        }
+    };
+    let start = Instant::now();
+    let ended = async {
+        let (receipt, deadline) = handle.recv().await.unwrap();
+        q.delete_raw(&receipt).await;
+        // Lost at the next round (halfway through the timeout): before the first deadline.
+        while !fate.dropped.load(std::sync::atomic::Ordering::SeqCst) {
+            assert!(start.elapsed() < LIMIT, "the handler never ended");
+            sleep(Duration::from_millis(20)).await;
+        }
+        deadline
+    };
+    let deadline = common::run_while(&consumer, handler, ended).await;
+    let ended_before_deadline = deadline.saturating_duration_since(Instant::now());
+    (fate, consumer.stats(), ended_before_deadline)
+}
+
+async fn cancel_on_lost_drops_the_handler_when_its_delivery_is_lost(kind: Kind) {
+    let (fate, stats, before_deadline) = lost_while_handled(kind, true).await;
+    assert!(
+        !fate.finished.load(std::sync::atomic::Ordering::SeqCst),
+        "ran on"
+    );
+    assert!(
+        before_deadline > Duration::ZERO,
+        "dropped only after its deadline"
+    );
+    assert_eq!((stats.lost, stats.cancelled_on_lost), (1, 1), "{stats:?}");
+    assert_eq!(
+        (stats.handler_errors, stats.handler_panics, stats.acked),
+        (0, 0, 0)
+    );
+    let (fate, stats, _) = lost_while_handled(kind, false).await;
+    assert!(
+        fate.finished.load(std::sync::atomic::Ordering::SeqCst),
+        "dropped by default"
+    );
+    assert_eq!(
+        (stats.lost, stats.cancelled_on_lost, stats.lost_acks),
+        (1, 0, 1),
+        "{stats:?}"
+    );
+    common::report(&format!(
+        "cancel_on_lost ({kind:?}): the handler dropped {before_deadline:.2?} before the \
+         visibility deadline it was received with (T = {T} s)"
+    ));
+}
+
+/// A batch handler is dropped only once every delivery of its batch is lost: one lost of two
+/// leaves it running.
+#[tokio::test(start_paused = true)]
+async fn cancel_on_lost_drops_a_batch_handler_once_its_whole_batch_is_lost() {
+    let q = TestQueue::new(Kind::Memory, T).await;
+    q.send("a").await;
+    q.send("b").await;
+    let consumer = q
+        .consumer()
+        .wait_time(secs(1))
+        .cancel_on_lost(true)
+        .build()
+        .unwrap();
+    let fate = Fate::default();
+    let (handles, mut handle) = tokio::sync::mpsc::unbounded_channel::<Vec<String>>();
+    let handler = {
+        let fate = fate.clone();
+        move |batch: sqs_consumer::Batch| {
+            let (fate, handles) = (fate.clone(), handles.clone());
+            async move {
+                let _flag = DropFlag(fate.dropped.clone());
+                let receipts = batch
+                    .iter()
+                    .map(|d| d.message().receipt_handle().unwrap_or_default().to_owned())
+                    .collect();
+                let _ = handles.send(receipts);
+                sleep(secs(10 * T)).await;
+                fate.finished
+                    .store(true, std::sync::atomic::Ordering::SeqCst);
+                Ok::<(), sqs_consumer::BoxError>(())
+            }
+        }
+    };
+    let test = async {
+        let receipts = handle.recv().await.unwrap();
+        assert_eq!(receipts.len(), 2, "one batch of both");
+        q.delete_raw(&receipts[0]).await;
+        sleep(secs(2 * T)).await; // two rounds: the first delivery is lost by now
+        assert_eq!(consumer.stats().lost, 1);
+        assert!(
+            !fate.dropped.load(std::sync::atomic::Ordering::SeqCst),
+            "one of two lost"
+        );
+        q.delete_raw(&receipts[1]).await;
+        sleep(secs(T)).await;
+        assert!(
+            fate.dropped.load(std::sync::atomic::Ordering::SeqCst),
+            "both lost"
+        );
+    };
+    let run = consumer.run_batch_until(handler, std::future::pending());
+    tokio::select! {
+        result = run => panic!("ended: {result:?}"),
+        () = test => {}
+    }
+    let stats = consumer.stats();
+    assert_eq!((stats.lost, stats.cancelled_on_lost), (2, 1), "{stats:?}");
+    assert!(!fate.finished.load(std::sync::atomic::Ordering::SeqCst));
 }

@@ -138,6 +138,7 @@ async fn every_public_item(
         .in_flight_limit(&limit)
         .max_receive_rate(1.0)
         .rate_limit(&rate)
+        .cancel_on_lost(true)
         .isolated_keeper(true)
         .keeper_client(client);
     #[cfg(feature = "s3")]
@@ -305,9 +306,10 @@ async fn every_public_item(
         lost_acks,
         payload_failures,
         payload_delete_failures,
+        cancelled_on_lost,
         ..
     } = stats;
-    let _: [u64; 18] = [
+    let _: [u64; 19] = [
         received,
         acked,
         released,
@@ -326,6 +328,7 @@ async fn every_public_item(
         lost_acks,
         payload_failures,
         payload_delete_failures,
+        cancelled_on_lost,
     ];
     let _: Duration = worst_extension_delay;
 
