@@ -373,6 +373,17 @@ breaks "a batch handler is dropped only once its whole batch is lost" src/handli
   'async fn all_lost(&self) {
         for item in self.items.as_slice().iter().take(1) {' \
   -- --test flow_control cancel_on_lost_drops_a_batch_handler
+breaks "a batch is handed over when its window has passed" src/batch_window.rs \
+  '() = sleep_until(due.unwrap_or_else(Instant::now)), if due.is_some() => {' \
+  '() = sleep_until(due.unwrap_or_else(Instant::now)), if false => {' \
+  -- --test flow_control a_batch_is_handed_over_when_full
+breaks "a full batch is handed over at once" src/batch_window.rs \
+  'while self.deliveries.len() >= self.batching.max {' \
+  'while self.deliveries.len() > self.batching.max {' \
+  -- --test flow_control a_batch_is_handed_over_when_full
+breaks "a shutdown hands a filling batch over" src/dispatch.rs \
+  'drop(collector);' 'let _collector = collector;' \
+  -- --test flow_control a_shutdown_hands_a_filling_batch_over
 breaks "a pause while a receive waits for its token takes nothing" src/receiver.rs \
   '_ = paused.wait_for(|p| *p) => break,' \
   '_ = paused.wait_for(|p| *p && false) => break,' \

@@ -1,4 +1,4 @@
-//! `Batch` and `BatchHandler`: the deliveries of one receive, handled together.
+//! `Batch` and `BatchHandler`: deliveries handled together.
 
 use std::fmt;
 use std::future::Future;
@@ -8,12 +8,13 @@ use futures_util::future::BoxFuture;
 use crate::delivery::{self, Delivery};
 use crate::error::{BoxError, Error};
 
-/// The deliveries of one receive, in receive order, for
-/// [`Consumer::run_batch`](crate::Consumer::run_batch).
+/// Deliveries handled together, in receive order, for
+/// [`Consumer::run_batch`](crate::Consumer::run_batch): one receive's, or with a
+/// [`batch_window`](crate::ConsumerBuilder::batch_window) several receives' (up to
+/// [`max_batch`](crate::ConsumerBuilder::max_batch)).
 ///
 /// Each delivery keeps its own lease (heartbeat) and can be settled alone; [`ack_all`] and
-/// [`release_all`] settle them together, in as few requests as SQS allows (one for a batch of
-/// up to 10). On a FIFO queue a batch never holds two messages of one message group: a
+/// [`release_all`] settle them together, in as few requests as SQS allows (one per 10). On a FIFO queue a batch never holds two messages of one message group: a
 /// group's later messages come in a later batch, once the one before them was acked.
 ///
 /// [`ack_all`]: Batch::ack_all
@@ -40,7 +41,7 @@ impl Batch {
         Self { deliveries }
     }
 
-    /// How many deliveries the batch holds (at most the consumer's `batch_size`).
+    /// How many deliveries the batch holds (at most the consumer's `max_batch`).
     pub fn len(&self) -> usize {
         self.deliveries.len()
     }

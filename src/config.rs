@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use aws_sdk_sqs::types::MessageSystemAttributeName;
 
+use crate::batch_window::Batching;
 use crate::consumer::{Consumer, ConsumerSettings};
 use crate::error::Error;
 use crate::handling::{AckMode, HandlerSettings, OnLost};
@@ -27,6 +28,10 @@ const DEFAULT_BATCH_SIZE: u32 = 10;
 const DEFAULT_MAX_IN_FLIGHT: usize = 40;
 const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
 const DEFAULT_MAX_CONCURRENT_RECEIVES: usize = 8;
+/// The most deliveries in one batch of a batch handler (Lambda's limit for SQS).
+const MAX_BATCH_DELIVERIES: usize = 10_000;
+/// The longest a batch may fill (Lambda's batching window).
+const MAX_BATCH_WINDOW: Duration = Duration::from_secs(300);
 /// Messages per second a rate limit may be set to.
 const RECEIVE_RATES: std::ops::RangeInclusive<f64> = 0.001..=100_000.0;
 const RECEIVE_RATES_ALLOWED: &str = "a finite number of messages per second, 0.001..=100000";
@@ -164,6 +169,9 @@ pub struct ConsumerBuilder {
     handler_timeout: Option<Duration>,
     ack_mode: AckMode,
     on_lost: OnLost,
+    /// `None`: one receive's worth (see `Batching::default`).
+    max_batch: Option<usize>,
+    batch_window: Duration,
     message_attribute_names: Vec<String>,
     system_attribute_names: Vec<MessageSystemAttributeName>,
     in_flight_limit: Option<InFlightLimit>,
@@ -199,6 +207,8 @@ impl ConsumerBuilder {
             handler_timeout: None,
             ack_mode: AckMode::Manual,
             on_lost: OnLost::RunOn,
+            max_batch: None,
+            batch_window: Duration::ZERO,
             message_attribute_names: vec!["All".to_owned()],
             system_attribute_names: vec![MessageSystemAttributeName::All],
             in_flight_limit: None,
@@ -358,6 +368,42 @@ impl ConsumerBuilder {
     /// ```
     pub fn max_receive_rate(mut self, per_second: f64) -> Self {
         self.max_receive_rate = Some(per_second);
+        self
+    }
+
+    /// The most deliveries in one [`Batch`](crate::Batch) of
+    /// [`run_batch`](crate::Consumer::run_batch): 1..=10000, and at most
+    /// [`max_in_flight`](ConsumerBuilder::max_in_flight) (a batch is held whole while it
+    /// fills). Without a [`batch_window`](ConsumerBuilder::batch_window) each receive's
+    /// deliveries are handed over as they come, in batches of at most this many. Defaults to
+    /// 10.
+    pub fn max_batch(mut self, max: usize) -> Self {
+        self.max_batch = Some(max);
+        self
+    }
+
+    /// How long a batch of [`run_batch`](crate::Consumer::run_batch) may fill from its first
+    /// delivery, across receives: it is handed over when it holds
+    /// [`max_batch`](ConsumerBuilder::max_batch) deliveries or when its window has passed,
+    /// whichever comes first. Every delivery in a filling batch keeps its lease (the keeper
+    /// extends it), so a window longer than the visibility timeout loses nothing. 0..=300 s.
+    /// On a shutdown a filling batch is handed over once the receives under way are in (with
+    /// what they brought), not at its window. Defaults to 0: each receive's deliveries are
+    /// handed over as they come.
+    ///
+    /// ```
+    /// # fn example(builder: sqs_consumer::ConsumerBuilder) -> Result<(), sqs_consumer::Error> {
+    /// use std::time::Duration;
+    /// // Bulk inserts of up to 1,000 rows, at least every 30 s.
+    /// let consumer = builder
+    ///     .max_in_flight(1_000)
+    ///     .max_batch(1_000)
+    ///     .batch_window(Duration::from_secs(30))
+    ///     .build()?;
+    /// # let _ = consumer; Ok(()) }
+    /// ```
+    pub fn batch_window(mut self, window: Duration) -> Self {
+        self.batch_window = window;
         self
     }
 
@@ -523,7 +569,7 @@ impl ConsumerBuilder {
             "100 ms..=300 s",
         )?;
         self.retry_policy.validate()?;
-        let handling = self.handler_settings()?;
+        let handling = self.handler_settings(receive.max_in_flight)?;
         #[cfg(feature = "s3")]
         let payloads = self.payloads.build(request_timeout)?;
         let (queue, lease_queue) = queues(self.source, self.keeper_client, self.keeper)?;
@@ -635,7 +681,33 @@ impl ConsumerBuilder {
         })
     }
 
-    fn handler_settings(&self) -> Result<HandlerSettings, Error> {
+    /// Checks the batch settings against `max_in_flight`: a batch bigger than what may be
+    /// held at once could never fill.
+    fn batching(&self, max_in_flight: usize) -> Result<Batching, Error> {
+        let window = limits::in_range(
+            "batch_window",
+            self.batch_window,
+            Duration::ZERO..=MAX_BATCH_WINDOW,
+            "0..=300 s",
+        )?;
+        let Some(max) = self.max_batch else {
+            return Ok(Batching {
+                window,
+                ..Batching::default()
+            });
+        };
+        limits::in_range("max_batch", max, 1..=MAX_BATCH_DELIVERIES, "1..=10000")?;
+        if max > max_in_flight {
+            return Err(Error::invalid(
+                "max_batch",
+                max,
+                "at most max_in_flight (raise max_in_flight to hold a whole batch)",
+            ));
+        }
+        Ok(Batching { max, window })
+    }
+
+    fn handler_settings(&self, max_in_flight: usize) -> Result<HandlerSettings, Error> {
         if let Some(t) = self.handler_timeout {
             if t.is_zero() || t > HARD_LIMIT {
                 return Err(Error::invalid(
@@ -649,6 +721,7 @@ impl ConsumerBuilder {
             ack_mode: self.ack_mode,
             timeout: self.handler_timeout,
             on_lost: self.on_lost,
+            batching: self.batching(max_in_flight)?,
         })
     }
 }
@@ -935,6 +1008,28 @@ mod tests {
                 "0.001..=100000",
             );
         }
+        refused(builder().max_batch(0), "max_batch", "1..=10000");
+        refused(
+            builder().max_in_flight(20_000).max_batch(10_001),
+            "max_batch",
+            "1..=10000",
+        );
+        refused(
+            builder().max_batch(41),
+            "max_batch",
+            "at most max_in_flight",
+        );
+        refused(
+            builder().batch_window(Duration::from_millis(300_001)),
+            "batch_window",
+            "0..=300 s",
+        );
+        assert!(builder()
+            .max_in_flight(10_000)
+            .max_batch(10_000)
+            .batch_window(Duration::from_secs(300))
+            .build()
+            .is_ok());
         for rate in [0.001, 50.0, 100_000.0] {
             let built = builder()
                 .max_receive_rate(rate)

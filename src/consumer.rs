@@ -253,8 +253,9 @@ impl Consumer {
             .await
     }
 
-    /// Receives messages and calls `handler` with the deliveries of each receive together, as
-    /// a [`Batch`](crate::Batch), until a fatal error.
+    /// Receives messages and calls `handler` with deliveries together, as a
+    /// [`Batch`](crate::Batch) (each receive's, or several receives' with a
+    /// [`batch_window`](crate::ConsumerBuilder::batch_window)), until a fatal error.
     ///
     /// The same as [`run_batch_until`](Consumer::run_batch_until) with a signal that never
     /// comes.
@@ -294,13 +295,18 @@ impl Consumer {
         self.run_batch_until(handler, std::future::pending()).await
     }
 
-    /// Receives messages and calls `handler` with the deliveries of each receive together
-    /// until `signal` completes (or a fatal error), then shuts down as
-    /// [`run_until`](Consumer::run_until) does.
+    /// Receives messages and calls `handler` with deliveries together until `signal`
+    /// completes (or a fatal error), then shuts down as [`run_until`](Consumer::run_until)
+    /// does.
     ///
-    /// A batch holds what one `ReceiveMessage` returned (at most
-    /// [`batch_size`](crate::ConsumerBuilder::batch_size)), in receive order; each delivery
-    /// keeps its own lease. On a FIFO queue a batch holds at most one message of each message
+    /// By default a batch holds what one `ReceiveMessage` returned (at most
+    /// [`batch_size`](crate::ConsumerBuilder::batch_size)), in receive order. With a
+    /// [`batch_window`](crate::ConsumerBuilder::batch_window), a batch collects the
+    /// deliveries of several receives, up to [`max_batch`](crate::ConsumerBuilder::max_batch),
+    /// and is handed over when full or when its window has passed since its first delivery
+    /// (a shutdown hands a filling batch over once the receives under way are in). Each
+    /// delivery keeps its own lease,
+    /// while its batch fills too. On a FIFO queue a batch holds at most one message of each message
     /// group; a group's next message comes in a later batch, once the one before it was
     /// acked (if it ended otherwise, the rest of the group from that receive is released).
     /// [`handler_timeout`](crate::ConsumerBuilder::handler_timeout) and

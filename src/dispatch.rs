@@ -12,6 +12,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::batch_handler::BatchHandler;
+use crate::batch_window::Collector;
 use crate::context::Context;
 use crate::delivery::{Delivery, Received, RunTies};
 use crate::error::Error;
@@ -30,9 +31,13 @@ use crate::stats::{Counter, Measure, Stats};
 pub(crate) enum Dispatch {
     /// One at a time: run a handler, or send it down a stream.
     Each(Arc<dyn Fn(Delivery) -> BoxFuture<'static, ()> + Send + Sync>),
-    /// One receive's worth together (a FIFO receive's in rounds), with the run's shutdown.
-    Batch(Arc<dyn Fn(Vec<Delivery>, CancellationToken) -> BoxFuture<'static, ()> + Send + Sync>),
+    /// Several together (a FIFO batch's in rounds), with the run's shutdown.
+    Batch(BatchDispatch),
 }
+
+/// Runs a batch handler on some deliveries, for the run the token stops.
+pub(crate) type BatchDispatch =
+    Arc<dyn Fn(Vec<Delivery>, CancellationToken) -> BoxFuture<'static, ()> + Send + Sync>;
 
 /// The receive loop and what it feeds: one per consumer.
 #[derive(Debug)]
@@ -373,26 +378,61 @@ impl Engine {
                     )));
                 }
             }
-            Dispatch::Batch(batch) if !deliveries.is_empty() => {
-                let (batch, token) = (batch.clone(), shutdown.clone());
-                groups.spawn(Box::pin(fifo::run_batches(
-                    deliveries,
-                    ctx.is_fifo(),
-                    shutdown.clone(),
-                    move |ds| batch(ds, token.clone()),
-                )));
+            Dispatch::Batch(_) if deliveries.is_empty() => {}
+            Dispatch::Batch(batch) => {
+                let batching = self.handling.batching;
+                if !batching.window.is_zero() {
+                    let collector = run.collector.get_or_insert_with(|| {
+                        let hand_over = self.hand_over(batch, shutdown);
+                        let (collector, task) = Collector::start(batching, hand_over);
+                        groups.spawn(task);
+                        collector
+                    });
+                    collector.push(deliveries);
+                    return;
+                }
+                let mut deliveries = deliveries;
+                while !deliveries.is_empty() {
+                    let rest = deliveries.split_off(batching.max.min(deliveries.len()));
+                    let batch_of = std::mem::replace(&mut deliveries, rest);
+                    groups.spawn(self.hand_over(batch, shutdown)(batch_of));
+                }
             }
-            Dispatch::Batch(_) => {}
         }
+    }
+
+    /// Hands a batch to `batch` (a FIFO queue's in rounds, one delivery of each group at a
+    /// time), for the run that `shutdown` stops.
+    fn hand_over(
+        &self,
+        batch: &BatchDispatch,
+        shutdown: &CancellationToken,
+    ) -> crate::batch_window::HandOver {
+        let (batch, shutdown, fifo) = (batch.clone(), shutdown.clone(), self.ctx.is_fifo());
+        Box::new(move |deliveries| {
+            let (batch, token) = (batch.clone(), shutdown.clone());
+            Box::pin(fifo::run_batches(
+                deliveries,
+                fifo,
+                shutdown.clone(),
+                move |ds| batch(ds, token.clone()),
+            ))
+        })
     }
 
     /// Steps 3 to 6 of the shutdown described on `Consumer::run_until`; handlers may run
     /// until `deadline`.
     async fn shut_down(&self, mut run: Run, deadline: Instant) {
         run.release_late().await;
+        // The collector goes first: its task hands over what is still filling, and ends once
+        // those handlers are done.
         let Run {
-            ties, mut groups, ..
+            ties,
+            mut groups,
+            collector,
+            ..
         } = run;
+        drop(collector);
         let shutdown = ties.shutdown();
         shutdown.cancel();
         // Count the handler tasks still running, not those finished and not yet reaped.
@@ -431,6 +471,8 @@ pub(crate) struct Run {
     late: CancellationToken,
     /// Deliveries received too late to be handed out, released once receiving has ended.
     late_arrivals: Vec<Delivery>,
+    /// The filling batch of a batch handler with a window, once one was received.
+    collector: Option<Collector>,
 }
 
 impl Engine {
@@ -441,6 +483,7 @@ impl Engine {
             groups: JoinSet::new(),
             late,
             late_arrivals: Vec::new(),
+            collector: None,
         }
     }
 }

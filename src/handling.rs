@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, Span};
 
 use crate::batch_handler::{Batch, BatchHandler};
+use crate::batch_window::Batching;
 use crate::context::{Context, SettleHooks};
 use crate::delivery::Delivery;
 use crate::error::{self, BoxError};
@@ -61,6 +62,8 @@ pub(crate) struct HandlerSettings {
     /// `None`: no limit.
     pub(crate) timeout: Option<Duration>,
     pub(crate) on_lost: OnLost,
+    /// How a batch handler's deliveries are grouped.
+    pub(crate) batching: Batching,
 }
 
 /// What becomes of a handler whose deliveries are lost.

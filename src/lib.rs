@@ -45,7 +45,8 @@
 //! - [`guide::settings`]: every [`ConsumerBuilder`] setting with its default and range;
 //! - [`guide::semantics`]: the guarantees, exactly, and how each is tested;
 //! - [`guide::keeper`]: the keeper that extends visibility, and blocking work in handlers;
-//! - [`guide::flow_control`]: a receive rate ([`RateLimit`]), cancellation on a lost lease;
+//! - [`guide::flow_control`]: a receive rate ([`RateLimit`]), batch windows, cancellation on
+//!   a lost lease;
 //! - [`guide::fifo`], [`guide::shutdown`], [`guide::errors`] (who retries what),
 //!   [`guide::bad_input`], [`guide::cost`];
 //! - `guide::integrations` (features `json` and `from-env`): SNS envelopes, typed bodies,
@@ -92,6 +93,7 @@
 mod backlog;
 mod batch;
 mod batch_handler;
+mod batch_window;
 mod call_retries;
 mod config;
 mod consumer;

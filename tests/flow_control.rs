@@ -1,6 +1,6 @@
 //! Flow control, each scenario on `MemoryQueue` (paused clock) and on the test server (real
 //! time): a receive rate (one consumer's own, and one budget shared by two), cancellation of
-//! a handler whose delivery is lost. Figures are
+//! a handler whose delivery is lost, batch windows. Figures are
 //! printed (`cargo test --test flow_control -- --nocapture`).
 
 #[macro_use]
@@ -9,6 +9,7 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::faults::{FaultProxy, Faults};
 use common::{secs, Kind, ReceiveSizes, TestQueue};
 use sqs_consumer::{Consumer, Delivery, RateLimit};
 use tokio::time::{sleep, Instant};
@@ -23,6 +24,7 @@ on_both!(
     max_receive_rate_holds_receives_to_the_rate_and_no_message_waits_for_a_token,
     a_shared_rate_limit_holds_two_consumers_to_one_rate,
     cancel_on_lost_drops_the_handler_when_its_delivery_is_lost,
+    a_batch_fills_across_receives_and_keeps_every_lease_while_it_fills,
 );
 
 /// When each message reached its handler, and how long after its receive's request.
@@ -391,4 +393,275 @@ async fn cancel_on_lost_drops_a_batch_handler_once_its_whole_batch_is_lost() {
     let stats = consumer.stats();
     assert_eq!((stats.lost, stats.cancelled_on_lost), (2, 1), "{stats:?}");
     assert!(!fate.finished.load(std::sync::atomic::Ordering::SeqCst));
+}
+
+/// The sizes of the batches a batch handler got, and when each came.
+#[derive(Debug, Default, Clone)]
+struct Batches(Arc<Mutex<Vec<(usize, Instant)>>>);
+
+impl Batches {
+    /// A batch handler that records each batch and acks it whole.
+    fn acking(&self) -> impl sqs_consumer::BatchHandler {
+        let batches = self.clone();
+        move |batch: sqs_consumer::Batch| {
+            let batches = batches.clone();
+            async move {
+                batches
+                    .0
+                    .lock()
+                    .unwrap()
+                    .push((batch.len(), Instant::now()));
+                batch.ack_all().await
+            }
+        }
+    }
+
+    /// A batch handler that records each batch, pauses receiving and waits for the receives
+    /// under way to be in, then acks it whole: moto's receives and deletes race (each
+    /// rebuilds its list of messages without a lock), and with 1,000 messages held the race
+    /// brings back messages it had deleted.
+    fn acking_alone(
+        &self,
+        consumer: sqs_consumer::ConsumerHandle,
+    ) -> impl sqs_consumer::BatchHandler {
+        let batches = self.clone();
+        move |batch: sqs_consumer::Batch| {
+            let (batches, consumer) = (batches.clone(), consumer.clone());
+            async move {
+                batches
+                    .0
+                    .lock()
+                    .unwrap()
+                    .push((batch.len(), Instant::now()));
+                consumer.pause();
+                while consumer.stats().reserved > 0 {
+                    sleep(Duration::from_millis(20)).await;
+                }
+                let acked = batch.ack_all().await;
+                consumer.resume();
+                acked
+            }
+        }
+    }
+
+    fn sizes(&self) -> Vec<usize> {
+        self.0.lock().unwrap().iter().map(|b| b.0).collect()
+    }
+
+    fn times(&self) -> Vec<Instant> {
+        self.0.lock().unwrap().iter().map(|b| b.1).collect()
+    }
+
+    async fn until(&self, n: usize) {
+        let start = Instant::now();
+        while self.sizes().iter().sum::<usize>() < n {
+            assert!(start.elapsed() < LIMIT * 3, "{:?}", self.sizes());
+            sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// Runs `consumer` with `handler` until `until` completes.
+async fn run_batches_while<F: std::future::Future>(
+    consumer: &Consumer,
+    handler: impl sqs_consumer::BatchHandler,
+    until: F,
+) -> F::Output {
+    let run = consumer.run_batch_until(handler, std::future::pending());
+    tokio::select! {
+        result = run => panic!("the consumer stopped: {result:?}"),
+        out = until => out,
+    }
+}
+
+fn no_faults() -> Faults {
+    Faults {
+        internal_error: 0.0,
+        throttle: 0.0,
+        reset_before: 0.0,
+        drop_after: 0.0,
+        delay: 0.0,
+        delay_for: Duration::ZERO,
+        actions: &[],
+    }
+}
+
+/// A batch of 1,000 fills across receives at a visibility timeout shorter than its window:
+/// its first 500 deliveries are held for two visibility timeouts with none of them visible to
+/// a spy, then the next 500 fill it and it is handed over whole at once; acked in requests
+/// of 10. (200 on moto: see below.)
+async fn a_batch_fills_across_receives_and_keeps_every_lease_while_it_fills(kind: Kind) {
+    // Shorter than the window, long enough for a server's extension rounds of 100 requests.
+    const T: u64 = 12;
+    // 1,000 in all; 200 on moto, whose every extension scans all the messages it holds: with
+    // 1,000 held, each round of 100 extension requests outlasts half a timeout.
+    let half: usize = match common::implementation(kind) {
+        common::Implementation::Moto => 100,
+        _ => 500,
+    };
+    const WINDOW: Duration = Duration::from_secs(300); // never reached: the batch fills first
+    let q = TestQueue::new(kind, T).await;
+    q.send_many("a", half).await;
+    // On a server, through a proxy that sends deletes one at a time: moto rebuilds its list
+    // of messages on each delete without a lock, and the batch's 100 delete requests (4 at a
+    // time) would otherwise bring back messages it had deleted (see the guide's testing page);
+    // the handler also pauses receiving while it acks, as moto's receives race its deletes.
+    let proxy;
+    let builder = match &q {
+        TestQueue::Memory(_) => q.consumer(),
+        TestQueue::Server { url, .. } => {
+            proxy = FaultProxy::start(&common::server_endpoint(), no_faults(), 1).await;
+            Consumer::builder(common::client_for(&proxy.endpoint), url.clone())
+        }
+    };
+    let consumer = builder
+        .wait_time(secs(1))
+        .max_in_flight(2 * half)
+        // One receive at a time: moto hands one message to two receives under way at once
+        // (its receive is not atomic), more often the more messages it holds.
+        .max_concurrent_receives(1)
+        .max_batch(2 * half)
+        .batch_window(WINDOW)
+        .build()
+        .unwrap();
+    let batches = Batches::default();
+    let start = Instant::now();
+    let handler = batches.acking_alone(consumer.handle());
+    let spied = run_batches_while(&consumer, handler, async {
+        while consumer.stats().received < half as u64 {
+            assert!(start.elapsed() < LIMIT * 3, "{:?}", consumer.stats());
+            sleep(Duration::from_millis(50)).await;
+        }
+        // Held past two visibility timeouts while the batch fills: a spy finds none.
+        let filling = Instant::now();
+        let mut spied = 0;
+        while filling.elapsed() < secs(2 * T + 1) {
+            spied += q.receive_up_to(10, Duration::ZERO).await.len();
+            assert!(batches.sizes().is_empty(), "handed over before it was full");
+            sleep(Duration::from_millis(500)).await;
+        }
+        q.send_many("b", half).await;
+        batches.until(2 * half).await;
+        while consumer.stats().acked < 2 * half as u64 {
+            assert!(start.elapsed() < LIMIT * 5, "{:?}", consumer.stats());
+            sleep(Duration::from_millis(50)).await;
+        }
+        spied
+    })
+    .await;
+    assert_eq!(
+        spied,
+        0,
+        "a delivery of the filling batch was visible: {:?}",
+        consumer.stats()
+    );
+    assert_eq!(
+        batches.sizes(),
+        [2 * half],
+        "one batch, handed over when full"
+    );
+    let stats = consumer.stats();
+    assert_eq!((stats.acked, stats.lost), (2 * half as u64, 0), "{stats:?}");
+    // Each of the first 500 extended at least once per half timeout it was held.
+    assert!(stats.extended >= 4 * half as u64, "{stats:?}");
+    let extended = stats.extended as f64 / (2 * half) as f64;
+    let mut figures = format!("{extended:.2} extensions per message while filling");
+    if let TestQueue::Memory(m) = &q {
+        use sqs_consumer::memory::Action;
+        let r = m.requests();
+        assert_eq!(
+            r.requests(Action::DeleteMessageBatch),
+            100,
+            "acks in requests of 10"
+        );
+        let requests = r.requests(Action::ReceiveMessage)
+            + r.requests(Action::DeleteMessageBatch)
+            + r.requests(Action::ChangeMessageVisibilityBatch);
+        figures += &format!(
+            "; {:.3} requests per message (receive {}, delete {}, extension {})",
+            requests as f64 / (2 * half) as f64,
+            r.requests(Action::ReceiveMessage),
+            r.requests(Action::DeleteMessageBatch),
+            r.requests(Action::ChangeMessageVisibilityBatch),
+        );
+    }
+    assert_eq!(q.counts().await, (0, 0));
+    common::report(&format!(
+        "batch window ({kind:?}): {} in one batch, the first {half} held {:?} at T = {T} s, \
+         none visible; {figures}",
+        2 * half,
+        secs(2 * T + 1)
+    ));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_batch_is_handed_over_when_full_or_when_its_window_has_passed() {
+    let q = common::memory_queue(2);
+    for i in 0..20 {
+        q.send(format!("m{i}")).unwrap();
+    }
+    let consumer = Consumer::in_memory(&q)
+        .wait_time(secs(1))
+        .max_in_flight(100)
+        .max_batch(20)
+        .batch_window(secs(5))
+        .build()
+        .unwrap();
+    let batches = Batches::default();
+    let start = Instant::now();
+    let sent = run_batches_while(&consumer, batches.acking(), async {
+        batches.until(20).await;
+        sleep(secs(1)).await;
+        for i in 0..6 {
+            q.send(format!("late {i}")).unwrap();
+        }
+        let sent = Instant::now();
+        batches.until(26).await;
+        sent
+    })
+    .await;
+    // Two receives of 10 fill the first batch: handed over at once. The 6 sent 1 s later go
+    // after their window, 5 s from their arrival.
+    assert_eq!(batches.sizes(), [20, 6]);
+    let times = batches.times();
+    assert_eq!(times[0] - start, Duration::ZERO);
+    assert_eq!(times[1] - sent, secs(5));
+    let r = q.requests();
+    assert_eq!(
+        r.requests(sqs_consumer::memory::Action::DeleteMessageBatch),
+        2 + 1,
+        "20 acked in two requests, 6 in one"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_shutdown_hands_a_filling_batch_over_at_once() {
+    let q = common::memory_queue(2);
+    for i in 0..3 {
+        q.send(format!("m{i}")).unwrap();
+    }
+    let consumer = Consumer::in_memory(&q)
+        .wait_time(secs(1))
+        .max_batch(10)
+        .batch_window(secs(300))
+        .build()
+        .unwrap();
+    let batches = Batches::default();
+    let start = Instant::now();
+    let handle = consumer.handle();
+    let signal = async move {
+        while handle.stats().received < 3 {
+            sleep(Duration::from_millis(10)).await;
+        }
+        sleep(secs(10)).await;
+    };
+    consumer
+        .run_batch_until(batches.acking(), signal)
+        .await
+        .unwrap();
+    assert_eq!(batches.sizes(), [3]);
+    // At the signal, once the long poll under way is in (its wait: 1 s), not at the window.
+    let handed = batches.times()[0] - start;
+    assert!(handed >= secs(10) && handed <= secs(11), "{handed:?}");
+    assert!(q.is_empty(), "handled and acked within the shutdown");
 }

@@ -139,6 +139,8 @@ async fn every_public_item(
         .max_receive_rate(1.0)
         .rate_limit(&rate)
         .cancel_on_lost(true)
+        .max_batch(10)
+        .batch_window(Duration::ZERO)
         .isolated_keeper(true)
         .keeper_client(client);
     #[cfg(feature = "s3")]

@@ -1,0 +1,148 @@
+//! Batch windows: the deliveries of several receives collected into one batch for a batch
+//! handler, handed over when the batch is full or its window has passed since its first
+//! delivery. Every delivery in a filling batch keeps its lease: it is a delivery from its
+//! receive on, and the keeper extends it like any other.
+
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio::time::{sleep_until, Instant};
+
+use crate::delivery::Delivery;
+
+/// How the deliveries of a batch handler are grouped into batches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Batching {
+    /// The most deliveries in one batch.
+    pub(crate) max: usize,
+    /// How long a batch may fill from its first delivery; zero: each receive's deliveries
+    /// are handed over as they come (in batches of at most `max`).
+    pub(crate) window: Duration,
+}
+
+impl Default for Batching {
+    fn default() -> Self {
+        Self {
+            max: 10,
+            window: Duration::ZERO,
+        }
+    }
+}
+
+/// Hands a batch to the batch handler; completes when the handler is done with it.
+pub(crate) type HandOver = Box<dyn Fn(Vec<Delivery>) -> BoxFuture<'static, ()> + Send + Sync>;
+
+/// The filling batch of one run: deliveries go in with [`push`](Collector::push); its task
+/// hands batches over.
+#[derive(Debug)]
+pub(crate) struct Collector {
+    deliveries: mpsc::UnboundedSender<Vec<Delivery>>,
+}
+
+impl Collector {
+    /// A collector and the task that fills its batches and runs their handlers. Dropping the
+    /// collector (the run's shutdown does, once its receives are in) hands a filling batch
+    /// over at once; the task ends when every batch it handed over is done.
+    pub(crate) fn start(batching: Batching, hand_over: HandOver) -> (Self, BoxFuture<'static, ()>) {
+        let (deliveries, incoming) = mpsc::unbounded_channel();
+        let task = Box::pin(fill(incoming, batching, hand_over));
+        (Self { deliveries }, task)
+    }
+
+    /// Adds one receive's deliveries to the filling batch. If the collector's task is gone
+    /// (the run was cut short), they are dropped: each meets the retry policy.
+    pub(crate) fn push(&self, deliveries: Vec<Delivery>) {
+        let _ = self.deliveries.send(deliveries);
+    }
+}
+
+/// The collector's task.
+async fn fill(
+    mut incoming: mpsc::UnboundedReceiver<Vec<Delivery>>,
+    batching: Batching,
+    hand_over: HandOver,
+) {
+    let mut filling = Filling::new(batching);
+    let mut handed = JoinSet::new();
+    loop {
+        let due = filling.due();
+        tokio::select! {
+            got = incoming.recv() => match got {
+                Some(deliveries) => {
+                    for batch in filling.add(deliveries, Instant::now()) {
+                        handed.spawn(hand_over(batch));
+                    }
+                }
+                None => break,
+            },
+            () = sleep_until(due.unwrap_or_else(Instant::now)), if due.is_some() => {
+                handed.spawn(hand_over(filling.take()));
+            }
+            Some(_) = handed.join_next(), if !handed.is_empty() => {}
+        }
+    }
+    if !filling.is_empty() {
+        handed.spawn(hand_over(filling.take()));
+    }
+    while handed.join_next().await.is_some() {}
+}
+
+/// A batch filling up, and when its window ends.
+#[derive(Debug)]
+struct Filling {
+    batching: Batching,
+    deliveries: Vec<Delivery>,
+    /// The first delivery's arrival plus the window.
+    due: Option<Instant>,
+}
+
+impl Filling {
+    fn new(batching: Batching) -> Self {
+        Self {
+            batching,
+            deliveries: Vec::new(),
+            due: None,
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.deliveries.is_empty()
+    }
+
+    fn due(&self) -> Option<Instant> {
+        self.due
+    }
+
+    /// Adds deliveries that arrived `now`; the batches now full (or due: a window of zero).
+    fn add(&mut self, deliveries: Vec<Delivery>, now: Instant) -> Vec<Vec<Delivery>> {
+        if deliveries.is_empty() {
+            return Vec::new();
+        }
+        if self.deliveries.is_empty() {
+            self.due = Some(now + self.batching.window);
+        }
+        self.deliveries.extend(deliveries);
+        let mut full = Vec::new();
+        while self.deliveries.len() >= self.batching.max {
+            let rest = self.deliveries.split_off(self.batching.max);
+            full.push(std::mem::replace(&mut self.deliveries, rest));
+            // What is left arrived now: its window starts now.
+            self.due = Some(now + self.batching.window);
+        }
+        if self.batching.window.is_zero() && !self.deliveries.is_empty() {
+            full.push(self.take());
+        }
+        if self.deliveries.is_empty() {
+            self.due = None;
+        }
+        full
+    }
+
+    /// The filling batch, handed over as it is.
+    fn take(&mut self) -> Vec<Delivery> {
+        self.due = None;
+        std::mem::take(&mut self.deliveries)
+    }
+}
