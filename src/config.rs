@@ -375,8 +375,8 @@ impl ConsumerBuilder {
     /// [`run_batch`](crate::Consumer::run_batch): 1..=10000, and at most
     /// [`max_in_flight`](ConsumerBuilder::max_in_flight) (a batch is held whole while it
     /// fills). Without a [`batch_window`](ConsumerBuilder::batch_window) each receive's
-    /// deliveries are handed over as they come, in batches of at most this many. Defaults to
-    /// 10.
+    /// deliveries are handed over as they come, in batches of at most this many. Not on a FIFO
+    /// queue, whose batches keep each group's order (refused by `build()`). Defaults to 10.
     pub fn max_batch(mut self, max: usize) -> Self {
         self.max_batch = Some(max);
         self
@@ -388,8 +388,9 @@ impl ConsumerBuilder {
     /// whichever comes first. Every delivery in a filling batch keeps its lease (the keeper
     /// extends it), so a window longer than the visibility timeout loses nothing. 0..=300 s.
     /// On a shutdown a filling batch is handed over once the receives under way are in (with
-    /// what they brought), not at its window. Defaults to 0: each receive's deliveries are
-    /// handed over as they come.
+    /// what they brought), not at its window. Not on a FIFO queue (refused by `build()`, as
+    /// Lambda refuses it). Defaults to 0: each receive's deliveries are handed over as they
+    /// come.
     ///
     /// ```
     /// # fn example(builder: sqs_consumer::ConsumerBuilder) -> Result<(), sqs_consumer::Error> {
@@ -573,6 +574,9 @@ impl ConsumerBuilder {
         #[cfg(feature = "s3")]
         let payloads = self.payloads.build(request_timeout)?;
         let (queue, lease_queue) = queues(self.source, self.keeper_client, self.keeper)?;
+        if queue.is_fifo() {
+            fifo_batching(handling.batching)?;
+        }
         let leases = match lease_queue {
             Some(lease_queue) => (
                 lease_queue.with_request_timeout(request_timeout),
@@ -756,6 +760,21 @@ impl PayloadSettings {
             request_timeout,
         )))
     }
+}
+
+/// A FIFO queue's batches are one receive's deliveries, handed out in rounds that keep each
+/// group's order: a batch split or collected across receives could run two of a group at
+/// once. (Lambda refuses a batching window on FIFO queues too.)
+fn fifo_batching(batching: Batching) -> Result<(), Error> {
+    const ALLOWED: &str = "the default on a FIFO queue (a batch is one receive's deliveries, \
+                           in rounds that keep each message group's order)";
+    if !batching.window.is_zero() {
+        return Err(Error::invalid("batch_window", batching.window, ALLOWED));
+    }
+    if batching.max != Batching::default().max {
+        return Err(Error::invalid("max_batch", batching.max, ALLOWED));
+    }
+    Ok(())
 }
 
 /// Adds the reserved size attributes of Extended Client pointers to `names`, unless it asks
@@ -1024,6 +1043,14 @@ mod tests {
             "batch_window",
             "0..=300 s",
         );
+        let fifo = || Consumer::in_memory(&MemoryQueue::builder().fifo(true).build().unwrap());
+        refused(
+            fifo().batch_window(Duration::from_secs(1)),
+            "batch_window",
+            "FIFO",
+        );
+        refused(fifo().max_batch(5), "max_batch", "FIFO");
+        assert!(fifo().max_batch(10).build().is_ok());
         assert!(builder()
             .max_in_flight(10_000)
             .max_batch(10_000)

@@ -280,7 +280,8 @@ impl Handed {
                 parent: &item.span,
                 message_id = item.lease.message().message_id().unwrap_or_default(),
                 reason = ?reason,
-                "delivery lost: its handler was dropped (cancel_on_lost); another consumer may                  have the message"
+                "delivery lost: its handler was dropped (cancel_on_lost); another consumer may \
+                 have the message"
             );
         }
     }
