@@ -17,8 +17,8 @@ use crate::delivery::Delivery;
 pub(crate) struct Batching {
     /// The most deliveries in one batch.
     pub(crate) max: usize,
-    /// How long a batch may fill from its first delivery; zero: each receive's deliveries
-    /// are handed over as they come (in batches of at most `max`).
+    /// How long a batch may fill from its first delivery; zero: no collector, each
+    /// receive's deliveries are handed over as they come (in batches of at most `max`).
     pub(crate) window: Duration,
 }
 
@@ -67,7 +67,7 @@ async fn fill(
     let mut filling = Filling::new(batching);
     let mut handed = JoinSet::new();
     loop {
-        let due = filling.due();
+        let due = filling.due;
         tokio::select! {
             got = incoming.recv() => match got {
                 Some(deliveries) => {
@@ -111,11 +111,7 @@ impl Filling {
         self.deliveries.is_empty()
     }
 
-    fn due(&self) -> Option<Instant> {
-        self.due
-    }
-
-    /// Adds deliveries that arrived `now`; the batches now full (or due: a window of zero).
+    /// Adds deliveries that arrived `now`; the batches now full.
     fn add(&mut self, deliveries: Vec<Delivery>, now: Instant) -> Vec<Vec<Delivery>> {
         if deliveries.is_empty() {
             return Vec::new();
@@ -130,9 +126,6 @@ impl Filling {
             full.push(std::mem::replace(&mut self.deliveries, rest));
             // What is left arrived now: its window starts now.
             self.due = Some(now + self.batching.window);
-        }
-        if self.batching.window.is_zero() && !self.deliveries.is_empty() {
-            full.push(self.take());
         }
         if self.deliveries.is_empty() {
             self.due = None;

@@ -391,11 +391,11 @@ impl Engine {
                     collector.push(deliveries);
                     return;
                 }
+                let hand_over = self.hand_over(batch, shutdown);
                 let mut deliveries = deliveries;
                 while !deliveries.is_empty() {
                     let rest = deliveries.split_off(batching.max.min(deliveries.len()));
-                    let batch_of = std::mem::replace(&mut deliveries, rest);
-                    groups.spawn(self.hand_over(batch, shutdown)(batch_of));
+                    groups.spawn(hand_over(std::mem::replace(&mut deliveries, rest)));
                 }
             }
         }

@@ -398,20 +398,17 @@ impl Receiver {
         if limits.is_empty() {
             return Some((slots, Tokens::default()));
         }
-        let tokens = match (demand, load) {
-            (Demand::More, _) => Tokens::try_take(limits, slots.len())?,
-            (Demand::First, Load::Busy) => {
-                let (granted, tokens) = Tokens::take(limits, slots.len(), slots.len()).await;
-                slots.truncate(granted);
-                tokens
+        // How many tokens to ask for, and to wait for.
+        let (want, at_least) = match (demand, load) {
+            (Demand::More, _) => {
+                let tokens = Tokens::try_take(limits, slots.len())?;
+                return Some((slots, tokens));
             }
-            (Demand::First, Load::Quiet) => {
-                let want = limits.quiet_want(slots.len());
-                let (granted, tokens) = Tokens::take(limits, want, 1).await;
-                slots.truncate(granted);
-                tokens
-            }
+            (Demand::First, Load::Busy) => (slots.len(), slots.len()),
+            (Demand::First, Load::Quiet) => (limits.quiet_want(slots.len()), 1),
         };
+        let (granted, tokens) = Tokens::take(limits, want, at_least).await;
+        slots.truncate(granted);
         Some((slots, tokens))
     }
 

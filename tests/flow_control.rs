@@ -171,6 +171,15 @@ async fn a_shared_rate_limit_holds_two_consumers_to_one_rate(kind: Kind) {
     ));
 }
 
+/// A `MemoryQueue` with a visibility timeout of `visibility` s and `n` messages in it.
+fn queued(visibility: u64, n: usize) -> sqs_consumer::MemoryQueue {
+    let q = common::memory_queue(visibility);
+    for i in 0..n {
+        q.send(format!("m{i}")).unwrap();
+    }
+    q
+}
+
 /// A rate of one message every 2 s (a burst of 1): the first message on the full bucket, then
 /// a receive waiting for its token.
 fn slow_consumer(q: &sqs_consumer::MemoryQueue) -> Consumer {
@@ -183,10 +192,7 @@ fn slow_consumer(q: &sqs_consumer::MemoryQueue) -> Consumer {
 
 #[tokio::test(start_paused = true)]
 async fn a_pause_while_a_receive_waits_for_its_token_takes_nothing_and_keeps_the_token() {
-    let q = common::memory_queue(T);
-    for i in 0..3 {
-        q.send(format!("m{i}")).unwrap();
-    }
+    let q = queued(T, 3);
     let consumer = slow_consumer(&q);
     let handled = Handled::default();
     let start = Instant::now();
@@ -216,10 +222,7 @@ async fn a_pause_while_a_receive_waits_for_its_token_takes_nothing_and_keeps_the
 
 #[tokio::test(start_paused = true)]
 async fn a_stop_while_a_receive_waits_for_its_token_ends_at_once_and_takes_nothing() {
-    let q = common::memory_queue(T);
-    for i in 0..3 {
-        q.send(format!("m{i}")).unwrap();
-    }
+    let q = queued(T, 3);
     let consumer = slow_consumer(&q);
     let handled = Handled::default();
     let start = Instant::now();
@@ -596,10 +599,7 @@ async fn a_batch_fills_across_receives_and_keeps_every_lease_while_it_fills(kind
 
 #[tokio::test(start_paused = true)]
 async fn a_batch_is_handed_over_when_full_or_when_its_window_has_passed() {
-    let q = common::memory_queue(2);
-    for i in 0..20 {
-        q.send(format!("m{i}")).unwrap();
-    }
+    let q = queued(2, 20);
     let consumer = Consumer::in_memory(&q)
         .wait_time(secs(1))
         .max_in_flight(100)
@@ -636,10 +636,7 @@ async fn a_batch_is_handed_over_when_full_or_when_its_window_has_passed() {
 
 #[tokio::test(start_paused = true)]
 async fn a_shutdown_hands_a_filling_batch_over_at_once() {
-    let q = common::memory_queue(2);
-    for i in 0..3 {
-        q.send(format!("m{i}")).unwrap();
-    }
+    let q = queued(2, 3);
     let consumer = Consumer::in_memory(&q)
         .wait_time(secs(1))
         .max_batch(10)
