@@ -384,5 +384,33 @@ breaks "a pause while a receive waits for its token takes nothing" src/receiver.
   '_ = paused.wait_for(|p| *p) => break,' \
   '_ = paused.wait_for(|p| *p && false) => break,' \
   -- --test flow_control a_pause_while_a_receive_waits
+breaks "dead-letter: a failure moves the message exactly at its after_receives-th receive" src/dead_letter.rs \
+  'receive_count >= self.after_receives' 'receive_count > self.after_receives' \
+  -- --test dead_letter a_poison_message_moves
+breaks "dead-letter: the copy carries the failure attribute" src/dead_letter.rs \
+  'attributes.insert(FAILURE_ATTRIBUTE.to_owned(), value);' 'let _ = value;' \
+  -- --test dead_letter a_poison_message_moves
+breaks "dead-letter: an original with 10 attributes is copied with them all" src/dead_letter.rs \
+  '|| attributes.len() < MAX_ATTRIBUTES;' '|| attributes.len() <= MAX_ATTRIBUTES;' \
+  -- --test dead_letter a_message_with_ten_attributes
+breaks "dead-letter: a FIFO copy keeps its group" src/dead_letter.rs \
+  'group_id: group_id.filter(|_| fifo),' 'group_id: group_id.filter(|_| false),' \
+  -- --test dead_letter a_fifo_copy_keeps_its_group
+breaks "dead-letter: a failure in every ack mode is moved" src/handling.rs \
+  'Outcome::Failed(failure) => self.dead_letter_due(abandoned, failure).await,' \
+  'Outcome::Failed(failure) if self.ack_mode != AckMode::Always => self.dead_letter_due(abandoned, failure).await,' \
+  -- --test dead_letter a_panic_and_a_timeout
+breaks "dead-letter: a copy not sent leaves the message to the retry policy" src/handling.rs \
+  'Moved::NotSent(_) => self.release(item),' 'Moved::NotSent(_) => item.lease.end(),' \
+  -- --test dead_letter a_copy_that_cannot_be_sent
+breaks "dead-letter: a move whose delete failed is finished by the next receive, without a second copy" src/lease.rs \
+  'self.ctx.remember_unfinished(message_id, Unfinished::Move);' '' \
+  -- --test dead_letter a_failure_between_the_send_and_the_delete
+breaks "dead-letter: a move finished by the next receive is counted" src/dispatch.rs \
+  'settle.count(Counter::DeadLettered);' '' \
+  -- --test dead_letter a_failure_between_the_send_and_the_delete
+breaks_on_server "dead-letter: a payload moves as its pointer and its object stays" src/dead_letter_move.rs \
+  'match lease.finish_move(result, lost_before) {' 'match lease.finish_ack(result, lost_before) {' \
+  -- --test payloads a_dead_lettered_payload_keeps_its_pointer
 echo "missed: $missed, stale: $stale, hung: $hung (the output of every run: $log)"
 [ "$missed" -eq 0 ] && [ "$stale" -eq 0 ]

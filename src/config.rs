@@ -7,11 +7,13 @@ use aws_sdk_sqs::types::MessageSystemAttributeName;
 
 use crate::batch_window::Batching;
 use crate::consumer::{Consumer, ConsumerSettings};
+use crate::dead_letter::DeadLetter;
+use crate::dead_letter_queue::DeadLetterQueue;
 use crate::error::Error;
 use crate::handling::{AckMode, HandlerSettings, OnLost};
 use crate::in_flight_limit::InFlightLimit;
 use crate::lease_thread::Runner;
-use crate::limits::{self, HARD_LIMIT, MAX_BATCH, MAX_IN_FLIGHT};
+use crate::limits::{self, HARD_LIMIT, MAX_BATCH, MAX_IN_FLIGHT, RECEIVE_COUNTS};
 use crate::memory::MemoryQueue;
 use crate::queue::sdk::SdkQueue;
 use crate::queue::{Queue, DEFAULT_REQUEST_TIMEOUT};
@@ -177,6 +179,7 @@ pub struct ConsumerBuilder {
     in_flight_limit: Option<InFlightLimit>,
     max_receive_rate: Option<f64>,
     rate_limit: Option<RateLimit>,
+    dead_letter: Option<(DeadLetterQueue, u32)>,
     keeper: KeeperPlacement,
     keeper_client: Option<aws_sdk_sqs::Client>,
     #[cfg(feature = "s3")]
@@ -214,6 +217,7 @@ impl ConsumerBuilder {
             in_flight_limit: None,
             max_receive_rate: None,
             rate_limit: None,
+            dead_letter: None,
             keeper: KeeperPlacement::Default,
             keeper_client: None,
             #[cfg(feature = "s3")]
@@ -435,6 +439,31 @@ impl ConsumerBuilder {
         self
     }
 
+    /// Moves a message its handler keeps failing on to the dead-letter queue `queue`, saying
+    /// why: when a handler fails (returns an error, panics or times out, or calls
+    /// [`Delivery::fail`](crate::Delivery::fail)) on a delivery received `after_receives`
+    /// times or more (1..=1000), the consumer sends a copy (the original body and message
+    /// attributes, plus the attribute `sqs-consumer.failure` with the failure as JSON) and
+    /// then deletes the original, whatever the [`AckMode`]. Set `after_receives` below the
+    /// queue's own redrive `maxReceiveCount`, if it has one, or SQS moves the message first,
+    /// without the reason. [`Delivery::dead_letter`](crate::Delivery::dead_letter) moves one
+    /// on demand. With it, every receive asks for all message attributes (so that the copy
+    /// keeps them) and for `ApproximateFirstReceiveTimestamp`. The guide's
+    /// [flow control](crate::guide::flow_control) page says what the copy holds and what a
+    /// crash between the send and the delete leaves. Defaults to none: failures meet the
+    /// [`RetryPolicy`] only.
+    ///
+    /// ```
+    /// # fn example(builder: sqs_consumer::ConsumerBuilder) -> Result<(), sqs_consumer::Error> {
+    /// // The third failure moves the message, with its reason, to `orders-failed`.
+    /// let consumer = builder.dead_letter("orders-failed", 3).build()?;
+    /// # let _ = consumer; Ok(()) }
+    /// ```
+    pub fn dead_letter(mut self, queue: impl Into<DeadLetterQueue>, after_receives: u32) -> Self {
+        self.dead_letter = Some((queue.into(), after_receives));
+        self
+    }
+
     /// A budget of messages per second shared with other consumers (see [`RateLimit`]): the
     /// messages received by all of them together stay within it. A
     /// [`max_receive_rate`](ConsumerBuilder::max_receive_rate) of this consumer's own applies
@@ -573,9 +602,13 @@ impl ConsumerBuilder {
         let handling = self.handler_settings(receive.max_in_flight)?;
         #[cfg(feature = "s3")]
         let payloads = self.payloads.build(request_timeout)?;
+        let dead_letter = self.dead_letter_queue(request_timeout)?;
         let (queue, lease_queue) = queues(self.source, self.keeper_client, self.keeper)?;
         if queue.is_fifo() {
             fifo_batching(handling.batching)?;
+        }
+        if let Some(dead_letter) = &dead_letter {
+            same_kind(&queue, dead_letter)?;
         }
         let leases = match lease_queue {
             Some(lease_queue) => (
@@ -593,6 +626,7 @@ impl ConsumerBuilder {
                 receive,
                 shutdown_timeout: self.shutdown_timeout,
                 retry_policy: self.retry_policy,
+                dead_letter,
                 handling,
                 leases,
                 #[cfg(feature = "s3")]
@@ -625,6 +659,13 @@ impl ConsumerBuilder {
         )?;
         for name in &self.message_attribute_names {
             limits::message_attribute_name("message_attribute_names", name)?;
+        }
+        if self.dead_letter.is_some() {
+            // The dead-letter copy keeps every attribute, and says when the message was first
+            // received.
+            self.message_attribute_names = vec!["All".to_owned()];
+            self.system_attribute_names
+                .push(MessageSystemAttributeName::ApproximateFirstReceiveTimestamp);
         }
         #[cfg(feature = "s3")]
         if self.payloads.client.is_some() {
@@ -683,6 +724,49 @@ impl ConsumerBuilder {
             in_flight_limit: self.in_flight_limit.take(),
             rate_limits,
         })
+    }
+
+    /// The dead-letter step's queue, checked: `after_receives` in range, a queue of the
+    /// consumer's kind (a name, URL or ARN for SQS, a `MemoryQueue` for one), not the
+    /// consumer's own queue.
+    fn dead_letter_queue(&self, request_timeout: Duration) -> Result<Option<DeadLetter>, Error> {
+        let Some((given, after_receives)) = &self.dead_letter else {
+            return Ok(None);
+        };
+        let after_receives = limits::in_range(
+            "dead_letter",
+            *after_receives,
+            RECEIVE_COUNTS,
+            "after_receives in 1..=1000 (a redrive policy's maxReceiveCount range)",
+        )?;
+        let (queue, own) = match (&self.source, given.sqs(), given.memory()) {
+            (Source::Sqs { client, queue }, Some(name), _) => {
+                let parsed = QueueRef::parse_setting("dead_letter", name)?;
+                let dlq = SdkQueue::new(client.clone(), parsed);
+                check_region("dead_letter", &dlq)?;
+                (Queue::new(dlq), name == queue)
+            }
+            (Source::Memory(own), _, Some(memory)) => {
+                (Queue::new(memory.clone()), memory.name() == own.name())
+            }
+            _ => {
+                return Err(Error::invalid(
+                    "dead_letter",
+                    given.describe(),
+                    "a queue URL, name or ARN for a consumer of SQS, a MemoryQueue for a \
+                     MemoryQueue consumer",
+                ))
+            }
+        };
+        if own {
+            return Err(Error::invalid(
+                "dead_letter",
+                given.describe(),
+                "a queue other than the consumer's own",
+            ));
+        }
+        let queue = queue.with_request_timeout(request_timeout);
+        Ok(Some(DeadLetter::new(queue, after_receives)))
     }
 
     /// Checks the batch settings against `max_in_flight`: a batch bigger than what may be
@@ -777,6 +861,20 @@ fn fifo_batching(batching: Batching) -> Result<(), Error> {
     Ok(())
 }
 
+/// A FIFO queue's messages move to a FIFO dead-letter queue, a standard queue's to a standard
+/// one (as SQS's redrive requires).
+fn same_kind(queue: &Queue, dead_letter: &DeadLetter) -> Result<(), Error> {
+    if queue.is_fifo() == dead_letter.is_fifo() {
+        return Ok(());
+    }
+    Err(Error::invalid(
+        "dead_letter",
+        dead_letter.name(),
+        "a queue of the consumer's kind: FIFO (`.fifo`) for a FIFO queue, standard for a \
+         standard one",
+    ))
+}
+
 /// Adds the reserved size attributes of Extended Client pointers to `names`, unless it asks
 /// for every attribute already: a pointer is known by them.
 #[cfg(feature = "s3")]
@@ -812,7 +910,7 @@ fn queues(
     match source {
         Source::Sqs { client, queue } => {
             let sqs = SdkQueue::new(client, QueueRef::parse(&queue)?);
-            check_region(&sqs)?;
+            check_region("queue", &sqs)?;
             let own = match keeper_client {
                 Some(client) => Some(sqs.with_client(client)),
                 None => sqs.with_own_connections(),
@@ -848,10 +946,10 @@ fn queues(
 
 /// An ARN's region must be the client's: the client sends every call to its own region's
 /// endpoint.
-fn check_region(sqs: &SdkQueue) -> Result<(), Error> {
+fn check_region(field: &'static str, sqs: &SdkQueue) -> Result<(), Error> {
     match (sqs.given().region(), sqs.client_region()) {
         (Some(arn), Some(client)) if arn != client => Err(Error::invalid(
-            "queue",
+            field,
             format!("{} (the client's region is {client})", sqs.given()),
             "an ARN in the client's region: build the client for the queue's region",
         )),
@@ -1212,5 +1310,86 @@ mod tests {
                 .unwrap_or_else(|e| panic!("{good}: {e}"));
             assert!(format!("{consumer:?}").contains(good), "{consumer:?}");
         }
+    }
+
+    #[tokio::test]
+    async fn a_dead_letter_queue_is_checked_and_asks_for_what_its_copy_needs() {
+        let conf = aws_sdk_sqs::Config::builder()
+            .behavior_version(aws_sdk_sqs::config::BehaviorVersion::latest())
+            .region(aws_sdk_sqs::config::Region::new("us-east-1"))
+            .build();
+        let client = aws_sdk_sqs::Client::from_conf(conf);
+        let sqs = |queue: &str| Consumer::builder(client.clone(), queue);
+        let (memory, failed) = (MemoryQueue::new(), MemoryQueue::new());
+        for after_receives in [0, 1001] {
+            refused(
+                sqs("orders").dead_letter("orders-dlq", after_receives),
+                "dead_letter",
+                "after_receives in 1..=1000",
+            );
+        }
+        refused(
+            sqs("orders").dead_letter("bad name", 3),
+            "dead_letter",
+            "1 to 80",
+        );
+        refused(
+            sqs("orders").dead_letter("arn:aws:sqs:eu-west-1:123456789012:dlq", 3),
+            "dead_letter",
+            "the client's region",
+        );
+        refused(
+            sqs("orders").dead_letter(&failed, 3),
+            "dead_letter",
+            "a queue URL",
+        );
+        refused(
+            Consumer::in_memory(&memory).dead_letter("orders-dlq", 3),
+            "dead_letter",
+            "a MemoryQueue for a MemoryQueue consumer",
+        );
+        refused(
+            sqs("orders").dead_letter("orders", 3),
+            "dead_letter",
+            "other than",
+        );
+        refused(
+            Consumer::in_memory(&memory).dead_letter(&memory, 3),
+            "dead_letter",
+            "other than",
+        );
+        refused(
+            sqs("orders.fifo").dead_letter("dlq", 3),
+            "dead_letter",
+            "FIFO",
+        );
+        refused(
+            sqs("orders").dead_letter("dlq.fifo", 3),
+            "dead_letter",
+            "FIFO",
+        );
+        for after_receives in [1, 1000] {
+            sqs("orders.fifo")
+                .dead_letter("dlq.fifo", after_receives)
+                .build()
+                .expect("in range, same kind");
+        }
+
+        use MessageSystemAttributeName as A;
+        let c = Consumer::in_memory(&memory)
+            .message_attribute_names(["tenant"])
+            .message_system_attribute_names([A::SentTimestamp])
+            .dead_letter(&failed, 3)
+            .build()
+            .unwrap();
+        let settings = c.receive_settings();
+        assert_eq!(
+            settings.message_attribute_names,
+            ["All"],
+            "the copy keeps all"
+        );
+        assert!(settings
+            .system_attribute_names
+            .contains(&A::ApproximateFirstReceiveTimestamp));
     }
 }

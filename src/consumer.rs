@@ -8,6 +8,7 @@ use std::time::Duration;
 use crate::backlog::Backlog;
 use crate::batch_handler::BatchHandler;
 use crate::consumer_handle::ConsumerHandle;
+use crate::dead_letter::DeadLetter;
 use crate::dispatch::Engine;
 use crate::error::Error;
 use crate::handler::Handler;
@@ -25,6 +26,8 @@ pub(crate) struct ConsumerSettings {
     pub(crate) receive: ReceiveSettings,
     pub(crate) shutdown_timeout: Duration,
     pub(crate) retry_policy: RetryPolicy,
+    /// Where failed messages are moved, if anywhere.
+    pub(crate) dead_letter: Option<DeadLetter>,
     pub(crate) handling: HandlerSettings,
     /// The queue the keeper and the settle calls use, and where they run.
     pub(crate) leases: (Queue, Runner),
@@ -56,7 +59,7 @@ impl Consumer {
                 queue,
                 settings.leases,
                 settings.receive,
-                settings.retry_policy,
+                (settings.retry_policy, settings.dead_letter),
                 settings.shutdown_timeout,
                 settings.handling,
                 #[cfg(feature = "s3")]

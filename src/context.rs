@@ -1,6 +1,6 @@
-//! What every delivery of one consumer shares: the counters, the retry policy, the memory of
-//! lost acks, and the settle calls (deletes and visibility changes), each batched and each
-//! retried here on its own terms.
+//! What every delivery of one consumer shares: the counters, the retry policy, the
+//! dead-letter queue, the memory of unfinished deletes, and the settle calls (deletes and
+//! visibility changes), each batched and each retried here on its own terms.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -14,12 +14,13 @@ use tracing::{Instrument, Span};
 
 use crate::batch::{Batcher, Call};
 use crate::call_retries::{self, ACK_RETRY_WINDOW, RELEASE_ATTEMPTS};
+use crate::dead_letter::DeadLetter;
 use crate::error::Error;
 use crate::lease_thread::Runner;
-use crate::lost_acks::LostAcks;
 use crate::queue::Queue;
 use crate::redelivery::RetryPolicy;
 use crate::stats::{Counter, Counters, Measure, Stats};
+use crate::unfinished_deletes::{Unfinished, UnfinishedDeletes};
 
 /// A call that settles a message.
 #[derive(Debug, Clone, Copy)]
@@ -75,7 +76,10 @@ pub(crate) struct Context {
     queue: Queue,
     retry: RetryPolicy,
     counters: Counters,
-    lost_acks: LostAcks,
+    /// Messages to delete, not handle, should they come back.
+    unfinished_deletes: UnfinishedDeletes,
+    /// Where failed messages are moved, if the consumer moves them.
+    dead_letter: Option<DeadLetter>,
     /// Deletes and visibility changes under way on behalf of deliveries (batch entries, and
     /// the releases of dropped deliveries): neither a cancelled caller nor a `Drop` cuts them
     /// short, and shutdown waits for them.
@@ -103,7 +107,8 @@ impl Context {
             runner,
             retry,
             counters: Counters::new(queue.name()),
-            lost_acks: LostAcks::default(),
+            unfinished_deletes: UnfinishedDeletes::default(),
+            dead_letter: None,
             settles,
             #[cfg(feature = "s3")]
             payloads: None,
@@ -115,6 +120,17 @@ impl Context {
     pub(crate) fn with_payloads(mut self, store: Option<crate::s3::PayloadStore>) -> Self {
         self.payloads = store;
         self
+    }
+
+    /// The same context, moving failed messages to `dead_letter`.
+    pub(crate) fn with_dead_letter(mut self, dead_letter: Option<DeadLetter>) -> Self {
+        self.dead_letter = dead_letter;
+        self
+    }
+
+    /// Where failed messages are moved, if the consumer moves them.
+    pub(crate) fn dead_letter(&self) -> Option<&DeadLetter> {
+        self.dead_letter.as_ref()
     }
 
     /// Where payloads are read from, if the consumer reads them.
@@ -213,14 +229,14 @@ impl Context {
         self.counters.held()
     }
 
-    /// Remembers a message whose ack failed because its delivery was lost.
-    pub(crate) fn remember_lost_ack(&self, message_id: &str) {
-        self.lost_acks.remember(message_id);
+    /// Remembers a message to delete instead of handle, should it come back.
+    pub(crate) fn remember_unfinished(&self, message_id: &str, unfinished: Unfinished) {
+        self.unfinished_deletes.remember(message_id, unfinished);
     }
 
-    /// `true` (and forgets it) if `message_id`'s ack was lost.
-    pub(crate) fn take_lost_ack(&self, message_id: &str) -> bool {
-        self.lost_acks.take(message_id)
+    /// What was left unfinished for `message_id`, if anything (and forgets it).
+    pub(crate) fn take_unfinished(&self, message_id: &str) -> Option<Unfinished> {
+        self.unfinished_deletes.take(message_id)
     }
 
     /// One try of each extension of a keeper's round (visibility changes, sent together):

@@ -14,6 +14,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, Span};
 
 use crate::context::{Context, SettleHooks};
+use crate::dead_letter::{DeadLetter, Failure};
+use crate::dead_letter_move::{move_to_dead_letter, Holder, Moved};
 use crate::error::{BoxError, Error, ErrorKind, LostReason};
 use crate::heartbeat::Keeper;
 use crate::lease::{Dropped, End, Lease};
@@ -538,8 +540,10 @@ impl Delivery {
     /// the [`AckMode`](crate::AckMode): the error is logged at `warn` with the message id and
     /// counted in [`Stats::handler_errors`](crate::Stats::handler_errors), and the message
     /// meets the consumer's [`RetryPolicy`](crate::RetryPolicy) (released at once during a
-    /// shutdown). So the queue's redrive policy counts the attempt, and no `Ok` of the
-    /// handler acks it afterwards.
+    /// shutdown), or, once its receive count has reached the
+    /// [`dead_letter`](crate::ConsumerBuilder::dead_letter) step's, moves to the dead-letter
+    /// queue with `error` as its reason. So the queue's redrive policy counts the attempt,
+    /// and no `Ok` of the handler acks it afterwards.
     ///
     /// In a [`Batch`](crate::Batch), fail the deliveries that failed and let the ack mode (or
     /// [`Batch::ack_all`](crate::Batch::ack_all)) settle the rest, as Lambda's
@@ -569,18 +573,89 @@ impl Delivery {
     ///
     /// The release's error, when the retry policy releases the message and that fails (the
     /// message then returns when its visibility lapses); [`Error::Lost`] when the delivery
-    /// was lost already (nothing is sent).
+    /// was lost already (nothing is sent); a move's errors as
+    /// [`dead_letter`](Delivery::dead_letter) says.
     pub async fn fail(self, error: impl Into<BoxError>) -> Result<(), Error> {
         let error = error.into();
         let lease = &self.lease;
         lease.context().count(Counter::HandlerErrors);
+        let chain = crate::error::chain(&*error).to_string();
+        let ctx = lease.context().clone();
+        if let Some(dead_letter) = ctx.dead_letter() {
+            if dead_letter.is_due(lease.receive_count()) {
+                tracing::warn!(parent: self.span(), message_id = %self.message_id(), error = %chain, "delivery failed; it moves to the dead-letter queue");
+                return self.move_to(dead_letter, Failure::Error(chain)).await;
+            }
+        }
         tracing::warn!(
             parent: self.span(),
             message_id = %self.message_id(),
-            error = %crate::error::chain(&*error),
+            error = %chain,
             "delivery failed; it gets the retry policy"
         );
         self.meet_retry_policy().await
+    }
+
+    /// Moves the message to the consumer's dead-letter queue now, whatever its receive count,
+    /// with `reason` as the `error` of the copy's `sqs-consumer.failure` attribute: a copy is
+    /// sent (the original body and message attributes, plus that attribute), then the
+    /// original is deleted, as the [`dead_letter`](crate::ConsumerBuilder::dead_letter) step
+    /// does for a failure. Counted in [`Stats::dead_lettered`](crate::Stats::dead_lettered).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), sqs_consumer::Error> {
+    /// use sqs_consumer::{Consumer, MemoryQueue};
+    ///
+    /// let (queue, failed) = (MemoryQueue::new(), MemoryQueue::new());
+    /// queue.send("{not json")?;
+    /// let consumer = Consumer::in_memory(&queue).dead_letter(&failed, 5).build()?;
+    /// # let mut stream = consumer.stream();
+    /// # let delivery = futures::StreamExt::next(&mut stream).await.unwrap()?;
+    /// // A message no retry can help: moved at once, with the reason.
+    /// delivery.dead_letter("the body is not JSON").await?;
+    /// assert_eq!((queue.len(), failed.len()), (0, 1));
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] naming `dead_letter` when the consumer has no dead-letter
+    /// queue (nothing is sent, and the delivery meets the retry policy); [`Error::Lost`] when
+    /// the delivery was lost (no copy is sent if it was lost before); the send's error when
+    /// the copy could not be sent, transient failures retried for 20 s (the message stays in
+    /// its queue and meets the retry policy); the delete's error when the copy is sent but
+    /// the original could not be deleted (if it comes back to this consumer it is deleted
+    /// without its handler and without another copy).
+    pub async fn dead_letter(self, reason: impl Into<String>) -> Result<(), Error> {
+        let ctx = self.lease.context().clone();
+        let Some(dead_letter) = ctx.dead_letter() else {
+            return Err(Error::invalid(
+                "dead_letter",
+                "none",
+                "a dead-letter queue, set with ConsumerBuilder::dead_letter",
+            ));
+        };
+        let reason = reason.into();
+        tracing::warn!(parent: self.span(), message_id = %self.message_id(), %reason, "moving the delivery to the dead-letter queue");
+        self.move_to(dead_letter, Failure::Reason(reason)).await
+    }
+
+    /// Moves the message to `dead_letter` for `failure`; if no copy could be sent, the
+    /// retry policy applies.
+    async fn move_to(self, dead_letter: &DeadLetter, failure: Failure) -> Result<(), Error> {
+        let (lease, keeper) = (&self.lease, Some(&self.run.keeper));
+        match move_to_dead_letter(lease, dead_letter, &failure, Holder::Guard, keeper).await {
+            Moved::Done => Ok(()),
+            Moved::NotSent(err) if err.is_lost() => Err(err),
+            Moved::NotSent(err) => {
+                if let Err(release) = self.meet_retry_policy().await {
+                    tracing::warn!(error = %release.chain(), "releasing the delivery failed; it returns when its visibility lapses");
+                }
+                Err(err)
+            }
+            Moved::CopyOnly(err) => Err(err),
+        }
     }
 
     /// What a failure does: the retry policy (released at once during a shutdown).

@@ -14,7 +14,8 @@ use tokio_util::sync::CancellationToken;
 use crate::batch_handler::BatchHandler;
 use crate::batch_window::Collector;
 use crate::context::Context;
-use crate::delivery::{Delivery, Received, RunTies};
+use crate::dead_letter::DeadLetter;
+use crate::delivery::{Delivery, Received, RunTies, Slot};
 use crate::error::Error;
 use crate::fifo;
 use crate::handler::Handler;
@@ -25,6 +26,7 @@ use crate::queue::Queue;
 use crate::receiver::{ReceiveSettings, ReceivedBatch, Receiver, Receiving};
 use crate::redelivery::RetryPolicy;
 use crate::stats::{Counter, Measure, Stats};
+use crate::unfinished_deletes::Unfinished;
 
 /// What happens to the deliveries handed out.
 #[derive(Clone)]
@@ -61,12 +63,12 @@ impl Engine {
         queue: Queue,
         (lease_queue, runner): (Queue, Runner),
         receive: ReceiveSettings,
-        retry: RetryPolicy,
+        (retry, dead_letter): (RetryPolicy, Option<DeadLetter>),
         shutdown_timeout: Duration,
         handling: HandlerSettings,
         #[cfg(feature = "s3")] payloads: Option<crate::s3::PayloadStore>,
     ) -> Self {
-        let ctx = Context::new(&lease_queue, retry, runner.clone());
+        let ctx = Context::new(&lease_queue, retry, runner.clone()).with_dead_letter(dead_letter);
         #[cfg(feature = "s3")]
         let ctx = ctx.with_payloads(payloads);
         Self {
@@ -330,24 +332,8 @@ impl Engine {
                 tracing::warn!(%message_id, "skipped a message without a receipt handle");
                 continue;
             };
-            if ctx.take_lost_ack(message_id) {
-                ctx.count(Counter::SkippedRedeliveries);
-                tracing::info!(
-                    %message_id,
-                    "deleting a redelivered message whose ack had failed (its delivery was \
-                     lost); the handler is not called again"
-                );
-                let settle = ctx.clone();
-                let receipt = receipt.to_owned();
-                let delete = async move {
-                    if let Err(err) = settle.delete(&receipt, None).await {
-                        tracing::warn!(error = %err, "deleting a redelivered message failed");
-                    }
-                    drop(slot);
-                };
-                if let Some(runtime) = ctx.settle_runtime(None) {
-                    ctx.spawn_settle(delete, &runtime);
-                }
+            if let Some(unfinished) = ctx.take_unfinished(message_id) {
+                finish_delete(ctx, unfinished, message_id, receipt, slot);
                 continue;
             }
             let received = Received {
@@ -511,5 +497,53 @@ impl Run {
                 tracing::warn!(%message_id, error = %err.chain(), "releasing a late delivery failed; it returns when its visibility lapses");
             }
         }
+    }
+}
+
+/// Deletes a message that came back although its delete was due (an ack that found its
+/// delivery lost, or a move to the dead-letter queue whose copy is sent): its handler is not
+/// called again, and no second copy is sent. Runs in a settle task that shutdown waits for;
+/// `slot` is held until the delete is done.
+fn finish_delete(
+    ctx: &Arc<Context>,
+    unfinished: Unfinished,
+    message_id: &str,
+    receipt: &str,
+    slot: Option<Slot>,
+) {
+    match unfinished {
+        Unfinished::Ack => {
+            ctx.count(Counter::SkippedRedeliveries);
+            tracing::info!(
+                %message_id,
+                "deleting a redelivered message whose ack had failed (its delivery was lost); \
+                 the handler is not called again"
+            );
+        }
+        Unfinished::Move => tracing::info!(
+            %message_id,
+            "deleting a redelivered message whose copy is in the dead-letter queue already \
+             (deleting it had failed); the handler is not called again"
+        ),
+    }
+    let settle = ctx.clone();
+    let receipt = receipt.to_owned();
+    let message_id = message_id.to_owned();
+    let delete = async move {
+        match settle.delete(&receipt, None).await {
+            Ok(()) if unfinished == Unfinished::Move => {
+                settle.count(Counter::DeadLettered);
+                tracing::warn!(%message_id, "moved to the dead-letter queue");
+            }
+            Ok(()) => {}
+            Err(err) => {
+                settle.remember_unfinished(&message_id, unfinished);
+                tracing::warn!(%message_id, error = %err, "deleting a redelivered message failed");
+            }
+        }
+        drop(slot);
+    };
+    if let Some(runtime) = ctx.settle_runtime(None) {
+        ctx.spawn_settle(delete, &runtime);
     }
 }

@@ -7,13 +7,15 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::future::{BoxFuture, FutureExt};
+use futures_util::future::{join_all, BoxFuture, FutureExt};
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, Span};
 
 use crate::batch_handler::{Batch, BatchHandler};
 use crate::batch_window::Batching;
 use crate::context::{Context, SettleHooks};
+use crate::dead_letter::Failure;
+use crate::dead_letter_move::{move_to_dead_letter, Holder, Moved};
 use crate::delivery::Delivery;
 use crate::error::{self, BoxError};
 use crate::handler::Handler;
@@ -77,12 +79,11 @@ pub(crate) enum OnLost {
 }
 
 /// How a handler ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum Outcome {
     Ok,
-    Failed,
-    Panicked,
-    TimedOut,
+    /// It returned an error, panicked or timed out.
+    Failed(Failure),
     /// Dropped: its deliveries were lost (`cancel_on_lost`).
     CancelledOnLost,
 }
@@ -162,7 +163,7 @@ async fn outcome(
                     deliveries = handed.len(),
                     "handler timed out: stopped; what it left unsettled gets the retry policy"
                 );
-                return Outcome::TimedOut;
+                return Outcome::Failed(Failure::Timeout(limit));
             }
         },
     };
@@ -177,13 +178,15 @@ async fn outcome(
         Ok(Ok(())) => Outcome::Ok,
         Ok(Err(err)) => {
             handed.ctx.count(Counter::HandlerErrors);
-            tracing::warn!(error = %error::chain(&*err), "handler failed");
-            Outcome::Failed
+            let chain = error::chain(&*err).to_string();
+            tracing::warn!(error = %chain, "handler failed");
+            Outcome::Failed(Failure::Error(chain))
         }
         Err(panic) => {
             handed.ctx.count(Counter::HandlerPanics);
-            tracing::error!(panic = panic_message(&*panic), "handler panicked");
-            Outcome::Panicked
+            let message = panic_message(&*panic);
+            tracing::error!(panic = message, "handler panicked");
+            Outcome::Failed(Failure::Panic(message.to_owned()))
         }
     }
 }
@@ -297,6 +300,10 @@ impl Handed {
             .map(|item| (item, item.lease.leave_handler()))
             .filter(|(_, left)| *left != Left::NotAbandoned)
             .collect();
+        let abandoned = match &outcome {
+            Outcome::Failed(failure) => self.dead_letter_due(abandoned, failure).await,
+            _ => abandoned,
+        };
         if abandoned.is_empty() {
             return;
         }
@@ -332,6 +339,41 @@ impl Handed {
                 }
             }
         }
+    }
+
+    /// Moves the abandoned deliveries whose receive count has reached the dead-letter step's
+    /// to the dead-letter queue (in every ack mode: a failure there is kept, not retried and
+    /// not dropped); returns the others, and those whose copy could not be sent (the ack mode
+    /// then decides, except that `Always` gives the retry policy: nothing is lost).
+    async fn dead_letter_due<'a>(
+        &self,
+        abandoned: Vec<(&'a Item, Left)>,
+        failure: &Failure,
+    ) -> Vec<(&'a Item, Left)> {
+        let Some(dead_letter) = self.ctx.dead_letter() else {
+            return abandoned;
+        };
+        let (due, rest): (Vec<_>, Vec<_>) = abandoned.into_iter().partition(|(item, left)| {
+            *left == Left::Abandoned && dead_letter.is_due(item.lease.receive_count())
+        });
+        let moves = due.iter().map(|(item, _)| {
+            let holder = Holder::HandlerOutcome;
+            move_to_dead_letter(
+                &item.lease,
+                dead_letter,
+                failure,
+                holder,
+                self.keeper.as_ref(),
+            )
+        });
+        for ((item, _), moved) in due.iter().zip(join_all(moves).await) {
+            match moved {
+                Moved::Done => {}
+                Moved::CopyOnly(_) => item.lease.end(),
+                Moved::NotSent(_) => self.release(item),
+            }
+        }
+        rest
     }
 
     /// Acks the abandoned deliveries together, as `Delivery::ack` would: one lost meanwhile

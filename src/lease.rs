@@ -55,6 +55,7 @@ use crate::context::{Context, SettleHooks};
 use crate::error::{Error, ErrorKind, LostReason};
 use crate::limits::extension_limit;
 use crate::stats::Counter;
+use crate::unfinished_deletes::Unfinished;
 
 /// Where a delivery stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -369,13 +370,49 @@ impl Lease {
     /// counted before `ended()` wakes, so whoever sees the delivery end finds its ack in the
     /// stats.
     pub(crate) fn acked(&self) -> bool {
+        self.deleted(Counter::Acked)
+    }
+
+    /// The delete succeeded: the message is gone, counted in `counter` (an ack, or a move to
+    /// the dead-letter queue), as [`acked`](Lease::acked) says.
+    fn deleted(&self, counter: Counter) -> bool {
         self.transition_then(
             |s| matches!(s, State::Settling | State::SettleWaiting),
             |_| State::Acked,
             || {
-                self.ctx.count(Counter::Acked);
+                self.ctx.count(counter);
             },
         )
+    }
+
+    /// Ends a move to the dead-letter queue, whose copy is sent, with the original's delete
+    /// `result` (`lost_before`: the delivery was lost before the delete was sent). Counted in
+    /// `dead_lettered` when it is done; otherwise the message is remembered, so that if it
+    /// comes back to this consumer it is deleted without its handler and without another
+    /// copy. The payload in S3, if any, stays: the copy points to it.
+    pub(crate) fn finish_move(
+        &self,
+        result: Result<(), Error>,
+        lost_before: Option<LostReason>,
+    ) -> Result<(), Error> {
+        let message_id = self.message.message_id().unwrap_or_default();
+        let err = match (result, lost_before) {
+            (Ok(()), None) if self.deleted(Counter::DeadLettered) => return Ok(()),
+            (Err(err), _) if !err.is_lost() => err,
+            (result, lost_before) => {
+                let reason = match (result.err().and_then(|e| e.kind()), lost_before) {
+                    (Some(ErrorKind::Lost(reason)), _) | (_, Some(reason)) => reason,
+                    _ => LostReason::ReceiptHandleInvalid,
+                };
+                self.mark_lost(reason);
+                Error::Lost {
+                    message_id: message_id.to_owned(),
+                    reason: self.lost_reason().unwrap_or(reason),
+                }
+            }
+        };
+        self.ctx.remember_unfinished(message_id, Unfinished::Move);
+        Err(err)
     }
 
     /// Ends an ack (the caller's, or the one a handler's outcome asks for) with the delete's
@@ -415,7 +452,7 @@ impl Lease {
         let reason = self.lost_reason().unwrap_or(reason);
         let message_id = self.message.message_id().unwrap_or_default();
         self.ctx.count(Counter::LostAcks);
-        self.ctx.remember_lost_ack(message_id);
+        self.ctx.remember_unfinished(message_id, Unfinished::Ack);
         tracing::warn!(
             parent: &self.span,
             %message_id,

@@ -33,21 +33,26 @@ pub(crate) enum QueueRef {
 impl QueueRef {
     /// Tells a URL, a name and an ARN apart; anything else is refused, naming the rules.
     pub(crate) fn parse(given: &str) -> Result<Self, Error> {
+        Self::parse_setting("queue", given)
+    }
+
+    /// As [`parse`](QueueRef::parse), for the queue of the setting `field`.
+    pub(crate) fn parse_setting(field: &'static str, given: &str) -> Result<Self, Error> {
         if given.starts_with("https://") || given.starts_with("http://") {
             let host = given.split_once("://").map_or("", |(_, rest)| rest);
             return if host.is_empty() {
-                Err(Error::invalid("queue", given, ALLOWED))
+                Err(Error::invalid(field, given, ALLOWED))
             } else {
                 Ok(QueueRef::Url(given.to_owned()))
             };
         }
         if given.starts_with("arn:") {
-            return parse_arn(given).ok_or_else(|| Error::invalid("queue", given, ALLOWED));
+            return parse_arn(given).ok_or_else(|| Error::invalid(field, given, ALLOWED));
         }
         if is_queue_name(given) {
             Ok(QueueRef::Name(given.to_owned()))
         } else {
-            Err(Error::invalid("queue", given, ALLOWED))
+            Err(Error::invalid(field, given, ALLOWED))
         }
     }
 

@@ -73,6 +73,11 @@ pub struct Stats {
     /// [`cancel_on_lost`](crate::ConsumerBuilder::cancel_on_lost) (a batch handler: once
     /// every delivery of its batch is lost), each logged at `warn` with the message id.
     pub cancelled_on_lost: u64,
+    /// Messages moved to the dead-letter queue by the consumer's dead-letter step
+    /// ([`dead_letter`](crate::ConsumerBuilder::dead_letter) and
+    /// [`Delivery::dead_letter`](crate::Delivery::dead_letter)): counted once the copy is sent
+    /// and the original deleted.
+    pub dead_lettered: u64,
 }
 
 /// The events [`Stats`] counts.
@@ -95,10 +100,11 @@ pub(crate) enum Counter {
     PayloadFailures,
     PayloadDeleteFailures,
     CancelledOnLost,
+    DeadLettered,
 }
 
 /// How many counters there are: one per [`Counter`].
-const COUNTERS: usize = Counter::CancelledOnLost as usize + 1;
+const COUNTERS: usize = Counter::DeadLettered as usize + 1;
 
 /// The names the counters are exported under with feature `metrics`, in [`Counter`] order.
 #[cfg(feature = "metrics")]
@@ -120,6 +126,7 @@ const COUNTER_NAMES: [&str; COUNTERS] = [
     "sqs_consumer_payload_failures_total",
     "sqs_consumer_payload_delete_failures_total",
     "sqs_consumer_cancelled_on_lost_total",
+    "sqs_consumer_dead_lettered_total",
 ];
 
 /// What is measured per event, for the histograms of feature `metrics`.
@@ -275,6 +282,7 @@ impl Counters {
             payload_failures: get(Counter::PayloadFailures),
             payload_delete_failures: get(Counter::PayloadDeleteFailures),
             cancelled_on_lost: get(Counter::CancelledOnLost),
+            dead_lettered: get(Counter::DeadLettered),
         }
     }
 }
@@ -320,6 +328,7 @@ mod tests {
             Counter::PayloadFailures,
             Counter::PayloadDeleteFailures,
             Counter::CancelledOnLost,
+            Counter::DeadLettered,
         ];
         assert_eq!(all.len(), COUNTERS);
         let c = Counters::default();
@@ -348,10 +357,11 @@ mod tests {
             s.payload_failures,
             s.payload_delete_failures,
             s.cancelled_on_lost,
+            s.dead_lettered,
         ];
         assert_eq!(
             fields,
-            [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17]
+            [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18]
         );
     }
 }

@@ -16,7 +16,7 @@ use common::faults::{FaultProxy, Faults};
 use common::{eventually, secs, Kind, TestQueue};
 use futures::StreamExt;
 use sqs_consumer::memory::Action;
-use sqs_consumer::{AckMode, Batch, ConsumerBuilder, Delivery, RetryPolicy};
+use sqs_consumer::{AckMode, Batch, BoxError, ConsumerBuilder, Delivery, RetryPolicy};
 
 /// Runs `name(kind)` on `MemoryQueue` and on the server's queue, both with the server's S3.
 macro_rules! with_s3 {
@@ -597,4 +597,56 @@ with_s3!(
     unreadable_payloads_reach_no_handler_and_meet_the_retry_policy,
     a_slow_download_keeps_the_message_hidden,
     batches_and_streams_get_payloads_too,
+    a_dead_lettered_payload_keeps_its_pointer_not_the_payload,
 );
+
+/// A payload read from S3 whose handler fails moves to the dead-letter queue as the pointer it
+/// came as (with its size attribute), not as the payload, and its object stays (the copy
+/// points to it), even with `delete_payload_on_ack`.
+async fn a_dead_lettered_payload_keeps_its_pointer_not_the_payload(kind: Kind) {
+    let s3 = s3_client(&common::server_endpoint());
+    let bucket = new_bucket(&s3).await;
+    let (q, dlq) = (
+        TestQueue::new(kind, 30).await,
+        TestQueue::new(kind, 30).await,
+    );
+    let payload = "a large order ".repeat(100);
+    put(&s3, &bucket, "order", payload.as_bytes()).await;
+    let size = payload.len() as u64;
+    send_pointer(&q, Producer::Java, &bucket, "order", size).await;
+    let consumer = consumer_of(&q, s3.clone())
+        .delete_payload_on_ack(true)
+        .dead_letter(dlq.as_dead_letter(), 1)
+        .build()
+        .unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let handler = {
+        let seen = seen.clone();
+        move |d: Delivery| {
+            seen.lock().unwrap().push(d.body().to_owned());
+            async { Err::<(), BoxError>("rejected".into()) }
+        }
+    };
+    let moved = eventually("the move", secs(60), || consumer.stats().dead_lettered == 1);
+    common::run_while(&consumer, handler, moved).await;
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [payload],
+        "the handler saw the payload"
+    );
+    let copy = dlq.receive_raw(secs(1)).await;
+    assert_eq!(copy.len(), 1);
+    let pointer = Producer::Java.pointer(&bucket, "order");
+    assert_eq!(
+        copy[0].body(),
+        Some(pointer.as_str()),
+        "the pointer, not the payload"
+    );
+    let attributes = copy[0].message_attributes().unwrap();
+    assert_eq!(
+        attributes["ExtendedPayloadSize"].string_value(),
+        Some(size.to_string().as_str())
+    );
+    assert!(attributes.contains_key("sqs-consumer.failure"));
+    assert!(exists(&s3, &bucket, "order").await, "the copy points to it");
+}

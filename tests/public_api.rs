@@ -15,8 +15,8 @@ use sqs_consumer::memory::{
 };
 use sqs_consumer::{
     AckMode, Backlog, Batch, BatchHandler, BoxError, Consumer, ConsumerBuilder, ConsumerHandle,
-    Delivery, DeliveryStream, Error, ErrorKind, Handler, InFlightLimit, LostReason, MemoryQueue,
-    RateLimit, RetryPolicy, Stats,
+    DeadLetterQueue, Delivery, DeliveryStream, Error, ErrorKind, Handler, InFlightLimit,
+    LostReason, MemoryQueue, RateLimit, RetryPolicy, Stats,
 };
 
 /// What the crate root exports: its types, and two modules (`memory`, `guide`).
@@ -29,6 +29,7 @@ const ROOT: &[&str] = &[
     "Consumer",
     "ConsumerBuilder",
     "ConsumerHandle",
+    "DeadLetterQueue",
     "Delivery",
     "DeliveryStream",
     "Error",
@@ -141,6 +142,7 @@ async fn every_public_item(
         .cancel_on_lost(true)
         .max_batch(10)
         .batch_window(Duration::ZERO)
+        .dead_letter("dlq", 1)
         .isolated_keeper(true)
         .keeper_client(client);
     #[cfg(feature = "s3")]
@@ -153,6 +155,14 @@ async fn every_public_item(
     let _: ConsumerBuilder = Consumer::from_env("url").await;
     let queue = MemoryQueue::new();
     let _: ConsumerBuilder = Consumer::in_memory(&queue);
+    let from_str: DeadLetterQueue = "dlq".into();
+    let targets: [DeadLetterQueue; 4] = [
+        from_str,
+        String::from("dlq").into(),
+        (&String::from("dlq")).into(),
+        (&queue).into(),
+    ];
+    let _ = targets;
     for policy in [RetryPolicy::Leave, RetryPolicy::ReleaseNow] {
         let _ = policy;
     }
@@ -247,6 +257,7 @@ async fn every_public_item(
         0 => delivery.ack().await?,
         1 => delivery.release().await?,
         2 => delivery.release_after(Duration::ZERO).await?,
+        3 => delivery.dead_letter(String::from("why")).await?,
         _ => delivery.fail(boxed).await?,
     }
 
@@ -309,9 +320,10 @@ async fn every_public_item(
         payload_failures,
         payload_delete_failures,
         cancelled_on_lost,
+        dead_lettered,
         ..
     } = stats;
-    let _: [u64; 19] = [
+    let _: [u64; 20] = [
         received,
         acked,
         released,
@@ -331,6 +343,7 @@ async fn every_public_item(
         payload_failures,
         payload_delete_failures,
         cancelled_on_lost,
+        dead_lettered,
     ];
     let _: Duration = worst_extension_delay;
 

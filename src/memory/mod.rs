@@ -24,7 +24,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use aws_sdk_sqs::types::Message;
+use aws_sdk_sqs::types::{Message, MessageAttributeValue};
 use tokio::sync::Notify;
 use tokio::time::{sleep_until, Instant};
 
@@ -235,14 +235,22 @@ impl MemoryQueue {
         body: impl Into<String>,
         options: SendOptions,
     ) -> Result<String, Error> {
-        let outgoing = Outgoing {
+        let mut attributes = Vec::with_capacity(options.attributes.len());
+        for (name, value) in options.attributes {
+            attributes.push((name, string_attribute(value)?));
+        }
+        self.enqueue(Outgoing {
             body: body.into(),
             delay: options.delay,
-            attributes: options.attributes,
+            attributes,
             trace_header: options.trace_header,
             group_id: options.group_id,
             deduplication_id: options.deduplication_id,
-        };
+        })
+    }
+
+    /// `SendMessage`, as the seam and [`send_with`](MemoryQueue::send_with) make it.
+    pub(crate) fn enqueue(&self, outgoing: Outgoing) -> Result<String, Error> {
         let mut state = self.lock();
         state.request(Action::SendMessage)?;
         let id = state.send(&self.inner.settings.rules, outgoing, Instant::now())?;
@@ -542,4 +550,19 @@ impl fmt::Debug for MemoryQueue {
             .field("len", &self.len())
             .finish_non_exhaustive()
     }
+}
+
+/// A `String` message attribute holding `value`.
+fn string_attribute(value: String) -> Result<MessageAttributeValue, Error> {
+    MessageAttributeValue::builder()
+        .data_type("String")
+        .string_value(value)
+        .build()
+        .map_err(|err| {
+            refuse(
+                counts::Action::SendMessage,
+                "InvalidParameterValue",
+                &err.to_string(),
+            )
+        })
 }

@@ -65,8 +65,8 @@ pub(crate) struct Stored {
     group: Option<String>,
     dedup_id: Option<String>,
     dead_letter_source: Option<String>,
-    /// String message attributes, by name.
-    attributes: Vec<(String, String)>,
+    /// Message attributes, by name.
+    attributes: Vec<(String, MessageAttributeValue)>,
     /// The `AWSTraceHeader` system attribute.
     trace_header: Option<String>,
 }
@@ -85,7 +85,7 @@ impl Stored {
 pub(crate) struct Outgoing {
     pub(crate) body: String,
     pub(crate) delay: Option<Duration>,
-    pub(crate) attributes: Vec<(String, String)>,
+    pub(crate) attributes: Vec<(String, MessageAttributeValue)>,
     pub(crate) trace_header: Option<String>,
     pub(crate) group_id: Option<String>,
     pub(crate) deduplication_id: Option<String>,
@@ -219,15 +219,15 @@ impl QueueState {
             Some(d) => d,
             None => rules.delay,
         };
+        if m.attributes.len() > 10 {
+            return Err(refuse(
+                SEND,
+                "InvalidParameterValue",
+                "a message takes at most 10 message attributes",
+            ));
+        }
         let mut dedup_key = None;
         if rules.fifo {
-            if m.attributes.len() > 10 {
-                return Err(refuse(
-                    SEND,
-                    "InvalidParameterValue",
-                    "a message takes at most 10 message attributes",
-                ));
-            }
             if m.group_id.is_none() {
                 return Err(refuse(
                     SEND,
@@ -670,15 +670,8 @@ fn to_message(m: &Stored, seq: u64, receipt: String, fifo: bool, select: Selecti
         b = add(b, Attr::SequenceNumber, format!("{seq:020}"));
     }
     for (name, value) in &m.attributes {
-        if !select.message_attribute(name) {
-            continue;
-        }
-        let attribute = MessageAttributeValue::builder()
-            .data_type("String")
-            .string_value(value)
-            .build();
-        if let Ok(attribute) = attribute {
-            b = b.message_attributes(name, attribute);
+        if select.message_attribute(name) {
+            b = b.message_attributes(name, value.clone());
         }
     }
     b.build()

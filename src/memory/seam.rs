@@ -11,9 +11,9 @@ use crate::backlog::Backlog;
 use crate::error::Error;
 use crate::memory::counts::Action;
 use crate::memory::faults::{lost_answer, Fault};
-use crate::memory::model::{refuse, Selection};
+use crate::memory::model::{refuse, Outgoing, Selection};
 use crate::memory::MemoryQueue;
-use crate::queue::{BatchEntry, BatchResult, Receive, Transport};
+use crate::queue::{BatchEntry, BatchResult, NewMessage, Receive, Transport};
 
 impl MemoryQueue {
     /// `call`, disturbed by a random fault if one is drawn for `action`.
@@ -100,6 +100,24 @@ impl Transport for MemoryQueue {
             };
             let call = queue.receive_selected(max, wait, visibility, select);
             queue.disturbed(Action::ReceiveMessage, call).await
+        }))
+    }
+
+    fn send_message<'a>(&'a self, m: NewMessage<'a>) -> BoxFuture<'a, Result<String, Error>> {
+        Box::pin(self.disturbed(Action::SendMessage, async move {
+            self.round_trip().await;
+            self.enqueue(Outgoing {
+                body: m.body.to_owned(),
+                delay: None,
+                attributes: m
+                    .attributes
+                    .iter()
+                    .map(|(name, value)| (name.clone(), value.clone()))
+                    .collect(),
+                trace_header: None,
+                group_id: m.group_id.map(str::to_owned),
+                deduplication_id: m.deduplication_id.map(str::to_owned),
+            })
         }))
     }
 

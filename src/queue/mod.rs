@@ -12,7 +12,9 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use aws_sdk_sqs::types::{Message, MessageSystemAttributeName};
+use std::collections::HashMap;
+
+use aws_sdk_sqs::types::{Message, MessageAttributeValue, MessageSystemAttributeName};
 use futures_util::future::BoxFuture;
 
 use crate::backlog::Backlog;
@@ -34,6 +36,17 @@ pub(crate) struct Receive<'a> {
     pub(crate) message_attribute_names: &'a [String],
     /// `MessageSystemAttributeNames`.
     pub(crate) system_attribute_names: &'a [MessageSystemAttributeName],
+}
+
+/// One `SendMessage` request.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct NewMessage<'a> {
+    pub(crate) body: &'a str,
+    pub(crate) attributes: &'a HashMap<String, MessageAttributeValue>,
+    /// `MessageGroupId` (FIFO queues).
+    pub(crate) group_id: Option<&'a str>,
+    /// `MessageDeduplicationId` (FIFO queues).
+    pub(crate) deduplication_id: Option<&'a str>,
 }
 
 /// One entry of a `DeleteMessageBatch` or `ChangeMessageVisibilityBatch` request.
@@ -66,6 +79,8 @@ pub(crate) trait Transport: Send + Sync + 'static {
     fn is_fifo(&self) -> bool;
     /// `ReceiveMessage`.
     fn receive<'a>(&'a self, request: Receive<'a>) -> BoxFuture<'a, Result<Vec<Message>, Error>>;
+    /// `SendMessage`: the new message's id.
+    fn send_message<'a>(&'a self, message: NewMessage<'a>) -> BoxFuture<'a, Result<String, Error>>;
     /// `DeleteMessageBatch`.
     fn delete_batch<'a>(&'a self, entries: &'a [BatchEntry<'a>]) -> BoxFuture<'a, BatchResult>;
     /// `ChangeMessageVisibilityBatch`.
@@ -114,6 +129,12 @@ impl Queue {
     pub(crate) async fn receive(&self, request: Receive<'_>) -> Result<Vec<Message>, Error> {
         let limit = request.wait + self.request_timeout;
         within(limit, "ReceiveMessage", self.transport.receive(request)).await?
+    }
+
+    /// Sends a message (to a queue whose URL is resolved); its id.
+    pub(crate) async fn send_message(&self, message: NewMessage<'_>) -> Result<String, Error> {
+        let call = self.transport.send_message(message);
+        within(self.request_timeout, "SendMessage", call).await?
     }
 
     pub(crate) async fn delete_batch(&self, entries: &[BatchEntry<'_>]) -> BatchResult {
@@ -195,6 +216,9 @@ mod tests {
         fn receive<'a>(&'a self, _: Receive<'a>) -> BoxFuture<'a, Result<Vec<Message>, Error>> {
             Box::pin(std::future::pending())
         }
+        fn send_message<'a>(&'a self, _: NewMessage<'a>) -> BoxFuture<'a, Result<String, Error>> {
+            Box::pin(std::future::pending())
+        }
         fn delete_batch<'a>(&'a self, _: &'a [BatchEntry<'a>]) -> BoxFuture<'a, BatchResult> {
             Box::pin(std::future::pending())
         }
@@ -246,10 +270,21 @@ mod tests {
             ),
             ("GetQueueUrl", q.resolve().await.unwrap_err()),
             ("GetQueueAttributes", q.backlog().await.unwrap_err()),
+            (
+                "SendMessage",
+                q.send_message(NewMessage {
+                    body: "b",
+                    attributes: &HashMap::new(),
+                    group_id: None,
+                    deduplication_id: None,
+                })
+                .await
+                .unwrap_err(),
+            ),
         ] {
             assert!(err.is_retryable(), "{err}");
             assert!(err.to_string().contains(operation), "{err}");
         }
-        assert_eq!(start.elapsed(), Duration::from_secs(23 + 5 * 3));
+        assert_eq!(start.elapsed(), Duration::from_secs(23 + 6 * 3));
     }
 }

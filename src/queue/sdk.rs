@@ -19,7 +19,7 @@ use futures_util::future::BoxFuture;
 
 use crate::backlog::Backlog;
 use crate::error::{classify_code, shorten_handles, Error, ErrorKind};
-use crate::queue::{BatchEntry, BatchResult, Receive, Transport};
+use crate::queue::{BatchEntry, BatchResult, NewMessage, Receive, Transport};
 use crate::queue_ref::QueueRef;
 
 /// A queue given by URL, name or ARN, reached through `client`.
@@ -191,6 +191,25 @@ impl Transport for SdkQueue {
                 .await
                 .map_err(|e| sdk_error("ReceiveMessage", e))?;
             Ok(out.messages.unwrap_or_default())
+        })
+    }
+
+    fn send_message<'a>(&'a self, m: NewMessage<'a>) -> BoxFuture<'a, Result<String, Error>> {
+        Box::pin(async move {
+            let out = self
+                .client
+                .send_message()
+                .queue_url(self.url())
+                .message_body(m.body)
+                .set_message_attributes(Some(m.attributes.clone()).filter(|a| !a.is_empty()))
+                .set_message_group_id(m.group_id.map(str::to_owned))
+                .set_message_deduplication_id(m.deduplication_id.map(str::to_owned))
+                .customize()
+                .config_override(one_attempt())
+                .send()
+                .await
+                .map_err(|e| sdk_error("SendMessage", e))?;
+            Ok(out.message_id().unwrap_or_default().to_owned())
         })
     }
 

@@ -69,8 +69,13 @@ impl FaultLog {
 pub struct FaultProxy {
     pub endpoint: String,
     pub log: Arc<Mutex<FaultLog>>,
+    refusals: Refusals,
     task: JoinHandle<()>,
 }
+
+/// Requests to refuse before any fault is drawn: per action, the error code and how many
+/// more times.
+type Refusals = Arc<Mutex<BTreeMap<String, (&'static str, usize)>>>;
 
 impl Drop for FaultProxy {
     fn drop(&mut self) {
@@ -92,8 +97,9 @@ impl FaultProxy {
         let rng = Arc::new(Mutex::new(seed | 1));
         let faults = Arc::new(faults);
         let deletes = Arc::new(tokio::sync::Mutex::new(()));
+        let refusals = Refusals::default();
         let task = {
-            let log = log.clone();
+            let (log, refusals) = (log.clone(), refusals.clone());
             tokio::spawn(async move {
                 while let Ok((client, _)) = listener.accept().await {
                     let (log, rng, faults) = (log.clone(), rng.clone(), faults.clone());
@@ -102,6 +108,7 @@ impl FaultProxy {
                         rng,
                         log,
                         deletes: deletes.clone(),
+                        refusals: refusals.clone(),
                     };
                     tokio::spawn(serve(client, upstream, shared));
                 }
@@ -110,8 +117,16 @@ impl FaultProxy {
         FaultProxy {
             endpoint,
             log,
+            refusals,
             task,
         }
+    }
+
+    /// Answers the next `times` requests of `action` with `403 code` (a fatal error, such as
+    /// `AccessDenied`), without forwarding them.
+    pub fn refuse_next(&self, action: &str, code: &'static str, times: usize) {
+        let mut refusals = self.refusals.lock().unwrap();
+        refusals.insert(action.to_owned(), (code, times));
     }
 
     pub fn log(&self) -> FaultLog {
@@ -211,6 +226,17 @@ async fn read_http(stream: &mut TcpStream, buf: &mut Vec<u8>, response: bool) ->
     Some(message)
 }
 
+/// The code to refuse a request of `action` with, if one is due (counted down).
+fn take_refusal(refusals: &Refusals, action: &str) -> Option<&'static str> {
+    let mut refusals = refusals.lock().unwrap();
+    let (code, left) = refusals.get_mut(action)?;
+    if *left == 0 {
+        return None;
+    }
+    *left -= 1;
+    Some(*code)
+}
+
 fn error_answer(status: u16, reason: &str, code: &str) -> Vec<u8> {
     let body = format!(
         r#"{{"__type":"com.amazonaws.sqs#{code}","message":"injected by the test proxy"}}"#
@@ -263,6 +289,7 @@ struct Shared {
     log: Arc<Mutex<FaultLog>>,
     /// Held while a delete is forwarded: one at a time (see the module docs).
     deletes: Arc<tokio::sync::Mutex<()>>,
+    refusals: Refusals,
 }
 
 async fn serve(mut client: TcpStream, upstream: SocketAddr, shared: Shared) {
@@ -271,6 +298,7 @@ async fn serve(mut client: TcpStream, upstream: SocketAddr, shared: Shared) {
         rng,
         log,
         deletes,
+        refusals,
     } = shared;
     let mut buf = Vec::new();
     let mut throttles = 0u64;
@@ -281,6 +309,21 @@ async fn serve(mut client: TcpStream, upstream: SocketAddr, shared: Shared) {
             .or_else(|| s3_action(&request.head))
             .unwrap_or("?")
             .to_owned();
+        if let Some(code) = take_refusal(&refusals, &action) {
+            *log.lock()
+                .unwrap()
+                .requests
+                .entry(action.clone())
+                .or_default() += 1;
+            if client
+                .write_all(&error_answer(403, "Forbidden", code))
+                .await
+                .is_err()
+            {
+                return;
+            }
+            continue;
+        }
         let fault = faults
             .actions
             .contains(&action.as_str())

@@ -400,6 +400,14 @@ impl TestQueue {
         }
     }
 
+    /// This queue, as a consumer's dead-letter step names it.
+    pub fn as_dead_letter(&self) -> sqs_consumer::DeadLetterQueue {
+        match self {
+            TestQueue::Memory(q) => q.into(),
+            TestQueue::Server { url, .. } => url.into(),
+        }
+    }
+
     /// A consumer builder for this queue.
     pub fn consumer(&self) -> ConsumerBuilder {
         match self {
@@ -569,6 +577,7 @@ impl TestQueue {
                 .max_number_of_messages(max as i32)
                 .wait_time_seconds(wait.as_secs() as i32)
                 .message_system_attribute_names(MessageSystemAttributeName::All)
+                .message_attribute_names("All")
                 .send()
                 .await
                 .expect("ReceiveMessage")
