@@ -15,7 +15,7 @@ use common::faults::{FaultProxy, Faults};
 use common::{receive_count, run_while, secs, Kind, TestQueue};
 use sqs_consumer::memory::Action;
 use sqs_consumer::{
-    AckMode, BoxError, Consumer, ConsumerBuilder, Delivery, MemoryQueue, RetryPolicy,
+    AckMode, Batch, BoxError, Consumer, ConsumerBuilder, Delivery, MemoryQueue, RetryPolicy,
 };
 use tokio::time::{sleep, Instant};
 
@@ -197,7 +197,12 @@ async fn a_message_with_ten_attributes_keeps_them_and_the_failure_is_logged(kind
     let attributes: Vec<(&str, &str)> = names.iter().map(|n| (n.as_str(), "v")).collect();
     q.send_with_attributes("full", &attributes).await;
     let (logs, _guard) = common::capture_logs();
-    let consumer = consumer(&q, &dlq, 1).build().unwrap();
+    // Leave: a copy refused (an 11th attribute) would bring the message back after T, not
+    // at once, so such a failure ends the scenario at its bound instead of spinning.
+    let consumer = consumer(&q, &dlq, 1)
+        .retry_policy(RetryPolicy::Leave)
+        .build()
+        .unwrap();
     let calls = Calls::default();
     run_while(&consumer, calls.failing(), async {
         until("the move", || consumer.stats().dead_lettered == 1).await;
@@ -229,7 +234,10 @@ async fn a_fifo_copy_keeps_its_group_and_is_deduplicated_by_the_message_id(kind:
         TestQueue::new_fifo(kind, 30).await,
     );
     q.send_to_group("first", "customer-7").await;
-    let consumer = consumer(&q, &dlq, 1).build().unwrap();
+    let consumer = consumer(&q, &dlq, 1)
+        .retry_policy(RetryPolicy::Leave)
+        .build()
+        .unwrap();
     let calls = Calls::default();
     run_while(&consumer, calls.failing(), async {
         until("the move", || consumer.stats().dead_lettered == 1).await;
@@ -284,6 +292,8 @@ async fn a_failure_between_the_send_and_the_delete_leaves_one_copy_and_the_next_
             in_both = visible + hidden == 1;
             sleep(Duration::from_millis(50)).await;
         }
+        let (visible, hidden) = q.counts().await;
+        assert_eq!(visible + hidden, 1, "the original is still in its queue");
         assert_eq!(consumer.stats().dead_lettered, 0, "not moved yet");
         // The original comes back after its timeout and is deleted, not handled.
         until("the move", || consumer.stats().dead_lettered == 1).await;
@@ -397,6 +407,65 @@ async fn a_panic_and_a_timeout_are_moved_in_every_ack_mode() {
         );
         assert!(q.is_empty(), "{mode:?}");
     }
+}
+
+/// A batch handler's failure moves each of its deliveries that is due, and leaves the others
+/// to the retry policy (moved on a later failure, once due).
+#[tokio::test(start_paused = true)]
+async fn a_failed_batch_moves_its_due_deliveries_and_leaves_the_others_to_the_retry_policy() {
+    let (q, failed) = (MemoryQueue::new(), MemoryQueue::new());
+    q.send("old").unwrap();
+    // Received once already: its next receive is its second.
+    let old = q.receive(1, Duration::ZERO).await.unwrap().remove(0);
+    q.change_visibility(old.receipt_handle().unwrap(), Duration::ZERO)
+        .unwrap();
+    q.send("new").unwrap();
+    let consumer = Consumer::in_memory(&q)
+        .retry_policy(RetryPolicy::ReleaseNow)
+        .dead_letter(&failed, 2)
+        .build()
+        .unwrap();
+    let batches = Arc::new(Mutex::new(Vec::new()));
+    let handler = {
+        let batches = batches.clone();
+        move |batch: Batch| {
+            let mut seen: Vec<(String, u32)> = batch
+                .iter()
+                .map(|d| (d.body().to_owned(), d.receive_count()))
+                .collect();
+            seen.sort();
+            batches.lock().unwrap().push(seen);
+            async move {
+                drop(batch);
+                Err::<(), BoxError>("the batch failed".into())
+            }
+        }
+    };
+    let moved = async {
+        until("both moved", || consumer.stats().dead_lettered == 2).await;
+        consumer.handle().shutdown();
+    };
+    let (result, ()) = tokio::join!(consumer.run_batch(handler), moved);
+    result.unwrap();
+    let old_and_new = vec![("new".to_owned(), 1), ("old".to_owned(), 2)];
+    assert_eq!(
+        *batches.lock().unwrap(),
+        [old_and_new, vec![("new".to_owned(), 2)]],
+        "old moved at its second receive, new released and moved at its second"
+    );
+    let mut copies: Vec<(String, u64)> = failed
+        .receive(10, Duration::ZERO)
+        .await
+        .unwrap()
+        .iter()
+        .map(|m| {
+            let count = failure_of(m)["receive_count"].as_u64().unwrap();
+            (m.body().unwrap().to_owned(), count)
+        })
+        .collect();
+    copies.sort();
+    assert_eq!(copies, [("new".to_owned(), 2), ("old".to_owned(), 2)]);
+    assert!(q.is_empty());
 }
 
 /// `Delivery::dead_letter` without a dead-letter queue is refused naming the setting; nothing
