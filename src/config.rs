@@ -664,8 +664,10 @@ impl ConsumerBuilder {
             // The dead-letter copy keeps every attribute, and says when the message was first
             // received.
             self.message_attribute_names = vec!["All".to_owned()];
-            self.system_attribute_names
-                .push(MessageSystemAttributeName::ApproximateFirstReceiveTimestamp);
+            let first = MessageSystemAttributeName::ApproximateFirstReceiveTimestamp;
+            if !self.system_attribute_names.contains(&first) {
+                self.system_attribute_names.push(first);
+            }
         }
         #[cfg(feature = "s3")]
         if self.payloads.client.is_some() {

@@ -632,7 +632,7 @@ impl Delivery {
         let Some(dead_letter) = ctx.dead_letter() else {
             return Err(Error::invalid(
                 "dead_letter",
-                "none",
+                "a consumer without a dead-letter queue",
                 "a dead-letter queue, set with ConsumerBuilder::dead_letter",
             ));
         };
