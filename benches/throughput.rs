@@ -92,7 +92,7 @@ fn main() {
     if wants("b4") {
         b4_idle_cost();
     }
-    for (name, bench) in [("b4", b4 as fn(&str)), ("b5", b5)] {
+    for (name, bench) in [("b4", b4 as fn(&str)), ("w1", w1), ("b5", b5)] {
         if wants(name) {
             match std::env::var("SQS_TEST_ENDPOINT") {
                 Ok(endpoint) => bench(&endpoint),
@@ -467,16 +467,18 @@ enum Taker {
     Sdk,
 }
 
-/// B4 with the consumer `settings` makes: 5,000 messages, instant ack.
-fn b4_run(endpoint: &str, taker: Taker) -> B4Run {
-    const MESSAGES: usize = 5_000;
+/// The messages of a B4 (and W1) run.
+const MESSAGES: usize = 5_000;
+
+/// B4 with the consumer `settings` makes: 5,000 messages, instant ack, `backlog` of them kept
+/// queued ahead of the acks (all 5,000 for W1).
+fn b4_run(endpoint: &str, taker: Taker, backlog: usize) -> B4Run {
     // The consumer is measured at saturation: the queue never runs dry until the last
     // messages. The test server spends time proportional to its queue's length on every
-    // message sent or deleted, so rather than all 5,000 at first, FEEDERS tasks keep about
-    // BACKLOG messages in the queue (waiting or in flight) ahead of the acks. They run on a
-    // thread of their own, with a client of their own, so that their CPU time can be told
+    // message sent or deleted, so for B4, rather than all 5,000 at first, FEEDERS tasks keep
+    // about `backlog` messages in the queue (waiting or in flight) ahead of the acks. They run
+    // on a thread of their own, with a client of their own, so that their CPU time can be told
     // apart from the consumer's.
-    const BACKLOG: usize = 200;
     const FEEDERS: usize = 4;
     let counter = CountRequests::default();
     let sent = Arc::new(AtomicUsize::new(0));
@@ -492,7 +494,7 @@ fn b4_run(endpoint: &str, taker: Taker) -> B4Run {
         async move {
             let until = until.unwrap_or(MESSAGES);
             loop {
-                while sent.load(SeqCst) >= acked.load(SeqCst) + BACKLOG {
+                while sent.load(SeqCst) >= acked.load(SeqCst) + backlog {
                     if sent.load(SeqCst) >= until {
                         return;
                     }
@@ -508,7 +510,7 @@ fn b4_run(endpoint: &str, taker: Taker) -> B4Run {
         }
     };
     // Fill the backlog first, then feed while the consumer runs.
-    feeder_rt.block_on(feed(feed_client.clone(), url.clone(), Some(BACKLOG)));
+    feeder_rt.block_on(feed(feed_client.clone(), url.clone(), Some(backlog)));
     let feeders = {
         let tasks: Vec<_> = (0..FEEDERS)
             .map(|_| feed(feed_client.clone(), url.clone(), None))
@@ -821,7 +823,7 @@ fn b4(endpoint: &str) {
             continue;
         }
         let runs: Vec<B4Run> = (0..runs_per_variant)
-            .map(|_| b4_run(endpoint, taker))
+            .map(|_| b4_run(endpoint, taker, 200))
             .collect();
         let rpm = median(runs.iter().map(|r| r.requests_per_message).collect());
         let mid = runs
@@ -854,6 +856,41 @@ fn b4(endpoint: &str) {
                 .join("; ")
         );
     }
+}
+
+/// W1: the same with the whole backlog queued before the consumer starts (no feeding), default
+/// settings: requests per message (the floor is 0.200: receives of 10, deletes of 10) and
+/// messages per second.
+fn w1(endpoint: &str) {
+    let runs = server_runs();
+    println!(
+        "W1  test server ({}), 5000 messages all queued first, instant ack, default settings \
+         (medians of {runs} runs):",
+        server_name()
+    );
+    let runs: Vec<B4Run> = (0..runs)
+        .map(|_| b4_run(endpoint, Taker::Consumer(|b| b, false), MESSAGES))
+        .collect();
+    let rpm = median(runs.iter().map(|r| r.requests_per_message).collect());
+    let mid = runs
+        .iter()
+        .find(|r| r.requests_per_message == rpm)
+        .unwrap_or(&runs[0]);
+    println!(
+        "    {:.0} messages/s; {rpm:.3} requests per message ({})",
+        median(runs.iter().map(|r| r.per_second).collect()),
+        mid.breakdown
+    );
+    println!(
+        "      runs: {}",
+        runs.iter()
+            .map(|r| format!(
+                "{:.3} req/msg, {:.0} msg/s",
+                r.requests_per_message, r.per_second
+            ))
+            .collect::<Vec<_>>()
+            .join("; ")
+    );
 }
 
 // ---- B5 ----

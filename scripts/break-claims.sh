@@ -416,5 +416,12 @@ breaks "dead-letter: a move finished by the next receive is counted" src/dispatc
 breaks_on_server "dead-letter: a payload moves as its pointer and its object stays" src/dead_letter_move.rs \
   'match lease.finish_move(result, lost_before) {' 'match lease.finish_ack(result, lost_before) {' \
   -- --test payloads a_dead_lettered_payload_keeps_its_pointer
+breaks "cost: the acks of one receive wait for each other with no request under way" src/batch.rs \
+  'if !expecting {' 'if true {' \
+  -- --lib batch::tests::the_acks_of_one_receive
+breaks "cost: an ack waits for its receive's others at most one round trip" src/batch.rs \
+  'Instant::now() + Duration::from_micros(round_trip.load(Ordering::Relaxed))' \
+  'Instant::now() + Duration::from_secs(3600)' \
+  -- --lib batch::tests::an_ack_waits_for_its_cohort
 echo "missed: $missed, stale: $stale, hung: $hung (the output of every run: $log)"
 [ "$missed" -eq 0 ] && [ "$stale" -eq 0 ]

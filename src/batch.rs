@@ -1,21 +1,23 @@
 //! Client-side batching of `DeleteMessage` and `ChangeMessageVisibility`.
 //!
-//! SQS bills per request, and a batch request of up to 10 entries costs one. There is no
-//! fixed linger; the rule is Nagle's: with no batch request under way, whatever is queued
-//! goes out at once (a lone ack at light load waits for nothing). While one is under way, a
-//! partial batch waits until it fills or until a request comes back, so a busy consumer
-//! fills its batches and no entry waits longer than one round trip. Full batches go out at
-//! once, up to [`MAX_REQUESTS_IN_FLIGHT`] requests at a time. Deliveries received together
-//! reach their heartbeats together, so their extensions share requests too.
+//! SQS bills per request, and a batch request of up to 10 entries costs one. The rule for
+//! when a partial batch goes (Nagle's, plus the wait for a receive's other acks, each bounded
+//! by one round trip, no fixed linger) is the guide's, on its cost page ("Batched settles"),
+//! and the tests below hold it. Full batches go out at once, up to
+//! [`MAX_REQUESTS_IN_FLIGHT`] requests at a time. Deliveries received together reach their
+//! heartbeats together, so their extensions share requests too.
 //!
 //! The batcher sends each entry once and hands each caller its own entry's result (or the
 //! whole request's error): retrying is the caller's business, on the caller's terms (an
 //! extension until its deadline, an ack for a while), so no call path retries twice.
 
 use std::collections::{HashSet, VecDeque};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot, Notify, Semaphore};
+use tokio::time::{sleep_until, Instant};
 use tokio_util::task::task_tracker::TaskTrackerToken;
 use tokio_util::task::TaskTracker;
 
@@ -36,11 +38,40 @@ pub(crate) enum Call {
     ChangeVisibility,
 }
 
+/// The deliveries of one receive that may still be acked or released on their own: their
+/// handlers run side by side and usually settle within microseconds of each other, so with no
+/// request under way a partial batch holding one of them waits for the others, at most one
+/// round trip (the batcher's last request's), instead of leaving without them.
+#[derive(Debug, Default)]
+pub(crate) struct Cohort {
+    unsettled: AtomicUsize,
+}
+
+impl Cohort {
+    /// One more delivery of the receive.
+    pub(crate) fn join(&self) {
+        self.unsettled.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// One of them started its ack or release, or ended: once for each.
+    pub(crate) fn leave(&self) {
+        let _ = self
+            .unsettled
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+    }
+
+    fn has_unsettled(&self) -> bool {
+        self.unsettled.load(Ordering::Acquire) > 0
+    }
+}
+
 /// One caller's request, waiting for its batch.
 struct Entry {
     receipt: String,
     /// Whole seconds, for `ChangeVisibility`.
     visibility: u32,
+    /// The receive its delivery came with, if its others may follow.
+    cohort: Option<Arc<Cohort>>,
     reply: oneshot::Sender<Result<(), Error>>,
     /// Keeps the consumer's tracker of settle calls busy until this entry is answered, so a
     /// shutdown waits for it even if its caller gave up.
@@ -76,8 +107,14 @@ impl Batcher {
 
     /// Deletes (or changes the visibility of) one message as part of a batch, and returns
     /// that entry's own result: one attempt, never retried here.
-    pub(crate) async fn submit(&self, receipt: &str, visibility: u32) -> Result<(), Error> {
-        let (entry, answer) = self.entry(receipt, visibility);
+    pub(crate) async fn submit(
+        &self,
+        receipt: &str,
+        visibility: u32,
+        cohort: Option<Arc<Cohort>>,
+    ) -> Result<(), Error> {
+        let (mut entry, answer) = self.entry(receipt, visibility);
+        entry.cohort = cohort;
         match self.send(Submission::One(entry)) {
             Ok(()) => answer
                 .await
@@ -116,6 +153,7 @@ impl Batcher {
         let entry = Entry {
             receipt: receipt.to_owned(),
             visibility,
+            cohort: None,
             reply,
             _pending: self.settles.token(),
         };
@@ -145,6 +183,9 @@ async fn batcher_task(queue: Queue, call: Call, mut rx: mpsc::UnboundedReceiver<
     let slots = Arc::new(Semaphore::new(MAX_REQUESTS_IN_FLIGHT));
     // Signalled whenever a request comes back (after its slot is free).
     let answered = Arc::new(Notify::new());
+    // How long the last request took, in microseconds: the longest a partial batch waits for
+    // its cohorts with no request under way.
+    let round_trip = Arc::new(AtomicU64::new(0));
     let mut waiting: VecDeque<Entry> = VecDeque::new();
     loop {
         let Ok(slot) = slots.clone().acquire_owned().await else {
@@ -172,6 +213,8 @@ async fn batcher_task(queue: Queue, call: Call, mut rx: mpsc::UnboundedReceiver<
                 seen = now;
             }
         }
+        // With no request under way: until when the batch waits for its cohorts.
+        let mut cohorts_until: Option<Instant> = None;
         loop {
             while waiting.len() < LOOKAHEAD {
                 match rx.try_recv() {
@@ -185,12 +228,21 @@ async fn batcher_task(queue: Queue, call: Call, mut rx: mpsc::UnboundedReceiver<
             answer.as_mut().enable();
             // This loop holds one slot; any other taken slot is a request under way.
             let under_way = slots.available_permits() + 1 < MAX_REQUESTS_IN_FLIGHT;
-            if waiting.len() >= MAX_BATCH || !under_way {
+            if waiting.len() >= MAX_BATCH {
                 break;
             }
+            let hold = if under_way {
+                None
+            } else {
+                let Some(until) = cohort_wait(&waiting, &round_trip, &mut cohorts_until) else {
+                    break;
+                };
+                Some(until)
+            };
             tokio::select! {
                 biased;
-                () = answer => break,
+                () = answer, if hold.is_none() => break,
+                () = sleep_until(hold.unwrap_or_else(Instant::now)), if hold.is_some() => break,
                 submission = rx.recv() => match submission {
                     Some(submission) => take(&mut waiting, submission),
                     None => break,
@@ -198,13 +250,37 @@ async fn batcher_task(queue: Queue, call: Call, mut rx: mpsc::UnboundedReceiver<
             }
         }
         let batch = take_batch(&mut waiting);
-        let (queue, answered) = (queue.clone(), answered.clone());
+        let (queue, answered, round_trip) = (queue.clone(), answered.clone(), round_trip.clone());
         tokio::spawn(async move {
+            let started = Instant::now();
             send(&queue, call, batch).await;
+            let took = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+            round_trip.store(took, Ordering::Relaxed);
             drop(slot);
             answered.notify_waiters();
         });
     }
+}
+
+/// With no request under way, a partial batch waits for the rest of its entries' cohorts
+/// (deliveries received with them, whose handlers are still running), until one round trip
+/// after it started waiting: `None` when it should go now (no cohort to wait for, or the
+/// wait is over).
+fn cohort_wait(
+    waiting: &VecDeque<Entry>,
+    round_trip: &AtomicU64,
+    until: &mut Option<Instant>,
+) -> Option<Instant> {
+    let expecting = waiting
+        .iter()
+        .any(|e| e.cohort.as_ref().is_some_and(|c| c.has_unsettled()));
+    if !expecting {
+        return None;
+    }
+    let until = *until.get_or_insert_with(|| {
+        Instant::now() + Duration::from_micros(round_trip.load(Ordering::Relaxed))
+    });
+    (Instant::now() < until).then_some(until)
 }
 
 fn take(waiting: &mut VecDeque<Entry>, submission: Submission) {
@@ -324,7 +400,7 @@ mod tests {
             .into_iter()
             .map(|h| {
                 let b = batcher.clone();
-                tokio::spawn(async move { b.submit(&h, visibility).await })
+                tokio::spawn(async move { b.submit(&h, visibility, None).await })
             })
             .collect();
         let mut results = Vec::new();
@@ -338,6 +414,7 @@ mod tests {
         Entry {
             receipt: receipt.to_owned(),
             visibility: 0,
+            cohort: None,
             reply: oneshot::channel().0,
             _pending: TaskTracker::new().token(),
         }
@@ -370,7 +447,7 @@ mod tests {
             Runner::Caller,
         );
         let start = Instant::now();
-        batcher.submit(&h[0], 0).await.unwrap();
+        batcher.submit(&h[0], 0, None).await.unwrap();
         assert_eq!(start.elapsed(), Duration::ZERO);
         assert_eq!(q.requests().requests(Action::DeleteMessageBatch), 1);
         assert!(q.is_empty());
@@ -392,7 +469,7 @@ mod tests {
         for handle in h {
             let b = batcher.clone();
             tasks.push(tokio::spawn(async move {
-                b.submit(&handle, 0).await.unwrap();
+                b.submit(&handle, 0, None).await.unwrap();
                 start.elapsed()
             }));
             tokio::time::sleep(Duration::from_millis(5)).await;
@@ -409,6 +486,76 @@ mod tests {
             "{done:?}"
         );
         assert_eq!(q.requests().requests(Action::DeleteMessageBatch) - base, 2);
+        assert!(q.is_empty());
+    }
+
+    /// Submits `handle`'s delete as one of `cohort`, which it leaves first (as an ack does);
+    /// returns when it was answered.
+    fn ack_in(
+        batcher: &Arc<Batcher>,
+        cohort: &Arc<Cohort>,
+        handle: String,
+        start: Instant,
+    ) -> tokio::task::JoinHandle<Duration> {
+        let (b, c) = (batcher.clone(), cohort.clone());
+        tokio::spawn(async move {
+            c.leave();
+            b.submit(&handle, 0, Some(c)).await.unwrap();
+            start.elapsed()
+        })
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_acks_of_one_receive_wait_for_each_other_with_no_request_under_way() {
+        let q = MemoryQueue::builder()
+            .visibility_timeout(Duration::from_secs(60))
+            .latency(Duration::from_millis(50))
+            .build()
+            .unwrap();
+        let mut h = held(&q, 11).await;
+        let batcher = batcher(&q, Call::Delete);
+        // A first request teaches the batcher the round trip (50 ms).
+        batcher.submit(&h.pop().unwrap(), 0, None).await.unwrap();
+        let base = q.requests().requests(Action::DeleteMessageBatch);
+        let cohort = Arc::new(Cohort::default());
+        (0..10).for_each(|_| cohort.join());
+        let start = Instant::now();
+        // Three acks now, seven 2 ms later: one request for the ten.
+        let mut tasks: Vec<_> = h
+            .drain(..3)
+            .map(|handle| ack_in(&batcher, &cohort, handle, start))
+            .collect();
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        tasks.extend(
+            h.drain(..)
+                .map(|handle| ack_in(&batcher, &cohort, handle, start)),
+        );
+        for t in tasks {
+            assert_eq!(t.await.unwrap(), Duration::from_millis(52));
+        }
+        assert_eq!(q.requests().requests(Action::DeleteMessageBatch) - base, 1);
+        assert!(q.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_ack_waits_for_its_cohort_at_most_one_round_trip() {
+        let q = MemoryQueue::builder()
+            .visibility_timeout(Duration::from_secs(60))
+            .latency(Duration::from_millis(50))
+            .build()
+            .unwrap();
+        let mut h = held(&q, 2).await;
+        let batcher = batcher(&q, Call::Delete);
+        // Before any request the round trip is unknown: nothing waits.
+        let cohort = Arc::new(Cohort::default());
+        (0..3).for_each(|_| cohort.join());
+        let start = Instant::now();
+        let first = ack_in(&batcher, &cohort, h.pop().unwrap(), start);
+        assert_eq!(first.await.unwrap(), Duration::from_millis(50));
+        // Now known: an ack whose cohort never follows leaves one round trip later.
+        let start = Instant::now();
+        let second = ack_in(&batcher, &cohort, h.pop().unwrap(), start);
+        assert_eq!(second.await.unwrap(), Duration::from_millis(100));
         assert!(q.is_empty());
     }
 
@@ -504,7 +651,7 @@ mod tests {
             // first batching task gone and starts its own.
             runtime().block_on(async {
                 let h = held(&q, 1).await;
-                batcher.submit(&h[0], 0).await.unwrap();
+                batcher.submit(&h[0], 0, None).await.unwrap();
             });
         }
         assert!(q.is_empty());

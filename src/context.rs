@@ -12,7 +12,7 @@ use tokio::time::{sleep, Instant};
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, Span};
 
-use crate::batch::{Batcher, Call};
+use crate::batch::{Batcher, Call, Cohort};
 use crate::call_retries::{self, ACK_RETRY_WINDOW, RELEASE_ATTEMPTS};
 use crate::dead_letter::DeadLetter;
 use crate::error::Error;
@@ -55,6 +55,10 @@ pub(crate) trait SettleHooks: Send + Sync + 'static {
     fn waiting_to_retry(&self);
     /// The next try is about to go.
     fn retrying(&self);
+    /// The deliveries received with this one, whose settle calls its first try may wait for.
+    fn cohort(&self) -> Option<Arc<Cohort>> {
+        None
+    }
 }
 
 /// A delivery that needs no telling: always ours.
@@ -304,7 +308,7 @@ impl Context {
         hooks: Arc<dyn SettleHooks>,
     ) -> Result<(), Error> {
         let started = Instant::now();
-        match self.send(call, receipt).await {
+        match self.send(call, receipt, hooks.cohort()).await {
             Err(err) if err.is_retryable() && hooks.still_ours() => {
                 let retries = self.retry_in_task(call, receipt.to_owned(), err, started, hooks);
                 retries
@@ -401,18 +405,24 @@ impl Context {
             sleep(wait).await;
             hooks.retrying();
             attempts += 1;
-            match self.send(call, receipt).await {
+            match self.send(call, receipt, None).await {
                 Ok(()) => return Ok(()),
                 Err(next) => err = next,
             }
         }
     }
 
-    /// One try of a settle call, as an entry of a batch.
-    async fn send(&self, call: Settle, receipt: &str) -> Result<(), Error> {
+    /// One try of a settle call, as an entry of a batch (which may wait a little for the
+    /// rest of `cohort`).
+    async fn send(
+        &self,
+        call: Settle,
+        receipt: &str,
+        cohort: Option<Arc<Cohort>>,
+    ) -> Result<(), Error> {
         match call {
-            Settle::Delete => self.deletes.submit(receipt, 0).await,
-            Settle::Release(secs) => self.visibility.submit(receipt, secs).await,
+            Settle::Delete => self.deletes.submit(receipt, 0, cohort).await,
+            Settle::Release(secs) => self.visibility.submit(receipt, secs, cohort).await,
         }
     }
 

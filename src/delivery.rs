@@ -13,6 +13,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, Span};
 
+use crate::batch::Cohort;
 use crate::context::{Context, SettleHooks};
 use crate::dead_letter::{DeadLetter, Failure};
 use crate::dead_letter_move::{move_to_dead_letter, Holder, Moved};
@@ -149,6 +150,8 @@ pub(crate) struct Received {
     pub(crate) timeout: u32,
     pub(crate) slot: Option<Slot>,
     pub(crate) run: Arc<RunTies>,
+    /// The deliveries of the same receive, whose acks may share a request.
+    pub(crate) cohort: Option<Arc<Cohort>>,
 }
 
 impl Delivery {
@@ -177,15 +180,18 @@ impl Delivery {
         ctx.count(Counter::Received);
         ctx.delivery_started();
         let deadline = received.returned_at + Duration::from_secs(u64::from(received.timeout));
-        let lease = Arc::new(Lease::new(
-            ctx,
-            message,
-            received.received_at,
-            deadline,
-            received.timeout,
-            receive_count,
-            span,
-        ));
+        let lease = Arc::new(
+            Lease::new(
+                ctx,
+                message,
+                received.received_at,
+                deadline,
+                received.timeout,
+                receive_count,
+                span,
+            )
+            .in_cohort(received.cohort),
+        );
         received.run.keeper.keep(lease.clone());
         received.run.held.fetch_add(1, Ordering::AcqRel);
         Self {
@@ -912,6 +918,7 @@ mod tests {
             timeout,
             slot: None,
             run,
+            cohort: None,
         };
         Delivery::start(std::sync::Arc::new(ctx), message, received)
     }
@@ -1587,6 +1594,7 @@ mod size {
             timeout: 30,
             slot: None,
             run: RunTies::new(Default::default(), Keeper::new(Runner::Caller)),
+            cohort: None,
         };
         let d = Delivery::start(ctx, m, received);
         let (lease, delivery) = (std::mem::size_of_val(&*d.lease), std::mem::size_of_val(&d));

@@ -11,6 +11,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::batch::Cohort;
 use crate::batch_handler::BatchHandler;
 use crate::batch_window::Collector;
 use crate::context::Context;
@@ -323,6 +324,8 @@ impl Engine {
         ctx.observe(Measure::ReceiveBatchSize, batch.messages.len() as f64);
         let mut slots = batch.slots.into_iter();
         let mut deliveries = Vec::with_capacity(batch.messages.len());
+        // A FIFO group's deliveries settle one after another, never together.
+        let cohort = (!ctx.is_fifo() && batch.messages.len() > 1).then(Arc::<Cohort>::default);
         for message in batch.messages {
             // A server that returns more than asked still gets every message handled (and
             // heartbeated); only the slot accounting is exceeded.
@@ -342,6 +345,7 @@ impl Engine {
                 timeout: batch.timeout,
                 slot,
                 run: ties.clone(),
+                cohort: cohort.clone(),
             };
             deliveries.push(Delivery::start(ctx.clone(), message, received));
         }

@@ -51,6 +51,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tracing::{Instrument, Span};
 
+use crate::batch::Cohort;
 use crate::context::{Context, SettleHooks};
 use crate::error::{Error, ErrorKind, LostReason};
 use crate::limits::extension_limit;
@@ -140,6 +141,11 @@ pub(crate) struct Lease {
     receive_count: u32,
     /// The delivery's span: the keeper logs in it.
     span: Span,
+    /// The deliveries received with this one (none on a FIFO queue): its ack may wait a
+    /// little for theirs, to share a request.
+    cohort: Option<Arc<Cohort>>,
+    /// Set once it left its cohort (its ack or release started, or it ended).
+    left_cohort: AtomicBool,
     /// Where the keeper holds it.
     keeper_slot: AtomicU32,
     /// Set once the keeper was told to let go of it.
@@ -174,10 +180,33 @@ impl Lease {
             timeout,
             receive_count,
             span,
+            cohort: None,
+            left_cohort: AtomicBool::new(false),
             keeper_slot: AtomicU32::new(u32::MAX),
             let_go: AtomicBool::new(false),
             #[cfg(feature = "s3")]
             payload_location: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The same lease, one of `cohort` (the deliveries of its receive).
+    pub(crate) fn in_cohort(mut self, cohort: Option<Arc<Cohort>>) -> Self {
+        if let Some(cohort) = &cohort {
+            cohort.join();
+        }
+        self.cohort = cohort;
+        self
+    }
+
+    /// Leaves the cohort once the state says no settle call of its own may still come.
+    fn left_unsettled(&self, state: State) {
+        if matches!(state, State::Held | State::InHandler | State::Abandoned) {
+            return;
+        }
+        if let Some(cohort) = &self.cohort {
+            if !self.left_cohort.swap(true, AtomicOrdering::AcqRel) {
+                cohort.leave();
+            }
         }
     }
 
@@ -288,15 +317,16 @@ impl Lease {
         change: impl Fn(State) -> State,
         applied: impl FnOnce(),
     ) -> bool {
-        let (done, wake) = {
+        let (done, wake, now) = {
             let mut s = self.lock();
             let done = from(s.state);
             if done {
                 s.state = change(s.state);
             }
-            (done, done && watched(s.state))
+            (done, done && watched(s.state), s.state)
         };
         if done {
+            self.left_unsettled(now);
             applied();
         }
         if wake {
@@ -485,7 +515,10 @@ impl Lease {
                     lost: lost_reason(other),
                 },
             };
-            s.state != before && watched(s.state)
+            let now = s.state;
+            drop(s);
+            self.left_unsettled(now);
+            now != before && watched(now)
         };
         if wake {
             self.changed.notify_waiters();
@@ -575,6 +608,10 @@ impl Lease {
 }
 
 impl SettleHooks for Lease {
+    fn cohort(&self) -> Option<Arc<Cohort>> {
+        self.cohort.clone()
+    }
+
     fn still_ours(&self) -> bool {
         self.lost_reason().is_none()
     }
