@@ -563,7 +563,13 @@ impl Lease {
         };
         let lease = self.clone();
         let release = async move {
-            if let Err(err) = lease.ctx.release(lease.receipt(), visibility, None).await {
+            // As the lease: its release may wait for its receive's others, to share a request.
+            let hooks: Arc<dyn SettleHooks> = lease.clone();
+            if let Err(err) = lease
+                .ctx
+                .release(lease.receipt(), visibility, Some(hooks))
+                .await
+            {
                 tracing::warn!(error = %err.chain(), visibility, "releasing a dropped delivery failed; it returns when its visibility lapses");
             }
         };
