@@ -41,7 +41,8 @@ pub(crate) enum Call {
 /// The deliveries of one receive that may still be acked or released on their own: their
 /// handlers run side by side and usually settle within microseconds of each other, so with no
 /// request under way a partial batch holding one of them waits for the others, at most one
-/// round trip (the batcher's last request's), instead of leaving without them.
+/// round trip (a moving average of the batcher's answered requests), instead of leaving
+/// without them.
 #[derive(Debug, Default)]
 pub(crate) struct Cohort {
     unsettled: AtomicUsize,
@@ -183,8 +184,8 @@ async fn batcher_task(queue: Queue, call: Call, mut rx: mpsc::UnboundedReceiver<
     let slots = Arc::new(Semaphore::new(MAX_REQUESTS_IN_FLIGHT));
     // Signalled whenever a request comes back (after its slot is free).
     let answered = Arc::new(Notify::new());
-    // How long the last request took, in microseconds: the longest a partial batch waits for
-    // its cohorts with no request under way.
+    // How long a request takes, in microseconds (a moving average of the answered ones): the
+    // longest a partial batch waits for its cohorts with no request under way.
     let round_trip = Arc::new(AtomicU64::new(0));
     let mut waiting: VecDeque<Entry> = VecDeque::new();
     loop {
@@ -253,9 +254,9 @@ async fn batcher_task(queue: Queue, call: Call, mut rx: mpsc::UnboundedReceiver<
         let (queue, answered, round_trip) = (queue.clone(), answered.clone(), round_trip.clone());
         tokio::spawn(async move {
             let started = Instant::now();
-            send(&queue, call, batch).await;
-            let took = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
-            round_trip.store(took, Ordering::Relaxed);
+            if send(&queue, call, batch).await {
+                learn_round_trip(&round_trip, started.elapsed());
+            }
             drop(slot);
             answered.notify_waiters();
         });
@@ -281,6 +282,19 @@ fn cohort_wait(
         Instant::now() + Duration::from_micros(round_trip.load(Ordering::Relaxed))
     });
     (Instant::now() < until).then_some(until)
+}
+
+/// Folds an answered request's time into the round trip: the first one as it is, then a
+/// moving average weighing each new one an eighth, so one slow answer (or a request that
+/// timed out, which is not counted at all) does not make the batches wait long.
+fn learn_round_trip(round_trip: &AtomicU64, took: Duration) {
+    let took = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+    let _ = round_trip.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
+        Some(match old {
+            0 => took,
+            old => old - old / 8 + took / 8,
+        })
+    });
 }
 
 fn take(waiting: &mut VecDeque<Entry>, submission: Submission) {
@@ -312,8 +326,9 @@ fn take_batch(waiting: &mut VecDeque<Entry>) -> Vec<Entry> {
     batch
 }
 
-/// Sends one batch and answers every caller with its own entry's result.
-async fn send(queue: &Queue, call: Call, batch: Vec<Entry>) {
+/// Sends one batch and answers every caller with its own entry's result; `true` when the
+/// request was answered (whatever its entries' results).
+async fn send(queue: &Queue, call: Call, batch: Vec<Entry>) -> bool {
     let entries: Vec<BatchEntry<'_>> = batch
         .iter()
         .zip(ENTRY_IDS)
@@ -333,6 +348,7 @@ async fn send(queue: &Queue, call: Call, batch: Vec<Entry>) {
             for (entry, result) in batch.into_iter().zip(results) {
                 let _ = entry.reply.send(result);
             }
+            true
         }
         Err(err) => {
             if err.is_retryable() {
@@ -344,6 +360,7 @@ async fn send(queue: &Queue, call: Call, batch: Vec<Entry>) {
             for entry in batch {
                 let _ = entry.reply.send(Err(Error::replicate(&err)));
             }
+            false
         }
     }
 }
@@ -557,6 +574,23 @@ mod tests {
         let second = ack_in(&batcher, &cohort, h.pop().unwrap(), start);
         assert_eq!(second.await.unwrap(), Duration::from_millis(100));
         assert!(q.is_empty());
+    }
+
+    #[test]
+    fn the_round_trip_is_a_moving_average_of_answered_requests() {
+        let rtt = AtomicU64::new(0);
+        learn_round_trip(&rtt, Duration::from_millis(40));
+        assert_eq!(rtt.load(Ordering::Relaxed), 40_000, "the first as it is");
+        learn_round_trip(&rtt, Duration::from_millis(120));
+        assert_eq!(
+            rtt.load(Ordering::Relaxed),
+            50_000,
+            "one slow answer weighs an eighth"
+        );
+        for _ in 0..50 {
+            learn_round_trip(&rtt, Duration::from_millis(8));
+        }
+        assert!(rtt.load(Ordering::Relaxed) < 9_000, "it follows the server");
     }
 
     #[tokio::test(start_paused = true)]
