@@ -92,7 +92,7 @@ fn main() {
     if wants("b4") {
         b4_idle_cost();
     }
-    for (name, bench) in [("b4", b4 as fn(&str)), ("w1", w1), ("b5", b5)] {
+    for (name, bench) in [("b4", b4 as fn(&str)), ("w1", w1), ("w3", w3), ("b5", b5)] {
         if wants(name) {
             match std::env::var("SQS_TEST_ENDPOINT") {
                 Ok(endpoint) => bench(&endpoint),
@@ -896,6 +896,118 @@ fn w1(endpoint: &str) {
             ))
             .collect::<Vec<_>>()
             .join("; ")
+    );
+}
+
+// ---- W3 ----
+
+/// One W3 run's figures.
+struct W3Run {
+    requests_per_message: f64,
+    breakdown: String,
+    /// Release requests, and the entries they carried.
+    releases: (u64, u64),
+}
+
+/// W3: 100 messages queued, each failing its first delivery, `RetryPolicy::ReleaseNow`, then
+/// acked on the second: requests per message by action. The floor is 0.40: two receives of
+/// 10 per 10 messages, one release request and one delete request of 10.
+fn w3_run(endpoint: &str) -> W3Run {
+    const W3_MESSAGES: usize = 100;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let counter = CountRequests::default();
+    let client = server_client(endpoint, &counter);
+    let setup = server_client(endpoint, &CountRequests::default());
+    rt.block_on(async {
+        let url = new_queue(&setup, "w3").await;
+        for first in (0..W3_MESSAGES).step_by(10) {
+            send_ten(&setup, &url, first).await;
+        }
+        let consumer = Consumer::builder(client, url)
+            .retry_policy(sqs_consumer::RetryPolicy::ReleaseNow)
+            .build()
+            .unwrap();
+        let acked = Arc::new(AtomicUsize::new(0));
+        let all_acked = Arc::new(tokio::sync::Notify::new());
+        let handler = {
+            let (acked, all_acked) = (acked.clone(), all_acked.clone());
+            move |d: Delivery| {
+                let (acked, all_acked) = (acked.clone(), all_acked.clone());
+                async move {
+                    if d.receive_count() == 1 {
+                        return Err(BoxError::from("fails its first delivery"));
+                    }
+                    d.ack().await?;
+                    if acked.fetch_add(1, SeqCst) + 1 == W3_MESSAGES {
+                        all_acked.notify_one();
+                    }
+                    Ok(())
+                }
+            }
+        };
+        let done = tokio::time::timeout(Duration::from_secs(120), all_acked.notified());
+        // Counted at the last ack: the stop then waits for the poll under way, which is no
+        // part of serving the messages.
+        let mut at_last_ack = BTreeMap::new();
+        consumer
+            .run_until(handler, async {
+                assert!(
+                    done.await.is_ok(),
+                    "W3: not every message acked within 2 minutes"
+                );
+                at_last_ack = counter.0.lock().unwrap().clone();
+            })
+            .await
+            .unwrap();
+        let stats = consumer.stats();
+        let counts = at_last_ack;
+        let total: u64 = counts.values().sum();
+        W3Run {
+            requests_per_message: total as f64 / W3_MESSAGES as f64,
+            breakdown: counts
+                .iter()
+                .map(|(op, n)| format!("{op} {:.3}", *n as f64 / W3_MESSAGES as f64))
+                .collect::<Vec<_>>()
+                .join(", "),
+            releases: (
+                counts
+                    .get("ChangeMessageVisibilityBatch")
+                    .copied()
+                    .unwrap_or(0)
+                    + counts.get("ChangeMessageVisibility").copied().unwrap_or(0),
+                stats.released,
+            ),
+        }
+    })
+}
+
+fn w3(endpoint: &str) {
+    let runs = server_runs();
+    println!(
+        "W3  test server ({}), 100 messages, each failing its first delivery, \
+         RetryPolicy::ReleaseNow, default settings (medians of {runs} runs; floor 0.40):",
+        server_name()
+    );
+    let runs: Vec<W3Run> = (0..runs).map(|_| w3_run(endpoint)).collect();
+    let rpm = median(runs.iter().map(|r| r.requests_per_message).collect());
+    let mid = runs
+        .iter()
+        .find(|r| r.requests_per_message == rpm)
+        .unwrap_or(&runs[0]);
+    println!(
+        "    {rpm:.3} requests per message ({}); releases: {} requests for {} entries",
+        mid.breakdown, mid.releases.0, mid.releases.1
+    );
+    println!(
+        "      runs: {}",
+        runs.iter()
+            .map(|r| format!("{:.3}", r.requests_per_message))
+            .collect::<Vec<_>>()
+            .join(", ")
     );
 }
 

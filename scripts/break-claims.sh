@@ -423,5 +423,27 @@ breaks "cost: an ack waits for its receive's others at most one round trip" src/
   'Instant::now() + Duration::from_micros(round_trip.load(Ordering::Relaxed))' \
   'Instant::now() + Duration::from_secs(3600)' \
   -- --lib batch::tests::an_ack_waits_for_its_cohort
+breaks "adaptive: each receive asks for the estimate" src/receiver.rs \
+  'let estimate = adaptive.timeout(timeout);' 'let estimate = timeout;' \
+  -- --test scenarios --test handler_details adaptive_visibility
+breaks "adaptive: the estimate stays within [min, max]" src/adaptive_visibility.rs \
+  '(secs as u32).clamp(self.min, self.max)' '(secs as u32).max(1)' \
+  -- --lib adaptive_visibility
+breaks "adaptive: twice the quantile (the heartbeat extends halfway)" src/adaptive_visibility.rs \
+  'pub(crate) const MARGIN: f64 = 2.0;' 'pub(crate) const MARGIN: f64 = 1.0;' \
+  -- --lib adaptive_visibility
+breaks "adaptive: newer holds weigh more (a burst raises it within four)" src/adaptive_visibility.rs \
+  'weight *= DECAY;' 'weight *= 1.0;' \
+  -- --lib adaptive_visibility
+breaks "adaptive: a lost delivery's hold is not counted" src/lease.rs \
+  'if lost_reason(state).is_none() {' 'if true {' \
+  -- --lib lease::tests::a_hold_counts
+breaks "adaptive: a hold counts from the answer, not the request" src/lease.rs \
+  'self.received_at + Duration::from_millis(u64::from(self.answered_after_ms));' 'self.received_at;' \
+  -- --lib lease::tests::a_hold_counts
+breaks "adaptive: stats show the timeout in force" src/dispatch.rs \
+  'ctx.visibility_applied(batch.timeout);' '' \
+  -- --test scenarios --test handler_details adaptive_visibility
+
 echo "missed: $missed, stale: $stale, hung: $hung (the output of every run: $log)"
 [ "$missed" -eq 0 ] && [ "$stale" -eq 0 ]

@@ -1,10 +1,12 @@
 //! `ConsumerBuilder`: how a [`Consumer`] is made. The entry points (`Consumer::builder`,
 //! `Consumer::in_memory`), every setting with its default, and the validation in `build`.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use aws_sdk_sqs::types::MessageSystemAttributeName;
 
+use crate::adaptive_visibility::AdaptiveVisibility;
 use crate::batch_window::Batching;
 use crate::consumer::{Consumer, ConsumerSettings};
 use crate::dead_letter::DeadLetter;
@@ -180,6 +182,7 @@ pub struct ConsumerBuilder {
     max_receive_rate: Option<f64>,
     rate_limit: Option<RateLimit>,
     dead_letter: Option<(DeadLetterQueue, u32)>,
+    adaptive_visibility: Option<(Duration, Duration)>,
     keeper: KeeperPlacement,
     keeper_client: Option<aws_sdk_sqs::Client>,
     #[cfg(feature = "s3")]
@@ -218,6 +221,7 @@ impl ConsumerBuilder {
             max_receive_rate: None,
             rate_limit: None,
             dead_letter: None,
+            adaptive_visibility: None,
             keeper: KeeperPlacement::Default,
             keeper_client: None,
             #[cfg(feature = "s3")]
@@ -241,6 +245,42 @@ impl ConsumerBuilder {
     /// `ChangeMessageVisibility` calls while it is held.
     pub fn visibility_timeout(mut self, timeout: Duration) -> Self {
         self.visibility_timeout = Some(timeout);
+        self
+    }
+
+    /// Lets each receive choose its visibility timeout, within `[min, max]`, from how long
+    /// this consumer's deliveries were held lately (from the receive's answer until their
+    /// ack, release or move started, or they were dropped). Whole seconds in 1..=43200 each,
+    /// `min <= max`. Defaults to off: every receive asks for the
+    /// [`visibility_timeout`](ConsumerBuilder::visibility_timeout).
+    ///
+    /// The estimate is twice the 90th percentile of the last 100 holds, newer ones weighing
+    /// more (each counts 0.97 of the next newer), plus half a second, rounded up to whole
+    /// seconds and clamped to `[min, max]`: the heartbeat extends halfway through the
+    /// timeout, so a delivery held no longer than that percentile settles before its first
+    /// extension. Until a delivery has
+    /// been held, receives ask for the consumer's visibility timeout (the builder's, or the
+    /// queue's own) clamped to `[min, max]`. A few slow holds raise it at once (four in a row
+    /// after a long run of fast ones); fast ones bring it down slowly (about 64). Lost
+    /// deliveries are not counted.
+    ///
+    /// The estimate only saves requests: the keeper still extends every delivery held longer
+    /// than its timeout, as with a fixed one. What it costs: a consumer that dies leaves its
+    /// messages hidden for up to the timeout its receive chose, at most `max`; pick `max` as
+    /// long as a message may wait after a crash. [`Stats::visibility_timeout`](crate::Stats)
+    /// shows the timeout the last receive chose.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use sqs_consumer::{Consumer, memory::MemoryQueue};
+    /// let queue = MemoryQueue::new();
+    /// let consumer = Consumer::in_memory(&queue)
+    ///     .adaptive_visibility(Duration::from_secs(10), Duration::from_secs(120))
+    ///     .build()?;
+    /// # Ok::<(), sqs_consumer::Error>(())
+    /// ```
+    pub fn adaptive_visibility(mut self, min: Duration, max: Duration) -> Self {
+        self.adaptive_visibility = Some((min, max));
         self
     }
 
@@ -715,6 +755,7 @@ impl ConsumerBuilder {
             )?;
         }
         let rate_limits = RateLimits::new(own_rate, self.rate_limit.take());
+        let adaptive = self.visibility_estimate()?;
         Ok(ReceiveSettings {
             visibility_timeout,
             wait_time,
@@ -725,7 +766,29 @@ impl ConsumerBuilder {
             system_attribute_names: with_needed(std::mem::take(&mut self.system_attribute_names)),
             in_flight_limit: self.in_flight_limit.take(),
             rate_limits,
+            adaptive,
         })
+    }
+
+    /// The adaptive visibility estimate, if asked for: each bound a visibility timeout,
+    /// `min <= max`.
+    fn visibility_estimate(&self) -> Result<Option<Arc<AdaptiveVisibility>>, Error> {
+        let Some((min, max)) = self.adaptive_visibility else {
+            return Ok(None);
+        };
+        let field = "adaptive_visibility";
+        let (min_secs, max_secs) = (
+            limits::consumer_visibility_secs(field, min)?,
+            limits::consumer_visibility_secs(field, max)?,
+        );
+        if min_secs > max_secs {
+            return Err(Error::invalid(
+                field,
+                (min, max),
+                "min <= max, each whole seconds in 1..=43200 (12 hours)",
+            ));
+        }
+        Ok(Some(Arc::new(AdaptiveVisibility::new(min_secs, max_secs))))
     }
 
     /// The dead-letter step's queue, checked: `after_receives` in range, a queue of the
@@ -1051,6 +1114,39 @@ mod tests {
                 Some(m)
             );
         }
+    }
+
+    #[test]
+    fn adaptive_visibility_bounds_are_visibility_timeouts_in_order() {
+        let secs = Duration::from_secs;
+        let field = "adaptive_visibility";
+        for (min, max) in [
+            (Duration::ZERO, secs(10)),
+            (secs(1), secs(43_201)),
+            (Duration::from_millis(1500), secs(10)),
+        ] {
+            refused(builder().adaptive_visibility(min, max), field, "1..=43200");
+        }
+        refused(
+            builder().adaptive_visibility(secs(20), secs(10)),
+            field,
+            "min <= max",
+        );
+        for (min, max) in [(1, 1), (1, 43_200), (10, 120)] {
+            let c = builder()
+                .adaptive_visibility(secs(min), secs(max))
+                .build()
+                .expect("bounds are valid");
+            let adaptive = c.receive_settings().adaptive.clone().expect("adaptive");
+            assert_eq!(adaptive.timeout(0), min as u32);
+            assert_eq!(adaptive.timeout(u32::MAX), max as u32);
+        }
+        assert!(builder()
+            .build()
+            .unwrap()
+            .receive_settings()
+            .adaptive
+            .is_none());
     }
 
     #[test]

@@ -12,6 +12,7 @@ use tokio::time::{sleep, Instant};
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, Span};
 
+use crate::adaptive_visibility::AdaptiveVisibility;
 use crate::batch::{Batcher, Call, Cohort};
 use crate::call_retries::{self, ACK_RETRY_WINDOW, RELEASE_ATTEMPTS};
 use crate::dead_letter::DeadLetter;
@@ -84,6 +85,8 @@ pub(crate) struct Context {
     unfinished_deletes: UnfinishedDeletes,
     /// Where failed messages are moved, if the consumer moves them.
     dead_letter: Option<DeadLetter>,
+    /// With `adaptive_visibility`: the estimate that learns how long deliveries are held.
+    adaptive: Option<Arc<AdaptiveVisibility>>,
     /// Deletes and visibility changes under way on behalf of deliveries (batch entries, and
     /// the releases of dropped deliveries): neither a cancelled caller nor a `Drop` cuts them
     /// short, and shutdown waits for them.
@@ -113,6 +116,7 @@ impl Context {
             counters: Counters::new(queue.name()),
             unfinished_deletes: UnfinishedDeletes::default(),
             dead_letter: None,
+            adaptive: None,
             settles,
             #[cfg(feature = "s3")]
             payloads: None,
@@ -130,6 +134,28 @@ impl Context {
     pub(crate) fn with_dead_letter(mut self, dead_letter: Option<DeadLetter>) -> Self {
         self.dead_letter = dead_letter;
         self
+    }
+
+    /// The same context, telling `adaptive` how long each delivery was held.
+    pub(crate) fn with_adaptive_visibility(
+        mut self,
+        adaptive: Option<Arc<AdaptiveVisibility>>,
+    ) -> Self {
+        self.adaptive = adaptive;
+        self
+    }
+
+    /// A delivery was held for `held` (from the receive's answer until its settle started,
+    /// or it was dropped): the adaptive visibility estimate learns it, if there is one.
+    pub(crate) fn held_for(&self, held: Duration) {
+        if let Some(adaptive) = &self.adaptive {
+            adaptive.held_for(held);
+        }
+    }
+
+    /// A receive applied this visibility timeout (seconds), for `Stats`.
+    pub(crate) fn visibility_applied(&self, timeout: u32) {
+        self.counters.visibility_applied(timeout);
     }
 
     /// Where failed messages are moved, if the consumer moves them.

@@ -179,13 +179,12 @@ impl Delivery {
         }
         ctx.count(Counter::Received);
         ctx.delivery_started();
-        let deadline = received.returned_at + Duration::from_secs(u64::from(received.timeout));
         let lease = Arc::new(
             Lease::new(
                 ctx,
                 message,
                 received.received_at,
-                deadline,
+                received.returned_at,
                 received.timeout,
                 receive_count,
                 span,
@@ -1598,7 +1597,8 @@ mod size {
         };
         let d = Delivery::start(ctx, m, received);
         let (lease, delivery) = (std::mem::size_of_val(&*d.lease), std::mem::size_of_val(&d));
-        assert!(lease <= 384, "Lease: {lease} bytes");
+        // 392: the hold's start for adaptive visibility (4 bytes) crossed an 8-byte boundary.
+        assert!(lease <= 392, "Lease: {lease} bytes");
         assert!(delivery <= 48, "Delivery: {delivery} bytes");
     }
 }

@@ -69,7 +69,9 @@ impl Engine {
         handling: HandlerSettings,
         #[cfg(feature = "s3")] payloads: Option<crate::s3::PayloadStore>,
     ) -> Self {
-        let ctx = Context::new(&lease_queue, retry, runner.clone()).with_dead_letter(dead_letter);
+        let ctx = Context::new(&lease_queue, retry, runner.clone())
+            .with_dead_letter(dead_letter)
+            .with_adaptive_visibility(receive.adaptive.clone());
         #[cfg(feature = "s3")]
         let ctx = ctx.with_payloads(payloads);
         Self {
@@ -322,6 +324,7 @@ impl Engine {
         let (ties, groups, late) = (&run.ties, &mut run.groups, run.late.clone());
         let shutdown = ties.shutdown();
         ctx.observe(Measure::ReceiveBatchSize, batch.messages.len() as f64);
+        ctx.visibility_applied(batch.timeout);
         let mut slots = batch.slots.into_iter();
         let mut deliveries = Vec::with_capacity(batch.messages.len());
         // A FIFO group's deliveries settle one after another, never together.

@@ -144,8 +144,12 @@ pub(crate) struct Lease {
     /// The deliveries received with this one (none on a FIFO queue): its ack may wait a
     /// little for theirs, to share a request.
     cohort: Option<Arc<Cohort>>,
-    /// Set once it left its cohort (its ack or release started, or it ended).
-    left_cohort: AtomicBool,
+    /// How long after `received_at` the receive's answer arrived, milliseconds: the hold
+    /// counts from the answer. (Not an `Instant`: 120,000 leases may be held at once.)
+    answered_after_ms: u32,
+    /// Set once no settle call of its own may still come (its ack or release started, or it
+    /// ended): it left its cohort, and its hold was counted.
+    left: AtomicBool,
     /// Where the keeper holds it.
     keeper_slot: AtomicU32,
     /// Set once the keeper was told to let go of it.
@@ -158,17 +162,19 @@ pub(crate) struct Lease {
 }
 
 impl Lease {
+    /// A lease on `message`, received with the request sent at `received_at` and handed out
+    /// at `handed_out` for `timeout` seconds.
     pub(crate) fn new(
         ctx: Arc<Context>,
         message: Message,
         received_at: Instant,
-        deadline: Instant,
+        handed_out: Instant,
         timeout: u32,
         receive_count: u32,
         span: Span,
     ) -> Self {
         let status = Mutex::new(Status {
-            deadline,
+            deadline: handed_out + Duration::from_secs(u64::from(timeout)),
             state: State::Held,
         });
         Self {
@@ -181,7 +187,9 @@ impl Lease {
             receive_count,
             span,
             cohort: None,
-            left_cohort: AtomicBool::new(false),
+            answered_after_ms: u32::try_from((handed_out - received_at).as_millis())
+                .unwrap_or(u32::MAX),
+            left: AtomicBool::new(false),
             keeper_slot: AtomicU32::new(u32::MAX),
             let_go: AtomicBool::new(false),
             #[cfg(feature = "s3")]
@@ -198,15 +206,23 @@ impl Lease {
         self
     }
 
-    /// Leaves the cohort once the state says no settle call of its own may still come.
+    /// Once the state says no settle call of its own may still come: leaves the cohort, and
+    /// tells the context how long it was held (unless it was lost: that says nothing of how
+    /// long its handler takes).
     fn left_unsettled(&self, state: State) {
         if matches!(state, State::Held | State::InHandler | State::Abandoned) {
             return;
         }
+        if self.left.swap(true, AtomicOrdering::AcqRel) {
+            return;
+        }
         if let Some(cohort) = &self.cohort {
-            if !self.left_cohort.swap(true, AtomicOrdering::AcqRel) {
-                cohort.leave();
-            }
+            cohort.leave();
+        }
+        if lost_reason(state).is_none() {
+            let handed_out =
+                self.received_at + Duration::from_millis(u64::from(self.answered_after_ms));
+            self.ctx.held_for(handed_out.elapsed());
         }
     }
 
@@ -656,6 +672,7 @@ fn lost_reason(state: State) -> Option<LostReason> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::adaptive_visibility::AdaptiveVisibility;
     use crate::lease_thread::Runner;
     use crate::memory::MemoryQueue;
     use crate::queue::Queue;
@@ -848,5 +865,50 @@ mod tests {
         assert_eq!((stats.acked, stats.lost_acks, stats.lost), (0, 1, 1));
         l.end();
         assert_eq!(l.ended().await, End::NotAcked);
+    }
+
+    /// A lease handed out now, in a context whose adaptive visibility estimate is returned.
+    fn lease_with_estimate() -> (Arc<Lease>, Arc<AdaptiveVisibility>) {
+        let adaptive = Arc::new(AdaptiveVisibility::new(1, 43_200));
+        let ctx = Context::new(
+            &Queue::new(MemoryQueue::new()),
+            RetryPolicy::Leave,
+            Runner::Caller,
+        )
+        .with_adaptive_visibility(Some(adaptive.clone()));
+        let now = Instant::now();
+        let lease = Lease::new(
+            Arc::new(ctx),
+            Message::builder().receipt_handle("r").build(),
+            now - Duration::from_secs(5),
+            now,
+            30,
+            1,
+            Span::none(),
+        );
+        (Arc::new(lease), adaptive)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hold_counts_from_the_answer_to_the_settle_once_and_a_lost_one_not_at_all() {
+        let (l, adaptive) = lease_with_estimate();
+        tokio::time::advance(Duration::from_secs(20)).await;
+        l.begin_settle();
+        // Counted once: 20 s from the answer (not from the request, 5 s before it).
+        assert_eq!(adaptive.timeout(30), 41);
+        tokio::time::advance(Duration::from_secs(100)).await;
+        l.drop_delivery();
+        assert_eq!(adaptive.timeout(30), 41);
+
+        let (l, adaptive) = lease_with_estimate();
+        tokio::time::advance(Duration::from_secs(20)).await;
+        assert!(l.heartbeat_lost(LostReason::ExtensionFailed));
+        l.drop_delivery();
+        assert_eq!(adaptive.timeout(30), 30, "a lost delivery says nothing");
+
+        let (l, adaptive) = lease_with_estimate();
+        tokio::time::advance(Duration::from_secs(3)).await;
+        assert_eq!(l.drop_delivery(), Dropped::Unsettled);
+        assert_eq!(adaptive.timeout(30), 7, "a drop unsettled ends the hold");
     }
 }

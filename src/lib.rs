@@ -90,6 +90,7 @@
 
 // Every file sits on a layer and imports only from layers below it: the table is in
 // CONTRIBUTING.md, "Layers", and `tests/layers.rs` reads it and holds the crate to it.
+mod adaptive_visibility;
 mod backlog;
 mod batch;
 mod batch_handler;

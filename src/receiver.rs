@@ -13,6 +13,7 @@ use tokio::sync::{watch, OnceCell, OwnedSemaphorePermit, Semaphore};
 use tokio::time::{sleep, Instant};
 use tokio_util::sync::CancellationToken;
 
+use crate::adaptive_visibility::AdaptiveVisibility;
 use crate::backlog::Backlog;
 use crate::call_retries::{self, Backoff};
 use crate::delivery::Slot;
@@ -42,6 +43,8 @@ pub(crate) struct ReceiveSettings {
     pub(crate) in_flight_limit: Option<InFlightLimit>,
     /// Messages per second: this consumer's own, a budget shared with others, both or none.
     pub(crate) rate_limits: RateLimits,
+    /// With `adaptive_visibility`: the estimate each receive's visibility timeout comes from.
+    pub(crate) adaptive: Option<Arc<AdaptiveVisibility>>,
 }
 
 /// One receive's worth of messages, with the slots they take.
@@ -444,11 +447,18 @@ impl Receiver {
         stop: &CancellationToken,
     ) -> Result<ReceiveOutcome, Error> {
         let settings = &self.settings;
+        let (visibility, timeout) = match &settings.adaptive {
+            Some(adaptive) => {
+                let estimate = adaptive.timeout(timeout);
+                (Some(estimate), estimate)
+            }
+            None => (settings.visibility_timeout, timeout),
+        };
         let received_at = Instant::now();
         let request = Receive {
             max_messages: u32::try_from(slots.len()).unwrap_or(settings.batch_size),
             wait: settings.wait_time,
-            visibility: settings.visibility_timeout,
+            visibility,
             message_attribute_names: &settings.message_attribute_names,
             system_attribute_names: &settings.system_attribute_names,
         };

@@ -78,6 +78,12 @@ pub struct Stats {
     /// [`Delivery::dead_letter`](crate::Delivery::dead_letter)): counted once the copy is sent
     /// and the original deleted.
     pub dead_lettered: u64,
+    /// The visibility timeout the last receive that brought messages applied (zero before
+    /// one did): the builder's, the queue's own, or with
+    /// [`adaptive_visibility`](crate::ConsumerBuilder::adaptive_visibility) the estimate
+    /// it chose. Exported as the gauge `sqs_consumer_visibility_timeout_seconds` with
+    /// feature `metrics`.
+    pub visibility_timeout: Duration,
 }
 
 /// The events [`Stats`] counts.
@@ -150,6 +156,8 @@ pub(crate) struct Counters {
     worst_extension_delay: AtomicU64,
     /// Deliveries alive right now.
     held: AtomicU64,
+    /// The visibility timeout the last receive with messages applied, seconds.
+    visibility_timeout: AtomicU64,
     #[cfg(feature = "metrics")]
     exported: Option<Exported>,
 }
@@ -162,6 +170,7 @@ struct Exported {
     extension_lateness: metrics::Histogram,
     receive_batch_size: metrics::Histogram,
     message_age: metrics::Histogram,
+    visibility_timeout: metrics::Gauge,
 }
 
 #[cfg(feature = "metrics")]
@@ -194,6 +203,10 @@ impl Counters {
                         &label
                     ),
                     message_age: metrics::histogram!("sqs_consumer_message_age_seconds", &label),
+                    visibility_timeout: metrics::gauge!(
+                        "sqs_consumer_visibility_timeout_seconds",
+                        &label
+                    ),
                 }),
                 ..Self::default()
             }
@@ -229,6 +242,16 @@ impl Counters {
         }
         #[cfg(not(feature = "metrics"))]
         let _ = (measure, value);
+    }
+
+    /// A receive with messages applied a visibility timeout of `secs`.
+    pub(crate) fn visibility_applied(&self, secs: u32) {
+        #[cfg(feature = "metrics")]
+        if let Some(exported) = &self.exported {
+            exported.visibility_timeout.set(f64::from(secs));
+        }
+        self.visibility_timeout
+            .store(u64::from(secs), Ordering::Relaxed);
     }
 
     /// A delivery starts.
@@ -283,6 +306,9 @@ impl Counters {
             payload_delete_failures: get(Counter::PayloadDeleteFailures),
             cancelled_on_lost: get(Counter::CancelledOnLost),
             dead_lettered: get(Counter::DeadLettered),
+            visibility_timeout: Duration::from_secs(
+                self.visibility_timeout.load(Ordering::Relaxed),
+            ),
         }
     }
 }
@@ -302,7 +328,10 @@ mod tests {
         c.delivery_started();
         c.delivery_started();
         c.delivery_ended();
+        c.visibility_applied(30);
+        c.visibility_applied(41);
         let s = c.snapshot(4);
+        assert_eq!(s.visibility_timeout, Duration::from_secs(41));
         assert_eq!((s.acked, s.skipped_redeliveries, s.received), (2, 1, 0));
         assert_eq!(s.worst_extension_delay, Duration::from_millis(7));
         assert_eq!((s.in_flight, s.reserved), (1, 3));

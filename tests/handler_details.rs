@@ -363,3 +363,59 @@ async fn the_12_hour_cap_counts_from_the_request_of_a_long_poll_that_waited() {
         "lost when the last extension, cut to end 5 s before the limit, lapses"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn adaptive_visibility_learns_from_handlers_on_the_paused_clock() {
+    // One delivery at a time, so that each receive has seen every hold before it: 100 holds
+    // of 1 s, 4 of 60 s, then one more of 1 s. The queue's own timeout is 30 s.
+    let q = queue(30);
+    let holds: Vec<u64> = [vec![1; 100], vec![60; 4], vec![1]].concat();
+    for hold in &holds {
+        q.send(hold.to_string()).unwrap();
+    }
+    let consumer = Consumer::in_memory(&q)
+        .max_in_flight(1)
+        .adaptive_visibility(secs(10), secs(120))
+        .build()
+        .unwrap();
+    // Per delivery: the timeout its receive applied, and its receive count.
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let handler = {
+        let seen = seen.clone();
+        move |d: Delivery| {
+            let seen = seen.clone();
+            async move {
+                let applied = d.deadline() - Instant::now();
+                seen.lock()
+                    .unwrap()
+                    .push((applied.as_secs(), d.receive_count()));
+                sleep(secs(d.body().parse().unwrap())).await;
+                d.ack().await
+            }
+        }
+    };
+    run_while(
+        &consumer,
+        handler,
+        eventually("every message acked", secs(100_000), || {
+            consumer.stats().acked == holds.len() as u64
+        }),
+    )
+    .await;
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), holds.len(), "nothing seen twice");
+    assert!(seen.iter().all(|&(_, count)| count == 1), "{seen:?}");
+    let applied: Vec<u64> = seen.iter().map(|&(t, _)| t).collect();
+    // Before any hold: the queue's 30 s, within [10, 120].
+    assert_eq!(applied[0], 30);
+    // Holds of 1 s give 2 x 1 + 0.5, rounded up: 3 s, raised to the min.
+    assert!(applied[1..=100].iter().all(|&t| t == 10), "{applied:?}");
+    // The slow ones run on 10 s: the keeper extends them; the estimate rises within the
+    // burst, to the max (2 x 60 + 0.5 is 121 s).
+    let raised_at = applied[101..].iter().position(|&t| t == 120);
+    assert!(matches!(raised_at, Some(0..=3)), "{:?}", &applied[100..]);
+    assert_eq!(applied[104], 120);
+    let stats = consumer.stats();
+    assert!(stats.extended >= 4, "{stats:?}");
+    assert_eq!((stats.lost, stats.visibility_timeout), (0, secs(120)));
+}

@@ -143,6 +143,7 @@ async fn every_public_item(
         .max_batch(10)
         .batch_window(Duration::ZERO)
         .dead_letter("dlq", 1)
+        .adaptive_visibility(Duration::ZERO, Duration::ZERO)
         .isolated_keeper(true)
         .keeper_client(client);
     #[cfg(feature = "s3")]
@@ -321,6 +322,7 @@ async fn every_public_item(
         payload_delete_failures,
         cancelled_on_lost,
         dead_lettered,
+        visibility_timeout,
         ..
     } = stats;
     let _: [u64; 20] = [
@@ -345,7 +347,7 @@ async fn every_public_item(
         cancelled_on_lost,
         dead_lettered,
     ];
-    let _: Duration = worst_extension_delay;
+    let _: [Duration; 2] = [worst_extension_delay, visibility_timeout];
 
     // The in-memory queue.
     let faults: Faults = Faults::new(1)

@@ -40,6 +40,7 @@ on_both!(
     the_shutdown_signal_starts_no_receive_and_leaves_no_poll_behind,
     a_message_deleted_elsewhere_is_lost_at_the_next_round_and_its_batch_neighbour_kept,
     a_message_sent_during_a_long_poll_is_handled_at_once,
+    adaptive_visibility_follows_the_holds_within_its_bounds_and_the_keeper_extends_the_rest,
 );
 
 /// A consumer that holds one delivery at most: while the test holds its delivery, it starts no
@@ -548,4 +549,83 @@ async fn a_message_sent_during_a_long_poll_is_handled_at_once(kind: Kind) {
     };
     assert!(took <= bound, "handed out {took:?} after the send");
     d.ack().await.unwrap();
+}
+
+/// How long the delivery's visibility has left, in whole seconds rounded up: the timeout its
+/// receive asked for, when taken at once.
+fn visibility_left(d: &Delivery) -> u64 {
+    let left = d.deadline().saturating_duration_since(Instant::now());
+    left.as_secs() + u64::from(left.subsec_nanos() > 0)
+}
+
+async fn adaptive_visibility_follows_the_holds_within_its_bounds_and_the_keeper_extends_the_rest(
+    kind: Kind,
+) {
+    // The queue's own timeout is 30 s; the consumer chooses within [2 s, 6 s].
+    let (min, max) = (secs(2), secs(6));
+    let wait = secs(1);
+    let q = TestQueue::new(kind, 30).await;
+    let consumer = Arc::new(
+        q.consumer()
+            .wait_time(wait)
+            .adaptive_visibility(min, max)
+            .build()
+            .unwrap(),
+    );
+    let mut taker = Taker::start_shared(consumer.clone());
+    let limit = secs(30);
+
+    // Nothing held yet: the queue's 30 s, clamped to the max.
+    q.send("first").await;
+    let first = taker.next(limit).await;
+    assert_eq!(visibility_left(&first), 6);
+    // Dropped unsettled with `RetryPolicy::Leave`: it comes back when the timeout its receive
+    // chose lapses, as after a crash: the max, not the queue's 30 s.
+    let dropped_at = Instant::now();
+    drop(first);
+    let again = taker.next(limit).await;
+    let back_after = dropped_at.elapsed();
+    assert_eq!(again.body(), "first");
+    assert!(
+        back_after >= secs(5) && back_after <= max + wait + slack(kind),
+        "{back_after:?}"
+    );
+    // An instant hold gives 1 s, never below the min.
+    assert_eq!(visibility_left(&again), 2);
+    again.ack().await.unwrap();
+    assert_eq!(consumer.stats().visibility_timeout, min);
+
+    // Held 3 s on a 2 s timeout: the keeper extends them; none comes back.
+    q.send_many("slow", 4).await;
+    let mut holds = tokio::task::JoinSet::new();
+    for _ in 0..4 {
+        let d = taker.next(limit).await;
+        assert_eq!(d.receive_count(), 1, "{}", d.body());
+        holds.spawn(async move {
+            sleep(secs(3)).await;
+            d.ack().await
+        });
+    }
+    while let Some(acked) = holds.join_next().await {
+        acked.unwrap().unwrap();
+    }
+    let stats = consumer.stats();
+    assert_eq!(stats.acked, 5);
+    assert!(stats.extended >= 1, "{stats:?}");
+    // A receive under way through the holds asked before they were counted: let it end.
+    sleep(wait + secs(1)).await;
+
+    // Holds of 3 s: 2 x 3 + 0.5, rounded up, is 7 s; clamped to the max.
+    q.send("after").await;
+    let after = taker.next(limit).await;
+    assert_eq!((after.body(), after.receive_count()), ("after", 1));
+    assert_eq!(visibility_left(&after), 6);
+    after.ack().await.unwrap();
+    assert_eq!(consumer.stats().visibility_timeout, max);
+    assert_eq!(consumer.stats().lost, 0);
+    common::report(&format!(
+        "adaptive visibility ({kind:?}): back after {back_after:.2?} at most {max:?}; \
+         extended {} while held 3 s on 2 s",
+        stats.extended
+    ));
 }
