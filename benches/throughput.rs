@@ -402,6 +402,13 @@ fn server_client(endpoint: &str, counter: &CountRequests) -> aws_sdk_sqs::Client
     aws_sdk_sqs::Client::from_conf(config)
 }
 
+/// CPU time (user + system) the test server has used so far, when the script that started it
+/// exported its PID (`SQS_TEST_SERVER_PID`).
+fn server_cpu_time() -> Option<Duration> {
+    let pid = std::env::var("SQS_TEST_SERVER_PID").ok()?;
+    cpu_time_in(&format!("/proc/{pid}/stat"))
+}
+
 /// CPU time (user + system) of the calling thread, from /proc.
 fn thread_cpu_time() -> Option<Duration> {
     cpu_time_in("/proc/thread-self/stat")
@@ -452,6 +459,8 @@ struct B4Run {
     breakdown: String,
     /// Process CPU time per message, the feeding thread's excluded; `None` without /proc.
     cpu_per_message: Option<Duration>,
+    /// The test server's CPU time per message; `None` without its PID.
+    server_cpu_per_message: Option<Duration>,
 }
 
 type Settings = fn(sqs_consumer::ConsumerBuilder) -> sqs_consumer::ConsumerBuilder;
@@ -540,20 +549,29 @@ fn b4_run(endpoint: &str, taker: Taker, backlog: usize) -> B4Run {
     };
     let client = server_client(endpoint, &counter);
     let cpu_readable = cpu_time().is_some() && thread_cpu_time().is_some();
-    let (elapsed, cpu) = rt.block_on(async {
+    let (elapsed, cpu, server_cpu) = rt.block_on(async {
         let settings = match taker {
             Taker::Consumer(settings, _) => settings,
             Taker::Sdk => {
                 let cpu_before = cpu_time().unwrap_or_default();
+                let server_before = server_cpu_time();
                 let start = Instant::now();
                 take_by_hand(&client, &url, &acked, MESSAGES).await;
-                return (start.elapsed(), cpu_time().unwrap_or_default() - cpu_before);
+                let server = server_cpu_time()
+                    .zip(server_before)
+                    .map(|(after, before)| after.saturating_sub(before));
+                return (
+                    start.elapsed(),
+                    cpu_time().unwrap_or_default() - cpu_before,
+                    server,
+                );
             }
         };
         let consumer = settings(Consumer::builder(client.clone(), url.clone()))
             .build()
             .unwrap();
         let cpu_before = cpu_time().unwrap_or_default();
+        let server_before = server_cpu_time();
         let threads_before = threads_cpu();
         let start = Instant::now();
         // Woken by the last ack, not polled: a poll loop's wake-ups would count as the
@@ -565,7 +583,11 @@ fn b4_run(endpoint: &str, taker: Taker, backlog: usize) -> B4Run {
         let last_ack = all_acked.clone();
         let done = async {
             last_ack.notified().await;
-            acked_at = Some((start.elapsed(), cpu_time().unwrap_or_default()));
+            acked_at = Some((
+                start.elapsed(),
+                cpu_time().unwrap_or_default(),
+                server_cpu_time(),
+            ));
         };
         let handler = {
             let acked = acked.clone();
@@ -581,7 +603,10 @@ fn b4_run(endpoint: &str, taker: Taker, backlog: usize) -> B4Run {
             }
         };
         consumer.run_until(handler, done).await.unwrap();
-        let (elapsed, cpu_at_last_ack) = acked_at.unwrap();
+        let (elapsed, cpu_at_last_ack, server_at_last_ack) = acked_at.unwrap();
+        let server = server_at_last_ack
+            .zip(server_before)
+            .map(|(after, before)| after.saturating_sub(before));
         let threads_after = threads_cpu();
         let shares: Vec<String> = threads_after
             .iter()
@@ -596,7 +621,7 @@ fn b4_run(endpoint: &str, taker: Taker, backlog: usize) -> B4Run {
             })
             .collect();
         eprintln!("      threads (per message): {}", shares.join(", "));
-        (elapsed, cpu_at_last_ack - cpu_before)
+        (elapsed, cpu_at_last_ack - cpu_before, server)
     });
     let feeding = feeders.join().unwrap();
     let counts = counter.0.lock().unwrap().clone();
@@ -610,6 +635,7 @@ fn b4_run(endpoint: &str, taker: Taker, backlog: usize) -> B4Run {
             .collect::<Vec<_>>()
             .join(", "),
         cpu_per_message: cpu_readable.then(|| cpu.saturating_sub(feeding) / MESSAGES as u32),
+        server_cpu_per_message: server_cpu.map(|cpu| cpu / MESSAGES as u32),
     }
 }
 
@@ -882,21 +908,52 @@ fn w1(endpoint: &str) {
         .iter()
         .find(|r| r.requests_per_message == rpm)
         .unwrap_or(&runs[0]);
+    let ms = |d: Option<Duration>| figure(d.map(|d| d.as_secs_f64() * 1e3), 3);
     println!(
-        "    {:.0} messages/s; {rpm:.3} requests per message ({})",
+        "    {:.0} messages/s; {rpm:.3} requests per message ({}); CPU per message: client {} ms, \
+         server {} ms",
         median(runs.iter().map(|r| r.per_second).collect()),
-        mid.breakdown
+        mid.breakdown,
+        ms(median_of(
+            runs.iter()
+                .map(|r| r.cpu_per_message.map(|d| d.as_secs_f64()))
+                .collect()
+        )
+        .map(Duration::from_secs_f64)),
+        ms(median_of(
+            runs.iter()
+                .map(|r| r.server_cpu_per_message.map(|d| d.as_secs_f64()))
+                .collect()
+        )
+        .map(Duration::from_secs_f64)),
     );
     println!(
         "      runs: {}",
         runs.iter()
             .map(|r| format!(
-                "{:.3} req/msg, {:.0} msg/s",
-                r.requests_per_message, r.per_second
+                "{:.3} req/msg, {:.0} msg/s, server {} ms",
+                r.requests_per_message,
+                r.per_second,
+                ms(r.server_cpu_per_message)
             ))
             .collect::<Vec<_>>()
             .join("; ")
     );
+    // One line per run for scripts/peer-bench.sh, which sets these beside the peer's.
+    let json = |d: Option<Duration>| {
+        d.map_or("null".to_owned(), |d| {
+            format!("{:.4}", d.as_secs_f64() * 1e3)
+        })
+    };
+    for r in &runs {
+        println!(
+            "      {{\"consumer\": \"sqs-consumer\", \"per_second\": {:.1}, \"requests_per_message\": {:.4}, \"client_cpu_ms\": {}, \"server_cpu_ms\": {}}}",
+            r.per_second,
+            r.requests_per_message,
+            json(r.cpu_per_message),
+            json(r.server_cpu_per_message)
+        );
+    }
 }
 
 // ---- W3 ----

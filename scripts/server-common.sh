@@ -7,12 +7,14 @@ free_port() {
 }
 
 # start_server LOG COMMAND...: starts the server in the background, its output in LOG; it is
-# stopped (by its PID) when the calling script exits.
+# stopped (by its PID) when the calling script exits. Its PID is exported as
+# SQS_TEST_SERVER_PID, for the benches that read the server's CPU time.
 start_server() {
   local log=$1
   shift
   "$@" > "$log" 2>&1 &
   server_pid=$!
+  export SQS_TEST_SERVER_PID=$server_pid
   trap stop_server EXIT
 }
 

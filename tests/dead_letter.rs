@@ -102,6 +102,22 @@ async fn until(what: &str, mut done: impl FnMut() -> bool) {
     }
 }
 
+/// Runs a consumer of `q` whose handler fails, moving after one receive, until the move is
+/// done; the copies in `dlq` then. `Leave`: a copy refused would bring the message back after
+/// T, not at once, so such a failure ends the scenario at its bound instead of spinning.
+async fn fail_once_and_move(q: &TestQueue, dlq: &TestQueue) -> Vec<Message> {
+    let consumer = consumer(q, dlq, 1)
+        .retry_policy(RetryPolicy::Leave)
+        .build()
+        .unwrap();
+    let calls = Calls::default();
+    run_while(&consumer, calls.failing(), async {
+        until("the move", || consumer.stats().dead_lettered == 1).await;
+    })
+    .await;
+    copies(dlq, 1, secs(10)).await
+}
+
 async fn a_poison_message_moves_with_its_reason_after_exactly_n_receives(kind: Kind) {
     let (q, dlq) = (
         TestQueue::new(kind, T).await,
@@ -197,18 +213,7 @@ async fn a_message_with_ten_attributes_keeps_them_and_the_failure_is_logged(kind
     let attributes: Vec<(&str, &str)> = names.iter().map(|n| (n.as_str(), "v")).collect();
     q.send_with_attributes("full", &attributes).await;
     let (logs, _guard) = common::capture_logs();
-    // Leave: a copy refused (an 11th attribute) would bring the message back after T, not
-    // at once, so such a failure ends the scenario at its bound instead of spinning.
-    let consumer = consumer(&q, &dlq, 1)
-        .retry_policy(RetryPolicy::Leave)
-        .build()
-        .unwrap();
-    let calls = Calls::default();
-    run_while(&consumer, calls.failing(), async {
-        until("the move", || consumer.stats().dead_lettered == 1).await;
-    })
-    .await;
-    let copy = copies(&dlq, 1, secs(10)).await;
+    let copy = fail_once_and_move(&q, &dlq).await;
     assert_eq!(copy.len(), 1);
     let kept = copy[0].message_attributes().unwrap();
     assert_eq!(kept.len(), 10, "every attribute of the user's kept");
@@ -234,16 +239,7 @@ async fn a_fifo_copy_keeps_its_group_and_is_deduplicated_by_the_message_id(kind:
         TestQueue::new_fifo(kind, 30).await,
     );
     q.send_to_group("first", "customer-7").await;
-    let consumer = consumer(&q, &dlq, 1)
-        .retry_policy(RetryPolicy::Leave)
-        .build()
-        .unwrap();
-    let calls = Calls::default();
-    run_while(&consumer, calls.failing(), async {
-        until("the move", || consumer.stats().dead_lettered == 1).await;
-    })
-    .await;
-    let copy = copies(&dlq, 1, secs(10)).await;
+    let copy = fail_once_and_move(&q, &dlq).await;
     assert_eq!(copy.len(), 1);
     let system = copy[0].attributes().unwrap();
     assert_eq!(
@@ -272,7 +268,7 @@ async fn a_failure_between_the_send_and_the_delete_leaves_one_copy_and_the_next_
             consumer(&q, &dlq, 1)
         }
         TestQueue::Server { url, .. } => {
-            proxy = FaultProxy::start(&common::server_endpoint(), no_faults(), 1).await;
+            proxy = FaultProxy::start(&common::server_endpoint(), Faults::none(), 1).await;
             proxy.refuse_next("DeleteMessageBatch", "AccessDenied", 1);
             Consumer::builder(common::client_for(&proxy.endpoint), url.clone())
                 .wait_time(secs(1))
@@ -324,7 +320,7 @@ async fn a_copy_that_cannot_be_sent_leaves_the_message_to_the_retry_policy(kind:
             consumer(&q, &dlq, 1)
         }
         (TestQueue::Server { url, .. }, _) => {
-            proxy = FaultProxy::start(&common::server_endpoint(), no_faults(), 1).await;
+            proxy = FaultProxy::start(&common::server_endpoint(), Faults::none(), 1).await;
             proxy.refuse_next("SendMessage", "AccessDenied", 1);
             Consumer::builder(common::client_for(&proxy.endpoint), url.clone())
                 .wait_time(secs(1))
@@ -491,16 +487,4 @@ async fn dead_letter_without_a_queue_is_refused_and_the_message_meets_the_retry_
         1,
         "only the test's own send"
     );
-}
-
-fn no_faults() -> Faults {
-    Faults {
-        internal_error: 0.0,
-        throttle: 0.0,
-        reset_before: 0.0,
-        drop_after: 0.0,
-        delay: 0.0,
-        delay_for: Duration::ZERO,
-        actions: &[],
-    }
 }

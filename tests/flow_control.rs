@@ -477,18 +477,6 @@ async fn run_batches_while<F: std::future::Future>(
     }
 }
 
-fn no_faults() -> Faults {
-    Faults {
-        internal_error: 0.0,
-        throttle: 0.0,
-        reset_before: 0.0,
-        drop_after: 0.0,
-        delay: 0.0,
-        delay_for: Duration::ZERO,
-        actions: &[],
-    }
-}
-
 /// A batch of 1,000 fills across receives at a visibility timeout shorter than its window:
 /// its first 500 deliveries are held for two visibility timeouts with none of them visible to
 /// a spy, then the next 500 fill it and it is handed over whole at once; acked in requests
@@ -513,7 +501,7 @@ async fn a_batch_fills_across_receives_and_keeps_every_lease_while_it_fills(kind
     let builder = match &q {
         TestQueue::Memory(_) => q.consumer(),
         TestQueue::Server { url, .. } => {
-            proxy = FaultProxy::start(&common::server_endpoint(), no_faults(), 1).await;
+            proxy = FaultProxy::start(&common::server_endpoint(), Faults::none(), 1).await;
             Consumer::builder(common::client_for(&proxy.endpoint), url.clone())
         }
     };

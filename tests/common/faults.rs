@@ -35,6 +35,21 @@ pub struct Faults {
     pub actions: &'static [&'static str],
 }
 
+impl Faults {
+    /// No fault: the proxy only forwards (and counts, or refuses what `refuse_next` says).
+    pub fn none() -> Self {
+        Self {
+            internal_error: 0.0,
+            throttle: 0.0,
+            reset_before: 0.0,
+            drop_after: 0.0,
+            delay: 0.0,
+            delay_for: Duration::ZERO,
+            actions: &[],
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Fault {
     InternalError,
