@@ -54,7 +54,7 @@ use tracing::{Instrument, Span};
 use crate::batch::Cohort;
 use crate::context::{Context, SettleHooks};
 use crate::error::{Error, ErrorKind, LostReason};
-use crate::limits::extension_limit;
+use crate::limits::{extension_limit, MAX_VISIBILITY_SECS};
 use crate::stats::Counter;
 use crate::unfinished_deletes::Unfinished;
 
@@ -136,17 +136,19 @@ pub(crate) struct Lease {
     changed: Notify,
     /// Just before the receive's request: the 12-hour limit counts from it.
     received_at: Instant,
-    /// The visibility timeout the receive applied, seconds.
-    timeout: u32,
+    /// The visibility timeout the receive applied, seconds: at most 43,200, SQS's limit.
+    /// (Two bytes: 120,000 leases may be held at once.)
+    timeout: u16,
     receive_count: u32,
     /// The delivery's span: the keeper logs in it.
     span: Span,
     /// The deliveries received with this one (none on a FIFO queue): its ack may wait a
     /// little for theirs, to share a request.
     cohort: Option<Arc<Cohort>>,
-    /// How long after `received_at` the receive's answer arrived, milliseconds: the hold
-    /// counts from the answer. (Not an `Instant`: 120,000 leases may be held at once.)
-    answered_after_ms: u32,
+    /// How long after `received_at` the receive's answer arrived, in hundredths of a second
+    /// (at most a long poll's 20 s plus its request timeout of at most 300 s): the hold counts
+    /// from the answer. (Not an `Instant`: 120,000 leases may be held at once.)
+    answered_after_cs: u16,
     /// Set once no settle call of its own may still come (its ack or release started, or it
     /// ended): it left its cohort, and its hold was counted.
     left: AtomicBool,
@@ -183,12 +185,13 @@ impl Lease {
             status,
             changed: Notify::new(),
             received_at,
-            timeout,
+            // SQS applies no more than 12 hours; a server that said more gets that.
+            timeout: u16::try_from(timeout.min(MAX_VISIBILITY_SECS)).unwrap_or(u16::MAX),
             receive_count,
             span,
             cohort: None,
-            answered_after_ms: u32::try_from((handed_out - received_at).as_millis())
-                .unwrap_or(u32::MAX),
+            answered_after_cs: u16::try_from((handed_out - received_at).as_millis() / 10)
+                .unwrap_or(u16::MAX),
             left: AtomicBool::new(false),
             keeper_slot: AtomicU32::new(u32::MAX),
             let_go: AtomicBool::new(false),
@@ -221,7 +224,7 @@ impl Lease {
         }
         if lost_reason(state).is_none() {
             let handed_out =
-                self.received_at + Duration::from_millis(u64::from(self.answered_after_ms));
+                self.received_at + Duration::from_millis(u64::from(self.answered_after_cs) * 10);
             self.ctx.held_for(handed_out.elapsed());
         }
     }
@@ -255,7 +258,7 @@ impl Lease {
 
     /// The visibility timeout the receive applied, seconds.
     pub(crate) fn timeout(&self) -> u32 {
-        self.timeout
+        u32::from(self.timeout)
     }
 
     pub(crate) fn span(&self) -> &Span {
@@ -564,7 +567,7 @@ impl Lease {
         span: &Span,
     ) {
         self.end();
-        if self.timeout == 0 {
+        if self.timeout() == 0 {
             return; // visible to others already
         }
         let visibility = if shutting_down {
