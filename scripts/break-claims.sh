@@ -439,7 +439,7 @@ breaks "adaptive: a lost delivery's hold is not counted" src/lease.rs \
   'if lost_reason(state).is_none() {' 'if true {' \
   -- --lib lease::tests::a_hold_counts
 breaks "adaptive: a hold counts from the answer, not the request" src/lease.rs \
-  'self.received_at + Duration::from_millis(u64::from(self.answered_after_cs) * 10);' 'self.received_at;' \
+  'self.ctx.held_since(self.received_at + answered_after);' 'self.ctx.held_since(self.received_at);' \
   -- --lib lease::tests::a_hold_counts
 breaks "adaptive: stats show the timeout in force" src/dispatch.rs \
   'ctx.visibility_applied(batch.timeout);' '' \

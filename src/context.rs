@@ -145,11 +145,11 @@ impl Context {
         self
     }
 
-    /// A delivery was held for `held` (from the receive's answer until its settle started,
-    /// or it was dropped): the adaptive visibility estimate learns it, if there is one.
-    pub(crate) fn held_for(&self, held: Duration) {
+    /// A delivery handed out at `handed_out` is no longer held (its settle started, or it was
+    /// dropped): the adaptive visibility estimate learns how long it was, if there is one.
+    pub(crate) fn held_since(&self, handed_out: Instant) {
         if let Some(adaptive) = &self.adaptive {
-            adaptive.held_for(held);
+            adaptive.held_for(handed_out.elapsed());
         }
     }
 

@@ -223,9 +223,8 @@ impl Lease {
             cohort.leave();
         }
         if lost_reason(state).is_none() {
-            let handed_out =
-                self.received_at + Duration::from_millis(u64::from(self.answered_after_cs) * 10);
-            self.ctx.held_for(handed_out.elapsed());
+            let answered_after = Duration::from_millis(u64::from(self.answered_after_cs) * 10);
+            self.ctx.held_since(self.received_at + answered_after);
         }
     }
 
