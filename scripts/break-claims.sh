@@ -444,6 +444,9 @@ breaks "adaptive: a hold counts from the answer, not the request" src/lease.rs \
 breaks "adaptive: stats show the timeout in force" src/dispatch.rs \
   'ctx.visibility_applied(batch.timeout);' '' \
   -- --test scenarios --test handler_details adaptive_visibility
+breaks "adaptive: the gauge shows the timeout in force" src/stats.rs \
+  'exported.visibility_timeout.set(f64::from(secs));' '' \
+  -- --test integrations metrics_go_through_the_facade
 
 echo "missed: $missed, stale: $stale, hung: $hung (the output of every run: $log)"
 [ "$missed" -eq 0 ] && [ "$stale" -eq 0 ]

@@ -327,6 +327,10 @@ async fn metrics_go_through_the_facade() {
         5,
         "one per message"
     );
+    match value("sqs_consumer_visibility_timeout_seconds").1 {
+        DebugValue::Gauge(t) => assert_eq!(t.into_inner(), 10.0, "the timeout in force"),
+        other => panic!("the visibility timeout: {other:?}"),
+    }
     let (labels, _) = value("sqs_consumer_acked_total");
     assert_eq!(labels, [format!("queue = memory:{}", q.name())]);
 }
