@@ -258,11 +258,10 @@ impl ConsumerBuilder {
     /// more (each counts 0.97 of the next newer), plus half a second, rounded up to whole
     /// seconds and clamped to `[min, max]`: the heartbeat extends halfway through the
     /// timeout, so a delivery held no longer than that percentile settles before its first
-    /// extension. Until a delivery has
-    /// been held, receives ask for the consumer's visibility timeout (the builder's, or the
-    /// queue's own) clamped to `[min, max]`. A few slow holds raise it at once (four in a row
-    /// after a long run of fast ones); fast ones bring it down slowly (about 64). Lost
-    /// deliveries are not counted.
+    /// extension. Until a delivery has been held, receives ask for the consumer's visibility
+    /// timeout (the builder's, or the queue's own) clamped to `[min, max]`. A few slow holds
+    /// raise it at once (four in a row after a long run of fast ones); fast ones bring it down
+    /// slowly (about 64). Lost deliveries are not counted.
     ///
     /// The estimate only saves requests: the keeper still extends every delivery held longer
     /// than its timeout, as with a fixed one. What it costs: a consumer that dies leaves its

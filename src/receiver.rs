@@ -447,6 +447,8 @@ impl Receiver {
         stop: &CancellationToken,
     ) -> Result<ReceiveOutcome, Error> {
         let settings = &self.settings;
+        // `timeout` is the one in force (the builder's, or the queue's own); with adaptive
+        // visibility, where the estimate starts.
         let (visibility, timeout) = match &settings.adaptive {
             Some(adaptive) => {
                 let estimate = adaptive.timeout(timeout);
