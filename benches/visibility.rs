@@ -15,21 +15,18 @@
 //! takes under a minute; visibility timeouts are whole seconds, so the half second the
 //! estimate adds weighs ten times as much there.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use aws_smithy_runtime_api::box_error::BoxError;
-use aws_smithy_runtime_api::client::interceptors::context::BeforeTransmitInterceptorContextRef;
-use aws_smithy_runtime_api::client::interceptors::Intercept;
-use aws_smithy_runtime_api::client::orchestrator::Metadata;
-use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
-use aws_smithy_types::config_bag::ConfigBag;
 use sqs_consumer::memory::Action;
 use sqs_consumer::{Consumer, ConsumerBuilder, Delivery, MemoryQueue};
 use tokio::time::sleep;
+
+mod common;
+use common::{new_queue, send_ten, server_client, server_name, server_runs, CountRequests};
 
 const MESSAGES: usize = 200;
 const MAX_IN_FLIGHT: usize = 20;
@@ -55,8 +52,10 @@ fn main() {
         Ok(endpoint) => {
             let scaled = self::durations(0.1);
             let runs = server_runs();
-            let server = std::env::var("SQS_TEST_SERVER").unwrap_or_else(|_| "unnamed".into());
-            let label = format!("test server ({server}), scaled by 1/10, median of {runs} runs");
+            let label = format!(
+                "test server ({}), scaled by 1/10, median of {runs} runs",
+                server_name()
+            );
             let median_of_runs = |variant| {
                 let results: Vec<Run> = (0..runs)
                     .map(|_| server_run(&endpoint, &scaled, Policy::SCALED, variant))
@@ -165,7 +164,7 @@ fn memory_run(durations: &[Duration], policy: Policy, variant: Variant) -> Run {
         rt.block_on(async {
             let q = MemoryQueue::new();
             for i in 0..MESSAGES {
-                q.send(i.to_string()).unwrap();
+                q.send(format!("message {i}")).unwrap();
             }
             let consumer = policy
                 .apply(variant, Consumer::in_memory(&q))
@@ -195,25 +194,9 @@ fn server_run(endpoint: &str, durations: &[Duration], policy: Policy, variant: V
             let counter = CountRequests::default();
             let client = server_client(endpoint, &counter);
             let setup = server_client(endpoint, &CountRequests::default());
-            let name = format!(
-                "bench-b6-{}-{}",
-                std::process::id(),
-                QUEUES.fetch_add(1, SeqCst)
-            );
-            let created = setup.create_queue().queue_name(name).send().await;
-            let url = created.unwrap().queue_url.unwrap();
+            let url = new_queue(&setup, "b6").await;
             for first in (0..MESSAGES).step_by(10) {
-                let mut call = setup.send_message_batch().queue_url(&url);
-                for i in first..first + 10 {
-                    call = call.entries(
-                        aws_sdk_sqs::types::SendMessageBatchRequestEntry::builder()
-                            .id(i.to_string())
-                            .message_body(i.to_string())
-                            .build()
-                            .unwrap(),
-                    );
-                }
-                call.send().await.unwrap();
+                send_ten(&setup, &url, first).await;
             }
             let consumer = policy
                 .apply(variant, Consumer::builder(client, url.clone()))
@@ -259,7 +242,8 @@ async fn handle_all(consumer: &Consumer, durations: &[Duration]) -> Run {
                 all_acked.clone(),
             );
             async move {
-                let index: usize = d.body().parse().unwrap_or(0);
+                // The bodies are "message <index>", as `send_ten` sends them.
+                let index: usize = d.body().trim_start_matches("message ").parse().unwrap_or(0);
                 let before = seen.lock().unwrap().insert(d.message_id().to_owned(), 1);
                 if before.is_some() {
                     twice.fetch_add(1, SeqCst);
@@ -324,57 +308,4 @@ fn spread(durations: &[Duration]) -> (f64, f64, f64) {
     secs.sort_by(f64::total_cmp);
     let at = |q: f64| secs[((secs.len() - 1) as f64 * q).round() as usize];
     (at(0.5), at(0.95), at(1.0))
-}
-
-/// Runs per server figure: 3, or `BENCH_RUNS`.
-fn server_runs() -> usize {
-    std::env::var("BENCH_RUNS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(3)
-        .clamp(1, 10)
-}
-
-/// Queues created so far: each run has its own.
-static QUEUES: AtomicUsize = AtomicUsize::new(0);
-
-/// Counts requests per operation, retries included.
-#[derive(Debug, Default, Clone)]
-struct CountRequests(Arc<Mutex<BTreeMap<String, u64>>>);
-
-impl Intercept for CountRequests {
-    fn name(&self) -> &'static str {
-        "CountRequests"
-    }
-
-    fn read_before_transmit(
-        &self,
-        _: &BeforeTransmitInterceptorContextRef<'_>,
-        _: &RuntimeComponents,
-        cfg: &mut ConfigBag,
-    ) -> Result<(), BoxError> {
-        if let Some(m) = cfg.load::<Metadata>() {
-            *self
-                .0
-                .lock()
-                .unwrap()
-                .entry(m.name().to_owned())
-                .or_default() += 1;
-        }
-        Ok(())
-    }
-}
-
-/// A client of the test server at `endpoint` whose requests `counter` counts.
-fn server_client(endpoint: &str, counter: &CountRequests) -> aws_sdk_sqs::Client {
-    let config = aws_sdk_sqs::Config::builder()
-        .behavior_version(aws_sdk_sqs::config::BehaviorVersion::latest())
-        .region(aws_sdk_sqs::config::Region::new("us-east-1"))
-        .credentials_provider(aws_sdk_sqs::config::Credentials::new(
-            "test", "test", None, None, "bench",
-        ))
-        .endpoint_url(endpoint)
-        .interceptor(counter.clone())
-        .build();
-    aws_sdk_sqs::Client::from_conf(config)
 }

@@ -8,6 +8,7 @@
 #   BENCH_RUNS=5 scripts/peer-bench.sh five runs of each (3 by default), alternating
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/server-common.sh
 if [ -z "${SQS_TEST_ENDPOINT:-}" ]; then
   exec scripts/with-localstack.sh "$0" "$@"
 fi
@@ -15,27 +16,8 @@ fi
 FANFERRO_VERSION=0.5.0
 venv=target/peer-venv
 
-find_python() {
-  local candidates=(python3.12 python3.13 python3.14 python3)
-  if command -v pyenv > /dev/null 2>&1; then
-    local root
-    root=$(pyenv root)
-    for dir in "$root"/versions/3.1[2-9]*; do
-      [ -x "$dir/bin/python3" ] && candidates+=("$dir/bin/python3")
-    done
-  fi
-  for python in "${candidates[@]}"; do
-    if command -v "$python" > /dev/null 2>&1 \
-      && "$python" -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2> /dev/null; then
-      command -v "$python"
-      return 0
-    fi
-  done
-  return 1
-}
-
 if ! "$venv/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('fanferro') != '$FANFERRO_VERSION')" 2> /dev/null; then
-  if ! python=$(find_python); then
+  if ! python=$(find_python 12); then
     echo "fanferro needs Python >= 3.12, and none was found (PATH, pyenv)" >&2
     exit 3
   fi
@@ -46,7 +28,7 @@ if ! "$venv/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.vers
 fi
 
 upstream=$SQS_TEST_ENDPOINT
-port=$("$venv/bin/python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+port=$(free_port "$venv/bin/python")
 "$venv/bin/python" benches/peer/counting_proxy.py "$port" "$upstream" > target/peer-proxy.log 2>&1 &
 proxy_pid=$!
 trap 'kill "$proxy_pid" 2> /dev/null || true; wait "$proxy_pid" 2> /dev/null || true' EXIT

@@ -1,6 +1,29 @@
 # Sourced by with-sqs-server.sh (moto) and with-localstack.sh: what starting a test server,
 # waiting for it and stopping it have in common. Servers listen on 127.0.0.1 only.
 
+# find_python MINOR: prints the path of a Python 3.MINOR or newer, from PATH or pyenv; fails
+# if there is none.
+find_python() {
+  local minor=$1 candidates=()
+  for m in $(seq "$minor" 19); do candidates+=("python3.$m"); done
+  candidates+=(python3)
+  if command -v pyenv > /dev/null 2>&1; then
+    local root dir
+    root=$(pyenv root)
+    for dir in "$root"/versions/3.*; do
+      [ -x "$dir/bin/python3" ] && candidates+=("$dir/bin/python3")
+    done
+  fi
+  for python in "${candidates[@]}"; do
+    if command -v "$python" > /dev/null 2>&1 \
+      && "$python" -c "import sys; sys.exit(sys.version_info < (3, $minor))" 2> /dev/null; then
+      command -v "$python"
+      return 0
+    fi
+  done
+  return 1
+}
+
 # free_port PYTHON: prints a free TCP port of 127.0.0.1.
 free_port() {
   "$1" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'

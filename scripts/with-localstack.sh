@@ -14,29 +14,10 @@ venv=target/localstack-venv
 requirements=scripts/localstack-requirements.txt
 mkdir -p target
 
-find_python() {
-  local candidates=(python3.13 python3.14 python3)
-  if command -v pyenv > /dev/null 2>&1; then
-    local root
-    root=$(pyenv root)
-    for dir in "$root"/versions/3.1[3-9]*; do
-      [ -x "$dir/bin/python3" ] && candidates+=("$dir/bin/python3")
-    done
-  fi
-  for python in "${candidates[@]}"; do
-    if command -v "$python" > /dev/null 2>&1 \
-      && "$python" -c 'import sys; sys.exit(sys.version_info < (3, 13))' 2> /dev/null; then
-      command -v "$python"
-      return 0
-    fi
-  done
-  return 1
-}
-
 # Installed, and from today's requirements?
 stamp="$venv/.requirements"
 if ! cmp -s "$requirements" "$stamp" 2> /dev/null; then
-  if ! python=$(find_python); then
+  if ! python=$(find_python 13); then
     echo "LocalStack needs Python >= 3.13, and none was found (PATH, pyenv)" >&2
     exit 3
   fi

@@ -1,0 +1,99 @@
+//! What the server benches share: a client of the test server whose requests are counted,
+//! a new queue per run, sending in batches, and how many runs a figure takes.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::Ordering::SeqCst;
+use std::sync::{Arc, Mutex};
+
+use aws_smithy_runtime_api::box_error::BoxError;
+use aws_smithy_runtime_api::client::interceptors::context::BeforeTransmitInterceptorContextRef;
+use aws_smithy_runtime_api::client::interceptors::Intercept;
+use aws_smithy_runtime_api::client::orchestrator::Metadata;
+use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
+use aws_smithy_types::config_bag::ConfigBag;
+
+/// Counts requests per operation, retries included.
+#[derive(Debug, Default, Clone)]
+pub struct CountRequests(pub Arc<Mutex<BTreeMap<String, u64>>>);
+
+impl Intercept for CountRequests {
+    fn name(&self) -> &'static str {
+        "CountRequests"
+    }
+
+    fn read_before_transmit(
+        &self,
+        _: &BeforeTransmitInterceptorContextRef<'_>,
+        _: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        if let Some(m) = cfg.load::<Metadata>() {
+            *self
+                .0
+                .lock()
+                .unwrap()
+                .entry(m.name().to_owned())
+                .or_default() += 1;
+        }
+        Ok(())
+    }
+}
+
+/// Sends messages `first..first + 10` in one batch.
+pub async fn send_ten(client: &aws_sdk_sqs::Client, url: &str, first: usize) {
+    let mut call = client.send_message_batch().queue_url(url);
+    for i in first..first + 10 {
+        call = call.entries(
+            aws_sdk_sqs::types::SendMessageBatchRequestEntry::builder()
+                .id(i.to_string())
+                .message_body(format!("message {i}"))
+                .build()
+                .unwrap(),
+        );
+    }
+    call.send().await.unwrap();
+}
+
+/// A client of the test server at `endpoint` whose requests `counter` counts.
+pub fn server_client(endpoint: &str, counter: &CountRequests) -> aws_sdk_sqs::Client {
+    let config = aws_sdk_sqs::Config::builder()
+        .behavior_version(aws_sdk_sqs::config::BehaviorVersion::latest())
+        .region(aws_sdk_sqs::config::Region::new("us-east-1"))
+        .credentials_provider(aws_sdk_sqs::config::Credentials::new(
+            "test", "test", None, None, "bench",
+        ))
+        .endpoint_url(endpoint)
+        .interceptor(counter.clone())
+        .build();
+    aws_sdk_sqs::Client::from_conf(config)
+}
+
+/// Queues created so far: each run has its own.
+static QUEUES: AtomicUsize = AtomicUsize::new(0);
+
+/// A new queue on the test server for one run of `bench`; its URL.
+pub async fn new_queue(client: &aws_sdk_sqs::Client, bench: &str) -> String {
+    let name = format!(
+        "bench-{bench}-{}-{}",
+        std::process::id(),
+        QUEUES.fetch_add(1, SeqCst)
+    );
+    let created = client.create_queue().queue_name(name).send().await;
+    created.unwrap().queue_url.unwrap()
+}
+
+/// Runs per figure of the server benches: 3, or `BENCH_RUNS` (1 to profile one run).
+pub fn server_runs() -> usize {
+    std::env::var("BENCH_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3)
+        .clamp(1, 10)
+}
+
+/// The test server the benches run against, as the script that started it names it.
+pub fn server_name() -> String {
+    std::env::var("SQS_TEST_SERVER").unwrap_or_else(|_| "unnamed".to_owned())
+}
