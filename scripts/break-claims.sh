@@ -423,6 +423,12 @@ breaks "cost: an ack waits for its receive's others at most one round trip" src/
   'Instant::now() + Duration::from_micros(round_trip.load(Ordering::Relaxed))' \
   'Instant::now() + Duration::from_secs(3600)' \
   -- --lib batch::tests::an_ack_waits_for_its_cohort
+breaks "receives: one fewer under way for each short answer" src/receiver.rs \
+  'Load::Quiet => state.target = state.target.saturating_sub(1).max(1),' 'Load::Quiet => {}' \
+  -- --test consumer short_answers
+breaks "receives: one more under way for each full answer" src/receiver.rs \
+  'state.target += 1;' 'state.target += 0;' \
+  -- --test consumer concurrent_receives_keep
 breaks "adaptive: each receive asks for the estimate" src/receiver.rs \
   'let estimate = adaptive.timeout(timeout);' 'let estimate = timeout;' \
   -- --test scenarios --test handler_details adaptive_visibility

@@ -324,9 +324,10 @@ impl ConsumerBuilder {
 
     /// The most `ReceiveMessage` calls under way at once, 1..=64. The consumer starts with one
     /// and adds another each time a receive comes back full while slots are free, so a busy
-    /// queue keeps `max_in_flight` filled; an empty answer brings it back to one, so a quiet
-    /// queue costs one long poll at a time. Never more than `max_in_flight / batch_size`
-    /// (rounded up). Defaults to 8.
+    /// queue keeps `max_in_flight` filled; a short answer takes one away, so a thinning queue
+    /// is not split into ever shorter answers; an empty answer brings it back to one, so a
+    /// quiet queue costs one long poll at a time. Never more than `max_in_flight /
+    /// batch_size` (rounded up). Defaults to 8.
     pub fn max_concurrent_receives(mut self, max: usize) -> Self {
         self.max_concurrent_receives = max;
         self

@@ -181,8 +181,9 @@ impl Receiver {
     ///
     /// Several receives may be under way at once: one to start with, one more each time a
     /// receive comes back full while slots are still free (up to
-    /// `max_concurrent_receives`), and back to one when a receive comes back empty. Each
-    /// receive holds the slots for the messages it asks for.
+    /// `max_concurrent_receives`), one fewer each time one comes back short, and back to one
+    /// when a receive comes back empty. Each receive holds the slots for the messages it asks
+    /// for.
     ///
     /// No receive is abandoned while the server may still answer it (a long poll whose
     /// client went away still takes the next message, hidden for a whole visibility
@@ -348,11 +349,14 @@ impl Receiver {
                     batch.messages.len() == settings.batch_size as usize
                 };
                 state.load = if full { Load::Busy } else { Load::Quiet };
-                if state.load == Load::Busy
-                    && state.target < self.most_receives()
-                    && self.slot_free()
-                {
-                    state.target += 1;
+                match state.load {
+                    Load::Busy if state.target < self.most_receives() && self.slot_free() => {
+                        state.target += 1;
+                    }
+                    // Fewer visible messages than the receives under way ask for: one
+                    // receive fewer, or they split what there is into ever shorter answers.
+                    Load::Quiet => state.target = state.target.saturating_sub(1).max(1),
+                    Load::Busy => {}
                 }
                 on_batch(batch);
             }

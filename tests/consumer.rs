@@ -423,6 +423,67 @@ async fn concurrent_receives_keep_the_consumer_busy_when_requests_take_time() {
     );
 }
 
+/// After a burst has brought the receives under way up to 8, a trickle of one message every
+/// 10 ms on a queue whose requests take 50 ms; returns the receives the trickle took.
+async fn receives_for_a_trickle_after_a_burst() -> u64 {
+    const TRICKLE: usize = 200;
+    let q = MemoryQueue::builder()
+        .latency(Duration::from_millis(50))
+        .build()
+        .unwrap();
+    for i in 0..100 {
+        q.send(format!("burst {i}")).unwrap();
+    }
+    let consumer = Consumer::in_memory(&q)
+        .max_in_flight(100)
+        .max_concurrent_receives(8)
+        .build()
+        .unwrap();
+    let acked = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let handler = {
+        let acked = acked.clone();
+        move |d: Delivery| {
+            let acked = acked.clone();
+            async move {
+                d.ack().await?;
+                acked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                Ok::<_, Error>(())
+            }
+        }
+    };
+    let receives_before = Arc::new(Mutex::new(0));
+    let trickle = {
+        let (q, acked, receives_before) = (q.clone(), acked.clone(), receives_before.clone());
+        async move {
+            eventually("the burst acked", LIMIT, || {
+                acked.load(std::sync::atomic::Ordering::SeqCst) == 100
+            })
+            .await;
+            *receives_before.lock().unwrap() = q.requests().requests(Action::ReceiveMessage);
+            for i in 0..TRICKLE {
+                q.send(format!("trickle {i}")).unwrap();
+                sleep(Duration::from_millis(10)).await;
+            }
+            eventually("the trickle acked", LIMIT, || {
+                acked.load(std::sync::atomic::Ordering::SeqCst) == 100 + TRICKLE
+            })
+            .await;
+        }
+    };
+    run_while(&consumer, handler, trickle).await;
+    let before = *receives_before.lock().unwrap();
+    q.requests().requests(Action::ReceiveMessage) - before
+}
+
+#[tokio::test(start_paused = true)]
+async fn short_answers_bring_the_receives_under_way_down_so_a_trickle_comes_in_batches() {
+    // With eight long polls waiting, each message would be taken alone as it arrives: one
+    // receive per message. Each short answer takes one poll away; one poll at a time, what
+    // arrives during a round trip (about five messages) comes in one answer.
+    let receives = receives_for_a_trickle_after_a_burst().await;
+    assert!(receives <= 200 / 3, "{receives} receives for 200 messages");
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_busy_queue_never_leaves_free_slots_unused_for_long() {
     // 16 slots, receives of 10: after a full receive the consumer prefers to wait for 10 free
