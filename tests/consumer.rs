@@ -3,6 +3,7 @@
 mod common;
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -439,14 +440,14 @@ async fn receives_for_a_trickle_after_a_burst() -> u64 {
         .max_concurrent_receives(8)
         .build()
         .unwrap();
-    let acked = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let acked = Arc::new(AtomicUsize::new(0));
     let handler = {
         let acked = acked.clone();
         move |d: Delivery| {
             let acked = acked.clone();
             async move {
                 d.ack().await?;
-                acked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                acked.fetch_add(1, Ordering::SeqCst);
                 Ok::<_, Error>(())
             }
         }
@@ -456,7 +457,7 @@ async fn receives_for_a_trickle_after_a_burst() -> u64 {
         let (q, acked, receives_before) = (q.clone(), acked.clone(), receives_before.clone());
         async move {
             eventually("the burst acked", LIMIT, || {
-                acked.load(std::sync::atomic::Ordering::SeqCst) == 100
+                acked.load(Ordering::SeqCst) == 100
             })
             .await;
             *receives_before.lock().unwrap() = q.requests().requests(Action::ReceiveMessage);
@@ -465,7 +466,7 @@ async fn receives_for_a_trickle_after_a_burst() -> u64 {
                 sleep(Duration::from_millis(10)).await;
             }
             eventually("the trickle acked", LIMIT, || {
-                acked.load(std::sync::atomic::Ordering::SeqCst) == 100 + TRICKLE
+                acked.load(Ordering::SeqCst) == 100 + TRICKLE
             })
             .await;
         }
