@@ -30,18 +30,12 @@ use aws_sdk_sqs::Client;
 use sqs_consumer::{AckMode, Batch, Consumer, Delivery};
 use tokio::time::{sleep, Instant};
 
+mod common;
+
 const WAIT: Duration = Duration::from_secs(5);
 
 fn client(endpoint: &str) -> Client {
-    let config = aws_sdk_sqs::Config::builder()
-        .behavior_version(aws_sdk_sqs::config::BehaviorVersion::latest())
-        .region(aws_sdk_sqs::config::Region::new("us-east-1"))
-        .credentials_provider(aws_sdk_sqs::config::Credentials::new(
-            "test", "test", None, None, "bench",
-        ))
-        .endpoint_url(endpoint)
-        .build();
-    Client::from_conf(config)
+    common::plain_client(endpoint)
 }
 
 async fn new_queue(client: &Client, name: &str, visibility: u32) -> String {

@@ -28,6 +28,8 @@ use aws_smithy_types::config_bag::ConfigBag;
 use sqs_consumer::{Consumer, Delivery};
 use tokio::time::Instant;
 
+mod common;
+
 fn main() {
     let Ok(endpoint) = std::env::var("SQS_TEST_ENDPOINT") else {
         println!("flow: skipped (run it under scripts/with-sqs-server.sh)");
@@ -92,13 +94,7 @@ impl Intercept for Wire {
 }
 
 fn client(endpoint: &str, wire: Option<&Wire>) -> aws_sdk_sqs::Client {
-    let mut config = aws_sdk_sqs::Config::builder()
-        .behavior_version(aws_sdk_sqs::config::BehaviorVersion::latest())
-        .region(aws_sdk_sqs::config::Region::new("us-east-1"))
-        .credentials_provider(aws_sdk_sqs::config::Credentials::new(
-            "test", "test", None, None, "bench",
-        ))
-        .endpoint_url(endpoint);
+    let mut config = common::server_config(endpoint);
     if let Some(wire) = wire {
         config = config.interceptor(wire.clone());
     }

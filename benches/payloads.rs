@@ -24,6 +24,8 @@ use aws_sdk_sqs::types::MessageAttributeValue;
 use sqs_consumer::{Consumer, Delivery};
 use tokio::time::Instant;
 
+mod common;
+
 /// Counts the bytes allocated and not yet freed.
 struct CountingAlloc;
 
@@ -109,16 +111,7 @@ struct Bench {
 
 impl Bench {
     async fn new(endpoint: &str) -> Self {
-        let sqs = aws_sdk_sqs::Client::from_conf(
-            aws_sdk_sqs::Config::builder()
-                .behavior_version(aws_sdk_sqs::config::BehaviorVersion::latest())
-                .region(aws_sdk_sqs::config::Region::new("us-east-1"))
-                .credentials_provider(aws_sdk_sqs::config::Credentials::new(
-                    "test", "test", None, None, "bench",
-                ))
-                .endpoint_url(endpoint)
-                .build(),
-        );
+        let sqs = common::plain_client(endpoint);
         let s3 = aws_sdk_s3::Client::from_conf(
             aws_sdk_s3::Config::builder()
                 .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())

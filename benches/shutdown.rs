@@ -25,6 +25,8 @@ use sqs_consumer::{Consumer, ConsumerBuilder, Delivery, MemoryQueue};
 use tokio::sync::watch;
 use tokio::time::{sleep, Instant};
 
+mod common;
+
 const IDLE_RUNS: usize = 20;
 const DRAIN_RUNS: usize = 10;
 const HANDLER_TAIL: Duration = Duration::from_millis(50);
@@ -255,19 +257,7 @@ fn main() {
         println!("shutdown latency (beyond the handlers' own 50 ms)");
         bench("memory", Target::Memory).await;
         if let Ok(endpoint) = std::env::var("SQS_TEST_ENDPOINT") {
-            let config = aws_sdk_sqs::Config::builder()
-                .behavior_version(aws_sdk_sqs::config::BehaviorVersion::latest())
-                .region(aws_sdk_sqs::config::Region::new("us-east-1"))
-                .credentials_provider(aws_sdk_sqs::config::Credentials::new(
-                    "test", "test", None, None, "bench",
-                ))
-                .endpoint_url(endpoint)
-                .build();
-            bench(
-                "server",
-                Target::Server(aws_sdk_sqs::Client::from_conf(config)),
-            )
-            .await;
+            bench("server", Target::Server(common::plain_client(&endpoint))).await;
         } else {
             println!("(set SQS_TEST_ENDPOINT to measure against an SQS-compatible server too)");
         }

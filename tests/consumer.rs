@@ -387,13 +387,17 @@ async fn a_message_handed_out_late_in_a_long_poll_gets_its_whole_timeout() {
     assert_eq!(consumer.stats().lost, 0);
 }
 
+fn queue_with_50_ms_requests() -> MemoryQueue {
+    MemoryQueue::builder()
+        .latency(Duration::from_millis(50))
+        .build()
+        .unwrap()
+}
+
 /// Drains 1,000 messages through a queue whose requests take 50 ms, with instant handlers;
 /// returns how long that took (virtual time).
 async fn drain_with_latency(max_concurrent_receives: usize) -> Duration {
-    let q = MemoryQueue::builder()
-        .latency(Duration::from_millis(50))
-        .build()
-        .unwrap();
+    let q = queue_with_50_ms_requests();
     for i in 0..1_000 {
         q.send(format!("m{i}")).unwrap();
     }
@@ -428,10 +432,7 @@ async fn concurrent_receives_keep_the_consumer_busy_when_requests_take_time() {
 /// 10 ms on a queue whose requests take 50 ms; returns the receives the trickle took.
 async fn receives_for_a_trickle_after_a_burst() -> u64 {
     const TRICKLE: usize = 200;
-    let q = MemoryQueue::builder()
-        .latency(Duration::from_millis(50))
-        .build()
-        .unwrap();
+    let q = queue_with_50_ms_requests();
     for i in 0..100 {
         q.send(format!("burst {i}")).unwrap();
     }
@@ -452,15 +453,15 @@ async fn receives_for_a_trickle_after_a_burst() -> u64 {
             }
         }
     };
-    let receives_before = Arc::new(Mutex::new(0));
+    // Returns the receives made before the trickle.
     let trickle = {
-        let (q, acked, receives_before) = (q.clone(), acked.clone(), receives_before.clone());
+        let (q, acked) = (q.clone(), acked.clone());
         async move {
             eventually("the burst acked", LIMIT, || {
                 acked.load(Ordering::SeqCst) == 100
             })
             .await;
-            *receives_before.lock().unwrap() = q.requests().requests(Action::ReceiveMessage);
+            let before = q.requests().requests(Action::ReceiveMessage);
             for i in 0..TRICKLE {
                 q.send(format!("trickle {i}")).unwrap();
                 sleep(Duration::from_millis(10)).await;
@@ -469,10 +470,10 @@ async fn receives_for_a_trickle_after_a_burst() -> u64 {
                 acked.load(Ordering::SeqCst) == 100 + TRICKLE
             })
             .await;
+            before
         }
     };
-    run_while(&consumer, handler, trickle).await;
-    let before = *receives_before.lock().unwrap();
+    let before = run_while(&consumer, handler, trickle).await;
     q.requests().requests(Action::ReceiveMessage) - before
 }
 

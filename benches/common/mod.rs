@@ -1,4 +1,4 @@
-//! What the server benches share: a client of the test server whose requests are counted,
+//! What the server benches share: a client of the test server (whose requests may be counted),
 //! a new queue per run, sending in batches, and how many runs a figure takes.
 #![allow(dead_code)]
 
@@ -56,18 +56,26 @@ pub async fn send_ten(client: &aws_sdk_sqs::Client, url: &str, first: usize) {
     call.send().await.unwrap();
 }
 
-/// A client of the test server at `endpoint` whose requests `counter` counts.
-pub fn server_client(endpoint: &str, counter: &CountRequests) -> aws_sdk_sqs::Client {
-    let config = aws_sdk_sqs::Config::builder()
+/// The settings of a client of the test server at `endpoint` (test credentials, no retries
+/// changed), to add to or build.
+pub fn server_config(endpoint: &str) -> aws_sdk_sqs::config::Builder {
+    aws_sdk_sqs::Config::builder()
         .behavior_version(aws_sdk_sqs::config::BehaviorVersion::latest())
         .region(aws_sdk_sqs::config::Region::new("us-east-1"))
         .credentials_provider(aws_sdk_sqs::config::Credentials::new(
             "test", "test", None, None, "bench",
         ))
         .endpoint_url(endpoint)
-        .interceptor(counter.clone())
-        .build();
-    aws_sdk_sqs::Client::from_conf(config)
+}
+
+/// A client of the test server at `endpoint`.
+pub fn plain_client(endpoint: &str) -> aws_sdk_sqs::Client {
+    aws_sdk_sqs::Client::from_conf(server_config(endpoint).build())
+}
+
+/// A client of the test server at `endpoint` whose requests `counter` counts.
+pub fn server_client(endpoint: &str, counter: &CountRequests) -> aws_sdk_sqs::Client {
+    aws_sdk_sqs::Client::from_conf(server_config(endpoint).interceptor(counter.clone()).build())
 }
 
 /// Queues created so far: each run has its own.
