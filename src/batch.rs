@@ -73,6 +73,8 @@ struct Entry {
     visibility: u32,
     /// The receive its delivery came with, if its others may follow.
     cohort: Option<Arc<Cohort>>,
+    /// When it was handed over: it waits for its cohort at most one round trip from here.
+    submitted: Instant,
     reply: oneshot::Sender<Result<(), Error>>,
     /// Keeps the consumer's tracker of settle calls busy until this entry is answered, so a
     /// shutdown waits for it even if its caller gave up.
@@ -155,6 +157,7 @@ impl Batcher {
             receipt: receipt.to_owned(),
             visibility,
             cohort: None,
+            submitted: Instant::now(),
             reply,
             _pending: self.settles.token(),
         };
@@ -214,8 +217,6 @@ async fn batcher_task(queue: Queue, call: Call, mut rx: mpsc::UnboundedReceiver<
                 seen = now;
             }
         }
-        // With no request under way: until when the batch waits for its cohorts.
-        let mut cohorts_until: Option<Instant> = None;
         loop {
             while waiting.len() < LOOKAHEAD {
                 match rx.try_recv() {
@@ -232,18 +233,18 @@ async fn batcher_task(queue: Queue, call: Call, mut rx: mpsc::UnboundedReceiver<
             if waiting.len() >= MAX_BATCH {
                 break;
             }
-            let hold = if under_way {
-                None
-            } else {
-                let Some(until) = cohort_wait(&waiting, &round_trip, &mut cohorts_until) else {
-                    break;
-                };
-                Some(until)
+            let hold = match cohort_wait(&waiting, &round_trip) {
+                CohortWait::Until(until) => Some(until),
+                CohortWait::Over => break,
+                // Nagle's rule: wait for an answer while a request is under way.
+                CohortWait::None if under_way => None,
+                CohortWait::None => break,
             };
             tokio::select! {
                 biased;
                 () = answer, if hold.is_none() => break,
-                () = sleep_until(hold.unwrap_or_else(Instant::now)), if hold.is_some() => break,
+                // Its cohorts may have settled meanwhile: look again.
+                () = sleep_until(hold.unwrap_or_else(Instant::now)), if hold.is_some() => {}
                 submission = rx.recv() => match submission {
                     Some(submission) => take(&mut waiting, submission),
                     None => break,
@@ -263,25 +264,36 @@ async fn batcher_task(queue: Queue, call: Call, mut rx: mpsc::UnboundedReceiver<
     }
 }
 
-/// With no request under way, a partial batch waits for the rest of its entries' cohorts
-/// (deliveries received with them, whose handlers are still running), until one round trip
-/// after it started waiting: `None` when it should go now (no cohort to wait for, or the
-/// wait is over).
-fn cohort_wait(
-    waiting: &VecDeque<Entry>,
-    round_trip: &AtomicU64,
-    until: &mut Option<Instant>,
-) -> Option<Instant> {
+/// Whether a partial batch waits for the rest of its entries' cohorts.
+enum CohortWait {
+    /// No cohort to wait for (or the round trip is not known yet): Nagle's rule decides.
+    None,
+    /// Until then, one round trip after its oldest entry came, whatever comes back meanwhile.
+    Until(Instant),
+    /// Its oldest entry has waited one round trip: it goes now.
+    Over,
+}
+
+/// A partial batch waits for the rest of its entries' cohorts (deliveries received with
+/// them, whose handlers are still running), even past an answer to a request under way, but
+/// no entry waits longer than one round trip from when it came.
+fn cohort_wait(waiting: &VecDeque<Entry>, round_trip: &AtomicU64) -> CohortWait {
+    let round_trip = Duration::from_micros(round_trip.load(Ordering::Relaxed));
     let expecting = waiting
         .iter()
         .any(|e| e.cohort.as_ref().is_some_and(|c| c.has_unsettled()));
-    if !expecting {
-        return None;
+    let oldest = waiting.iter().map(|e| e.submitted).min();
+    match oldest {
+        Some(oldest) if expecting && !round_trip.is_zero() => {
+            let until = oldest + round_trip;
+            if Instant::now() < until {
+                CohortWait::Until(until)
+            } else {
+                CohortWait::Over
+            }
+        }
+        _ => CohortWait::None,
     }
-    let until = *until.get_or_insert_with(|| {
-        Instant::now() + Duration::from_micros(round_trip.load(Ordering::Relaxed))
-    });
-    (Instant::now() < until).then_some(until)
 }
 
 /// Folds an answered request's time into the round trip: the first one as it is, then a
@@ -432,6 +444,7 @@ mod tests {
             receipt: receipt.to_owned(),
             visibility: 0,
             cohort: None,
+            submitted: Instant::now(),
             reply: oneshot::channel().0,
             _pending: TaskTracker::new().token(),
         }
@@ -551,6 +564,50 @@ mod tests {
             assert_eq!(t.await.unwrap(), Duration::from_millis(52));
         }
         assert_eq!(q.requests().requests(Action::DeleteMessageBatch) - base, 1);
+        assert!(q.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_answer_does_not_send_a_batch_whose_receives_others_are_still_coming() {
+        let q = MemoryQueue::builder()
+            .visibility_timeout(Duration::from_secs(60))
+            .latency(Duration::from_millis(50))
+            .build()
+            .unwrap();
+        let mut h = held(&q, 12).await;
+        let batcher = batcher(&q, Call::Delete);
+        // A first request teaches the batcher the round trip (50 ms).
+        batcher.submit(&h.pop().unwrap(), 0, None).await.unwrap();
+        let base = q.requests().requests(Action::DeleteMessageBatch);
+        let start = Instant::now();
+        // A request under way from 0 to 50 ms.
+        let under_way = {
+            let (b, handle) = (batcher.clone(), h.pop().unwrap());
+            tokio::spawn(async move { b.submit(&handle, 0, None).await })
+        };
+        let cohort = Arc::new(Cohort::default());
+        (0..10).for_each(|_| cohort.join());
+        // Three acks at 10 ms, seven at 55 ms: after the answer, within one round trip of
+        // the first three.
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let mut tasks: Vec<_> = h
+            .drain(..3)
+            .map(|handle| ack_in(&batcher, &cohort, handle, start))
+            .collect();
+        tokio::time::sleep(Duration::from_millis(45)).await;
+        tasks.extend(
+            h.drain(..)
+                .map(|handle| ack_in(&batcher, &cohort, handle, start)),
+        );
+        under_way.await.unwrap().unwrap();
+        for t in tasks {
+            assert_eq!(t.await.unwrap(), Duration::from_millis(105));
+        }
+        assert_eq!(
+            q.requests().requests(Action::DeleteMessageBatch) - base,
+            2,
+            "the one under way, then the ten together"
+        );
         assert!(q.is_empty());
     }
 

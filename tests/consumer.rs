@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use common::{eventually, memory_queue as queue, run_while, secs, take_one};
 use sqs_consumer::memory::Action;
-use sqs_consumer::{Consumer, Delivery, Error, MemoryQueue};
+use sqs_consumer::memory::RequestCounts;
+use sqs_consumer::{BoxError, Consumer, Delivery, Error, MemoryQueue, RetryPolicy};
 use tokio::sync::mpsc;
 use tokio::time::{sleep, Instant};
 
@@ -484,6 +485,74 @@ async fn short_answers_bring_the_receives_under_way_down_so_a_trickle_comes_in_b
     // arrives during a round trip (about five messages) comes in one answer.
     let receives = receives_for_a_trickle_after_a_burst().await;
     assert!(receives <= 200 / 3, "{receives} receives for 200 messages");
+}
+
+/// 100 messages, each failing its first delivery and released at once, acked on its second:
+/// the requests each kind of call took by the last ack, and the receives answered by then.
+async fn requests_when_every_first_delivery_fails() -> (RequestCounts, u64) {
+    const MESSAGES: usize = 100;
+    let q = queue_with_50_ms_requests();
+    for i in 0..MESSAGES {
+        q.send(format!("m{i}")).unwrap();
+    }
+    let consumer = Consumer::in_memory(&q)
+        .retry_policy(RetryPolicy::ReleaseNow)
+        .build()
+        .unwrap();
+    let acked = Arc::new(AtomicUsize::new(0));
+    let handler = {
+        let acked = acked.clone();
+        move |d: Delivery| {
+            let acked = acked.clone();
+            async move {
+                if d.receive_count() == 1 {
+                    return Err(BoxError::from("fails its first delivery"));
+                }
+                d.ack().await?;
+                acked.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            }
+        }
+    };
+    let all_acked = async {
+        eventually("all acked", LIMIT, || {
+            acked.load(Ordering::SeqCst) == MESSAGES
+        })
+        .await;
+        q.requests()
+    };
+    let counts = run_while(&consumer, handler, all_acked).await;
+    let answered = counts.non_empty_receives() + counts.empty_receives();
+    (counts, answered)
+}
+
+#[tokio::test(start_paused = true)]
+async fn failures_released_at_once_cost_the_floor_releases_go_in_tens_like_acks() {
+    // The floor: each message comes in a receive of 10 twice, its release and its delete
+    // each an entry of a request of 10.
+    let (counts, answered) = requests_when_every_first_delivery_fails().await;
+    let requests = |a| counts.requests(a);
+    assert_eq!(
+        (
+            requests(Action::ChangeMessageVisibilityBatch),
+            requests(Action::ChangeMessageVisibility)
+        ),
+        (10, 0),
+        "releases: {counts:?}"
+    );
+    assert_eq!(
+        (
+            requests(Action::DeleteMessageBatch),
+            requests(Action::DeleteMessage)
+        ),
+        (10, 0),
+        "deletes: {counts:?}"
+    );
+    assert_eq!(
+        (answered, counts.non_empty_receives()),
+        (20, 20),
+        "receives answered, all with messages: {counts:?}"
+    );
 }
 
 #[tokio::test(start_paused = true)]
