@@ -40,7 +40,10 @@ use sqs_consumer::{Consumer, Delivery, Error, MemoryQueue};
 use tokio::time::{sleep, Instant};
 
 mod common;
-use common::{new_queue, send_ten, server_client, server_name, server_runs, CountRequests};
+use common::{
+    new_queue, send_ten, server_client, server_config, server_name, server_runs, CountAnswers,
+    CountRequests,
+};
 
 /// Counts the bytes allocated and not yet freed, to measure memory per held delivery
 /// without the allocator's own overhead and fragmentation (RSS is reported too).
@@ -878,6 +881,8 @@ struct W3Run {
     breakdown: String,
     /// Release requests, and the entries they carried.
     releases: (u64, u64),
+    /// Receives sent by the last ack, and those answered by then.
+    receives: (u64, u64),
 }
 
 /// W3: 100 messages queued, each failing its first delivery, `RetryPolicy::ReleaseNow`, then
@@ -890,8 +895,13 @@ fn w3_run(endpoint: &str) -> W3Run {
         .enable_all()
         .build()
         .unwrap();
-    let counter = CountRequests::default();
-    let client = server_client(endpoint, &counter);
+    let (counter, answers) = (CountRequests::default(), CountAnswers::default());
+    let client = aws_sdk_sqs::Client::from_conf(
+        server_config(endpoint)
+            .interceptor(counter.clone())
+            .interceptor(answers.clone())
+            .build(),
+    );
     let setup = server_client(endpoint, &CountRequests::default());
     rt.block_on(async {
         let url = new_queue(&setup, "w3").await;
@@ -923,7 +933,7 @@ fn w3_run(endpoint: &str) -> W3Run {
         let done = tokio::time::timeout(Duration::from_secs(120), all_acked.notified());
         // Counted at the last ack: the stop then waits for the poll under way, which is no
         // part of serving the messages.
-        let mut at_last_ack = BTreeMap::new();
+        let (mut at_last_ack, mut answered) = (BTreeMap::new(), 0);
         consumer
             .run_until(handler, async {
                 assert!(
@@ -931,6 +941,13 @@ fn w3_run(endpoint: &str) -> W3Run {
                     "W3: not every message acked within 2 minutes"
                 );
                 at_last_ack = counter.0.lock().unwrap().clone();
+                answered = answers
+                    .0
+                    .lock()
+                    .unwrap()
+                    .get("ReceiveMessage")
+                    .copied()
+                    .unwrap_or(0);
             })
             .await
             .unwrap();
@@ -952,6 +969,7 @@ fn w3_run(endpoint: &str) -> W3Run {
                     + counts.get("ChangeMessageVisibility").copied().unwrap_or(0),
                 stats.released,
             ),
+            receives: (counts.get("ReceiveMessage").copied().unwrap_or(0), answered),
         }
     })
 }
@@ -973,12 +991,16 @@ fn w3(endpoint: &str) {
         "    {rpm:.3} requests per message ({}); releases: {} requests for {} entries",
         mid.breakdown, mid.releases.0, mid.releases.1
     );
+    // A receive sent but not answered by the last ack is a long poll still waiting.
     println!(
-        "      runs: {}",
+        "      runs (receives sent, answered by the last ack): {}",
         runs.iter()
-            .map(|r| format!("{:.3}", r.requests_per_message))
+            .map(|r| format!(
+                "{:.3} ({}, {})",
+                r.requests_per_message, r.receives.0, r.receives.1
+            ))
             .collect::<Vec<_>>()
-            .join(", ")
+            .join("; ")
     );
 }
 

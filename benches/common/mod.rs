@@ -8,7 +8,9 @@ use std::sync::atomic::Ordering::SeqCst;
 use std::sync::{Arc, Mutex};
 
 use aws_smithy_runtime_api::box_error::BoxError;
-use aws_smithy_runtime_api::client::interceptors::context::BeforeTransmitInterceptorContextRef;
+use aws_smithy_runtime_api::client::interceptors::context::{
+    BeforeDeserializationInterceptorContextRef, BeforeTransmitInterceptorContextRef,
+};
 use aws_smithy_runtime_api::client::interceptors::Intercept;
 use aws_smithy_runtime_api::client::orchestrator::Metadata;
 use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
@@ -29,15 +31,40 @@ impl Intercept for CountRequests {
         _: &RuntimeComponents,
         cfg: &mut ConfigBag,
     ) -> Result<(), BoxError> {
-        if let Some(m) = cfg.load::<Metadata>() {
-            *self
-                .0
-                .lock()
-                .unwrap()
-                .entry(m.name().to_owned())
-                .or_default() += 1;
-        }
+        count_operation(&self.0, cfg);
         Ok(())
+    }
+}
+
+/// Counts answers per operation (whatever their status): beside [`CountRequests`], the
+/// requests still waiting for theirs.
+#[derive(Debug, Default, Clone)]
+pub struct CountAnswers(pub Arc<Mutex<BTreeMap<String, u64>>>);
+
+impl Intercept for CountAnswers {
+    fn name(&self) -> &'static str {
+        "CountAnswers"
+    }
+
+    fn read_before_deserialization(
+        &self,
+        _: &BeforeDeserializationInterceptorContextRef<'_>,
+        _: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        count_operation(&self.0, cfg);
+        Ok(())
+    }
+}
+
+/// One more for the operation whose request `cfg` carries.
+fn count_operation(counts: &Mutex<BTreeMap<String, u64>>, cfg: &ConfigBag) {
+    if let Some(m) = cfg.load::<Metadata>() {
+        *counts
+            .lock()
+            .unwrap()
+            .entry(m.name().to_owned())
+            .or_default() += 1;
     }
 }
 
