@@ -237,8 +237,8 @@ async fn batcher_task(queue: Queue, call: Call, mut rx: mpsc::UnboundedReceiver<
                 CohortWait::Until(until) => Some(until),
                 CohortWait::Over => break,
                 // Nagle's rule: wait for an answer while a request is under way.
-                CohortWait::None if under_way => None,
-                CohortWait::None => break,
+                CohortWait::NoCohort if under_way => None,
+                CohortWait::NoCohort => break,
             };
             tokio::select! {
                 biased;
@@ -267,7 +267,7 @@ async fn batcher_task(queue: Queue, call: Call, mut rx: mpsc::UnboundedReceiver<
 /// Whether a partial batch waits for the rest of its entries' cohorts.
 enum CohortWait {
     /// No cohort to wait for (or the round trip is not known yet): Nagle's rule decides.
-    None,
+    NoCohort,
     /// Until then, one round trip after its oldest entry came, whatever comes back meanwhile.
     Until(Instant),
     /// Its oldest entry has waited one round trip: it goes now.
@@ -292,7 +292,7 @@ fn cohort_wait(waiting: &VecDeque<Entry>, round_trip: &AtomicU64) -> CohortWait 
                 CohortWait::Over
             }
         }
-        _ => CohortWait::None,
+        _ => CohortWait::NoCohort,
     }
 }
 
