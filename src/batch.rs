@@ -485,11 +485,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn entries_arriving_while_a_request_is_under_way_wait_for_it_together() {
-        let q = MemoryQueue::builder()
-            .visibility_timeout(Duration::from_secs(60))
-            .latency(Duration::from_millis(50))
-            .build()
-            .unwrap();
+        let q = queue_with_50_ms_requests();
         let h = held(&q, 6).await;
         let base = q.requests().requests(Action::DeleteMessageBatch);
         let batcher = batcher(&q, Call::Delete);
@@ -535,18 +531,28 @@ mod tests {
         })
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn the_acks_of_one_receive_wait_for_each_other_with_no_request_under_way() {
-        let q = MemoryQueue::builder()
+    /// Messages stay held a minute; every request takes 50 ms.
+    fn queue_with_50_ms_requests() -> MemoryQueue {
+        MemoryQueue::builder()
             .visibility_timeout(Duration::from_secs(60))
             .latency(Duration::from_millis(50))
             .build()
-            .unwrap();
+            .unwrap()
+    }
+
+    /// A delete batcher that has learned the round trip from one request (deleting `handle`),
+    /// and the delete requests made so far.
+    async fn taught_the_round_trip(q: &MemoryQueue, handle: String) -> (Arc<Batcher>, u64) {
+        let batcher = batcher(q, Call::Delete);
+        batcher.submit(&handle, 0, None).await.unwrap();
+        (batcher, q.requests().requests(Action::DeleteMessageBatch))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_acks_of_one_receive_wait_for_each_other_with_no_request_under_way() {
+        let q = queue_with_50_ms_requests();
         let mut h = held(&q, 11).await;
-        let batcher = batcher(&q, Call::Delete);
-        // A first request teaches the batcher the round trip (50 ms).
-        batcher.submit(&h.pop().unwrap(), 0, None).await.unwrap();
-        let base = q.requests().requests(Action::DeleteMessageBatch);
+        let (batcher, base) = taught_the_round_trip(&q, h.pop().unwrap()).await;
         let cohort = Arc::new(Cohort::default());
         (0..10).for_each(|_| cohort.join());
         let start = Instant::now();
@@ -569,16 +575,9 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn an_answer_does_not_send_a_batch_whose_receives_others_are_still_coming() {
-        let q = MemoryQueue::builder()
-            .visibility_timeout(Duration::from_secs(60))
-            .latency(Duration::from_millis(50))
-            .build()
-            .unwrap();
+        let q = queue_with_50_ms_requests();
         let mut h = held(&q, 12).await;
-        let batcher = batcher(&q, Call::Delete);
-        // A first request teaches the batcher the round trip (50 ms).
-        batcher.submit(&h.pop().unwrap(), 0, None).await.unwrap();
-        let base = q.requests().requests(Action::DeleteMessageBatch);
+        let (batcher, base) = taught_the_round_trip(&q, h.pop().unwrap()).await;
         let start = Instant::now();
         // A request under way from 0 to 50 ms.
         let under_way = {
@@ -613,11 +612,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn an_ack_waits_for_its_cohort_at_most_one_round_trip() {
-        let q = MemoryQueue::builder()
-            .visibility_timeout(Duration::from_secs(60))
-            .latency(Duration::from_millis(50))
-            .build()
-            .unwrap();
+        let q = queue_with_50_ms_requests();
         let mut h = held(&q, 2).await;
         let batcher = batcher(&q, Call::Delete);
         // Before any request the round trip is unknown: nothing waits.
