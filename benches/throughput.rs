@@ -19,8 +19,8 @@
 //!   messages/s, requests per message, client CPU per message, and per thread its CPU and
 //!   how often it went to sleep. First, where the time goes: the CPU one `ReceiveMessage`
 //!   call costs its thread when a canned answer comes at once and when it comes 13 ms later.
-//!   `B4_ONLY=<n>` runs only one of its lines: 0 default settings, 1 keeper not isolated, 2
-//!   `max_in_flight(100)`, 3 one thread, 4 no consumer.
+//!   `B4_ONLY=<n>[,<n>...]` runs only those of its lines: 0 default settings, 1 keeper not
+//!   isolated, 2 `max_in_flight(100)`, 3 one thread, 4 no consumer.
 //! - B5: the test server, 50 messages held 5 s each at a visibility timeout of 2 s, with
 //!   `max_in_flight(50)` and with the default settings: extension requests and entries per
 //!   message, failed extension attempts, messages seen twice.
@@ -760,9 +760,11 @@ fn b4(endpoint: &str) {
             Taker::Sdk,
         ),
     ];
-    let only: Option<usize> = std::env::var("B4_ONLY").ok().and_then(|v| v.parse().ok());
+    let only: Option<Vec<usize>> = std::env::var("B4_ONLY")
+        .ok()
+        .map(|v| v.split(',').filter_map(|n| n.trim().parse().ok()).collect());
     for (i, (name, taker)) in variants.into_iter().enumerate() {
-        if only.is_some_and(|o| o != i) {
+        if only.as_ref().is_some_and(|o| !o.contains(&i)) {
             continue;
         }
         let runs: Vec<B4Run> = (0..runs_per_variant)
