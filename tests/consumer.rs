@@ -486,6 +486,43 @@ async fn short_answers_bring_the_receives_under_way_down_so_a_trickle_comes_in_b
     assert!(receives <= 200 / 3, "{receives} receives for 200 messages");
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_drained_queue_comes_back_to_one_long_poll_at_a_time() {
+    // A burst brings the receives under way up to 8; once it is acked, the polls still
+    // under way wait out their 20 s, and from then on one long poll waits at a time.
+    let q = queue_with_50_ms_requests();
+    for i in 0..100 {
+        q.send(format!("burst {i}")).unwrap();
+    }
+    let consumer = Consumer::in_memory(&q)
+        .max_in_flight(100)
+        .max_concurrent_receives(8)
+        .build()
+        .unwrap();
+    let waiting = |c: &RequestCounts| {
+        c.requests(Action::ReceiveMessage) - c.empty_receives() - c.non_empty_receives()
+    };
+    let quiet_minutes = async {
+        eventually("the burst acked", LIMIT, || q.is_empty()).await;
+        let at_drain = q.requests();
+        sleep(secs(120)).await;
+        (at_drain, q.requests())
+    };
+    let (at_drain, after) = run_while(&consumer, |d: Delivery| d.ack(), quiet_minutes).await;
+    assert_eq!(
+        waiting(&after),
+        1,
+        "polls waiting 2 minutes after the drain: {after:?}"
+    );
+    // Those under way at the drain, then one every 20 s: at most 120 / 20 more.
+    let polls = after.empty_receives() - at_drain.empty_receives();
+    assert!(
+        polls <= waiting(&at_drain) + 6,
+        "{polls} empty polls in 2 minutes, {} waiting at the drain",
+        waiting(&at_drain)
+    );
+}
+
 /// 100 messages, each failing its first delivery and released at once, acked on its second:
 /// the requests made by the last ack.
 async fn requests_when_every_first_delivery_fails() -> RequestCounts {
