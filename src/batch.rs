@@ -12,7 +12,7 @@
 //! extension until its deadline, an ack for a while), so no call path retries twice.
 
 use std::collections::{HashSet, VecDeque};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -66,6 +66,47 @@ impl Cohort {
     }
 }
 
+/// Lets the batching task sleep through submissions that cannot end its wait for cohorts:
+/// while it waits, it does not read its inbox (a read would wake it for each ack of the
+/// cohort, and on a thread of its own every wake-up costs a thread switch), and only a
+/// submission that may end the wait rings it.
+#[derive(Debug, Default)]
+struct Bell {
+    /// Set while the task may be waiting for cohorts.
+    waiting_for_cohorts: AtomicBool,
+    /// Entries handed over and not yet sent: ten of them fill a batch.
+    unsent: AtomicUsize,
+    ring: Notify,
+    /// Times the task woke while it waited for cohorts.
+    #[cfg(test)]
+    wakes: AtomicUsize,
+}
+
+impl Bell {
+    /// After `added` entries were handed over: rings the task if it is waiting for cohorts
+    /// and these may end the wait (they complete a batch, or the cohort of the last one has
+    /// no delivery left to settle, or it has none).
+    fn handed_over(&self, added: usize, cohort: Option<&Cohort>) {
+        let unsent = self.unsent.fetch_add(added, Ordering::SeqCst) + added;
+        // Pairs with the task's fence: either the flag is seen here, or the entries there.
+        fence(Ordering::SeqCst);
+        if !self.waiting_for_cohorts.load(Ordering::SeqCst) {
+            return; // it reads its inbox, or will before it waits
+        }
+        if unsent >= MAX_BATCH || cohort.is_none_or(|c| !c.has_unsettled()) {
+            self.ring.notify_one();
+        }
+    }
+
+    fn sent(&self, n: usize) {
+        let _ = self
+            .unsent
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |u| {
+                Some(u.saturating_sub(n))
+            });
+    }
+}
+
 /// One caller's request, waiting for its batch.
 struct Entry {
     receipt: String,
@@ -96,6 +137,7 @@ pub(crate) struct Batcher {
     /// The batching task's inbox; the task runs where the runner says (for a caller's
     /// runner: inside the runtime that first uses it).
     inbox: Mailbox<Submission>,
+    bell: Arc<Bell>,
 }
 
 impl Batcher {
@@ -105,6 +147,7 @@ impl Batcher {
             call,
             settles,
             inbox: Mailbox::new(runner),
+            bell: Arc::default(),
         }
     }
 
@@ -117,11 +160,14 @@ impl Batcher {
         cohort: Option<Arc<Cohort>>,
     ) -> Result<(), Error> {
         let (mut entry, answer) = self.entry(receipt, visibility);
-        entry.cohort = cohort;
+        entry.cohort = cohort.clone();
         match self.send(Submission::One(entry)) {
-            Ok(()) => answer
-                .await
-                .unwrap_or_else(|_| Err(Error::runtime_gone(self.call.name()))),
+            Ok(()) => {
+                self.bell.handed_over(1, cohort.as_deref());
+                answer
+                    .await
+                    .unwrap_or_else(|_| Err(Error::runtime_gone(self.call.name())))
+            }
             Err(()) => Err(Error::runtime_gone(self.call.name())),
         }
     }
@@ -134,7 +180,11 @@ impl Batcher {
             .iter()
             .map(|(receipt, visibility)| self.entry(receipt, *visibility))
             .unzip();
+        let count = entries.len();
         let sent = self.send(Submission::Many(entries)).is_ok();
+        if sent {
+            self.bell.handed_over(count, None);
+        }
         let mut results = Vec::with_capacity(answers.len());
         for answer in answers {
             let gone = || Err(Error::runtime_gone(self.call.name()));
@@ -166,9 +216,11 @@ impl Batcher {
 
     /// Hands `submission` to the batching task; `Err` without a runtime to run it on.
     fn send(&self, submission: Submission) -> Result<(), ()> {
-        let (queue, call) = (&self.queue, self.call);
+        let (queue, call, bell) = (&self.queue, self.call, &self.bell);
         self.inbox
-            .send(submission, |rx| batcher_task(queue.clone(), call, rx))
+            .send(submission, |rx| {
+                batcher_task(queue.clone(), call, bell.clone(), rx)
+            })
             .map_err(drop)
     }
 }
@@ -183,7 +235,12 @@ impl Call {
 }
 
 /// The batching loop: takes what is queued whenever a request slot is free.
-async fn batcher_task(queue: Queue, call: Call, mut rx: mpsc::UnboundedReceiver<Submission>) {
+async fn batcher_task(
+    queue: Queue,
+    call: Call,
+    bell: Arc<Bell>,
+    mut rx: mpsc::UnboundedReceiver<Submission>,
+) {
     let slots = Arc::new(Semaphore::new(MAX_REQUESTS_IN_FLIGHT));
     // Signalled whenever a request comes back (after its slot is free).
     let answered = Arc::new(Notify::new());
@@ -218,6 +275,13 @@ async fn batcher_task(queue: Queue, call: Call, mut rx: mpsc::UnboundedReceiver<
             }
         }
         loop {
+            // Set before the inbox is read, so a submission after the read rings the wait
+            // below if it may end it.
+            bell.waiting_for_cohorts.store(true, Ordering::SeqCst);
+            fence(Ordering::SeqCst);
+            let rung = bell.ring.notified();
+            tokio::pin!(rung);
+            rung.as_mut().enable();
             while waiting.len() < LOOKAHEAD {
                 match rx.try_recv() {
                     Ok(submission) => take(&mut waiting, submission),
@@ -240,18 +304,29 @@ async fn batcher_task(queue: Queue, call: Call, mut rx: mpsc::UnboundedReceiver<
                 CohortWait::NoCohort if under_way => None,
                 CohortWait::NoCohort => break,
             };
+            let Some(until) = hold else {
+                bell.waiting_for_cohorts.store(false, Ordering::SeqCst);
+                tokio::select! {
+                    biased;
+                    () = answer => break,
+                    submission = rx.recv() => match submission {
+                        Some(submission) => take(&mut waiting, submission),
+                        None => break,
+                    },
+                }
+                continue;
+            };
+            // Its cohorts may have settled meanwhile: look again.
             tokio::select! {
-                biased;
-                () = answer, if hold.is_none() => break,
-                // Its cohorts may have settled meanwhile: look again.
-                () = sleep_until(hold.unwrap_or_else(Instant::now)), if hold.is_some() => {}
-                submission = rx.recv() => match submission {
-                    Some(submission) => take(&mut waiting, submission),
-                    None => break,
-                },
+                () = rung => {}
+                () = sleep_until(until) => {}
             }
+            #[cfg(test)]
+            bell.wakes.fetch_add(1, Ordering::SeqCst);
         }
+        bell.waiting_for_cohorts.store(false, Ordering::SeqCst);
         let batch = take_batch(&mut waiting);
+        bell.sent(batch.len());
         let (queue, answered, round_trip) = (queue.clone(), answered.clone(), round_trip.clone());
         tokio::spawn(async move {
             let started = Instant::now();
@@ -571,6 +646,58 @@ mod tests {
         }
         assert_eq!(q.requests().requests(Action::DeleteMessageBatch) - base, 1);
         assert!(q.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn acks_that_cannot_end_the_wait_for_their_cohort_do_not_wake_the_batcher() {
+        let q = queue_with_50_ms_requests();
+        let mut h = held(&q, 11).await;
+        let (batcher, base) = taught_the_round_trip(&q, h.pop().unwrap()).await;
+        let cohort = Arc::new(Cohort::default());
+        (0..10).for_each(|_| cohort.join());
+        let start = Instant::now();
+        // One ack a millisecond: the first nine leave others of the cohort still to come.
+        let mut tasks = Vec::new();
+        for handle in h {
+            tasks.push(ack_in(&batcher, &cohort, handle, start));
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        for t in tasks {
+            assert_eq!(
+                t.await.unwrap(),
+                Duration::from_millis(59),
+                "rung by the tenth"
+            );
+        }
+        assert_eq!(q.requests().requests(Action::DeleteMessageBatch) - base, 1);
+        let wakes = batcher.bell.wakes.load(Ordering::SeqCst);
+        assert_eq!(wakes, 1, "the batcher woke {wakes} times while it waited");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_batch_filled_while_its_cohorts_are_awaited_goes_at_once() {
+        let q = queue_with_50_ms_requests();
+        let mut h = held(&q, 11).await;
+        let (batcher, base) = taught_the_round_trip(&q, h.pop().unwrap()).await;
+        // Five acks each of two receives of ten, one a millisecond.
+        let cohorts = [Arc::new(Cohort::default()), Arc::new(Cohort::default())];
+        for c in &cohorts {
+            (0..10).for_each(|_| c.join());
+        }
+        let start = Instant::now();
+        let mut tasks = Vec::new();
+        for (i, handle) in h.into_iter().enumerate() {
+            tasks.push(ack_in(&batcher, &cohorts[i % 2], handle, start));
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        for t in tasks {
+            assert_eq!(
+                t.await.unwrap(),
+                Duration::from_millis(59),
+                "sent with the tenth"
+            );
+        }
+        assert_eq!(q.requests().requests(Action::DeleteMessageBatch) - base, 1);
     }
 
     #[tokio::test(start_paused = true)]
