@@ -20,7 +20,7 @@
 //!   how often it went to sleep. First, where the time goes: the CPU one `ReceiveMessage`
 //!   call costs its thread when a canned answer comes at once and when it comes 13 ms later.
 //!   `B4_ONLY=<n>[,<n>...]` runs only those of its lines: 0 default settings, 1 keeper not
-//!   isolated, 2 `max_in_flight(100)`, 3 one thread, 4 no consumer.
+//!   isolated, 2 `max_in_flight(100)`, 3 one thread, 4 no consumer, 5 handlers ending apart.
 //! - B5: the test server, 50 messages held 5 s each at a visibility timeout of 2 s, with
 //!   `max_in_flight(50)` and with the default settings: extension requests and entries per
 //!   message, failed extension attempts, messages seen twice.
@@ -405,6 +405,10 @@ enum Taker {
     /// current-thread runtime (a `ReceiveMessage` of up to 10, then one `DeleteMessageBatch`
     /// of what it brought). What the SDK's own calls cost, with nothing of this crate.
     Sdk,
+    /// A consumer with the default settings on a 2-thread runtime whose handlers end apart:
+    /// each waits 0 to 4 ms (by turns) before its ack, so the acks of one receive reach the
+    /// batcher one by one.
+    HandlersApart,
 }
 
 /// The messages of a B4 (and W1) run.
@@ -464,7 +468,7 @@ fn b4_run(endpoint: &str, taker: Taker, backlog: usize) -> B4Run {
             })
             .unwrap()
     };
-    let one_thread = !matches!(taker, Taker::Consumer(_, false));
+    let one_thread = !matches!(taker, Taker::Consumer(_, false) | Taker::HandlersApart);
     let rt = if one_thread {
         tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -483,6 +487,7 @@ fn b4_run(endpoint: &str, taker: Taker, backlog: usize) -> B4Run {
     let (elapsed, cpu, server_cpu) = rt.block_on(async {
         let settings = match taker {
             Taker::Consumer(settings, _) => settings,
+            Taker::HandlersApart => |b| b,
             Taker::Sdk => {
                 let cpu_before = cpu_time().unwrap_or_default();
                 let server_before = server_cpu_time();
@@ -520,11 +525,17 @@ fn b4_run(endpoint: &str, taker: Taker, backlog: usize) -> B4Run {
                 server_cpu_time(),
             ));
         };
+        let apart = matches!(taker, Taker::HandlersApart);
+        let started = Arc::new(AtomicUsize::new(0));
         let handler = {
             let acked = acked.clone();
             move |d: Delivery| {
                 let (acked, all_acked) = (acked.clone(), all_acked.clone());
+                let turn = started.fetch_add(1, SeqCst) % 5;
                 async move {
+                    if apart {
+                        tokio::time::sleep(Duration::from_millis(turn as u64)).await;
+                    }
                     d.ack().await?;
                     if acked.fetch_add(1, SeqCst) + 1 == MESSAGES {
                         all_acked.notify_one();
@@ -735,7 +746,7 @@ fn b4(endpoint: &str) {
     );
     // The consumer runs on a 2-thread runtime, except in the last line: one thread, the
     // keeper on it too, which shows what the hops between threads cost.
-    let variants: [(&str, Taker); 5] = [
+    let variants: [(&str, Taker); 6] = [
         ("default settings", Taker::Consumer(|b| b, false)),
         (
             "default settings, keeper not isolated",
@@ -758,6 +769,10 @@ fn b4(endpoint: &str) {
         (
             "no consumer: the SDK's calls alone, one at a time, one thread",
             Taker::Sdk,
+        ),
+        (
+            "default settings, handlers ending 0 to 4 ms apart",
+            Taker::HandlersApart,
         ),
     ];
     let only: Option<Vec<usize>> = std::env::var("B4_ONLY")

@@ -443,6 +443,9 @@ breaks "receives: one fewer under way for each short answer" src/receiver.rs \
 breaks "receives: one more under way for each full answer" src/receiver.rs \
   'state.target += 1;' 'state.target += 0;' \
   -- --test consumer concurrent_receives_keep
+breaks "receives: an empty answer brings them back to one long poll" src/receiver.rs \
+  '                state.target = 1;' '                state.target = state.target.max(1);' \
+  -- --test consumer a_drained_queue
 breaks "adaptive: each receive asks for the estimate" src/receiver.rs \
   'let estimate = adaptive.timeout(timeout);' 'let estimate = timeout;' \
   -- --test scenarios --test handler_details adaptive_visibility
