@@ -420,7 +420,7 @@ breaks "cost: the acks of one receive wait for each other with no request under 
   'Some(oldest) if expecting && !round_trip.is_zero() => {' 'Some(oldest) if false => {' \
   -- --lib batch::tests::the_acks_of_one_receive
 breaks "cost: the acks of one receive wait for each other when a request comes back" src/batch.rs \
-  '() = sleep_until(until) => {}' '() = sleep_until(until) => {} () = answer => break,' \
+  'Some(until) => wait_for_cohorts(&bell, &mut rx, &mut waiting, until).await,' 'Some(until) => tokio::select! { () = wait_for_cohorts(&bell, &mut rx, &mut waiting, until) => {} () = answer => break, },' \
   -- --lib batch::tests::an_answer_does_not_send
 breaks "cost: an ack waits for its receive's others at most one round trip" src/batch.rs \
   'let until = oldest + round_trip;' 'let until = oldest + Duration::from_secs(3600);' \

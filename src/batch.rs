@@ -72,7 +72,7 @@ impl Cohort {
 /// submission that may end the wait rings it.
 #[derive(Debug, Default)]
 struct Bell {
-    /// Set while the task may be waiting for cohorts.
+    /// Set while the task waits for cohorts.
     waiting_for_cohorts: AtomicBool,
     /// Entries handed over and not yet sent: ten of them fill a batch.
     unsent: AtomicUsize,
@@ -275,19 +275,7 @@ async fn batcher_task(
             }
         }
         loop {
-            // Set before the inbox is read, so a submission after the read rings the wait
-            // below if it may end it.
-            bell.waiting_for_cohorts.store(true, Ordering::SeqCst);
-            fence(Ordering::SeqCst);
-            let rung = bell.ring.notified();
-            tokio::pin!(rung);
-            rung.as_mut().enable();
-            while waiting.len() < LOOKAHEAD {
-                match rx.try_recv() {
-                    Ok(submission) => take(&mut waiting, submission),
-                    Err(_) => break,
-                }
-            }
+            take_queued(&mut rx, &mut waiting);
             // Registered before the check below, so an answer arriving after it wakes us.
             let answer = answered.notified();
             tokio::pin!(answer);
@@ -304,27 +292,18 @@ async fn batcher_task(
                 CohortWait::NoCohort if under_way => None,
                 CohortWait::NoCohort => break,
             };
-            let Some(until) = hold else {
-                bell.waiting_for_cohorts.store(false, Ordering::SeqCst);
-                tokio::select! {
+            match hold {
+                Some(until) => wait_for_cohorts(&bell, &mut rx, &mut waiting, until).await,
+                None => tokio::select! {
                     biased;
                     () = answer => break,
                     submission = rx.recv() => match submission {
                         Some(submission) => take(&mut waiting, submission),
                         None => break,
                     },
-                }
-                continue;
-            };
-            // Its cohorts may have settled meanwhile: look again.
-            tokio::select! {
-                () = rung => {}
-                () = sleep_until(until) => {}
+                },
             }
-            #[cfg(test)]
-            bell.wakes.fetch_add(1, Ordering::SeqCst);
         }
-        bell.waiting_for_cohorts.store(false, Ordering::SeqCst);
         let batch = take_batch(&mut waiting);
         bell.sent(batch.len());
         let (queue, answered, round_trip) = (queue.clone(), answered.clone(), round_trip.clone());
@@ -337,6 +316,48 @@ async fn batcher_task(
             answered.notify_waiters();
         });
     }
+}
+
+/// Takes what is queued in the inbox, up to [`LOOKAHEAD`] entries waiting; how many came.
+fn take_queued(
+    rx: &mut mpsc::UnboundedReceiver<Submission>,
+    waiting: &mut VecDeque<Entry>,
+) -> usize {
+    let before = waiting.len();
+    while waiting.len() < LOOKAHEAD {
+        match rx.try_recv() {
+            Ok(submission) => take(waiting, submission),
+            Err(_) => break,
+        }
+    }
+    waiting.len() - before
+}
+
+/// Waits for the cohorts of a partial batch until `until`, without reading the inbox: only a
+/// submission that may end the wait rings the bell. Returns at once if something was handed
+/// over since the inbox was last read (its caller looks again).
+async fn wait_for_cohorts(
+    bell: &Bell,
+    rx: &mut mpsc::UnboundedReceiver<Submission>,
+    waiting: &mut VecDeque<Entry>,
+    until: Instant,
+) {
+    bell.waiting_for_cohorts.store(true, Ordering::SeqCst);
+    // Pairs with the submitters' fence: an entry handed over from here on rings if it may end
+    // the wait, and one handed over before is in the inbox now.
+    fence(Ordering::SeqCst);
+    let rung = bell.ring.notified();
+    tokio::pin!(rung);
+    rung.as_mut().enable();
+    if take_queued(rx, waiting) == 0 {
+        tokio::select! {
+            () = rung => {}
+            () = sleep_until(until) => {}
+        }
+        #[cfg(test)]
+        bell.wakes.fetch_add(1, Ordering::SeqCst);
+    }
+    bell.waiting_for_cohorts.store(false, Ordering::SeqCst);
 }
 
 /// Whether a partial batch waits for the rest of its entries' cohorts.

@@ -428,10 +428,9 @@ async fn concurrent_receives_keep_the_consumer_busy_when_requests_take_time() {
     );
 }
 
-/// After a burst has brought the receives under way up to 8, a trickle of one message every
-/// 10 ms on a queue whose requests take 50 ms; returns the receives the trickle took.
-async fn receives_for_a_trickle_after_a_burst() -> u64 {
-    const TRICKLE: usize = 200;
+/// A queue whose requests take 50 ms holding a burst of 100 messages, and a consumer that
+/// may keep 8 receives under way for them.
+fn a_burst_of_100_for_up_to_8_receives() -> (MemoryQueue, Consumer) {
     let q = queue_with_50_ms_requests();
     for i in 0..100 {
         q.send(format!("burst {i}")).unwrap();
@@ -441,6 +440,14 @@ async fn receives_for_a_trickle_after_a_burst() -> u64 {
         .max_concurrent_receives(8)
         .build()
         .unwrap();
+    (q, consumer)
+}
+
+/// After a burst has brought the receives under way up to 8, a trickle of one message every
+/// 10 ms on a queue whose requests take 50 ms; returns the receives the trickle took.
+async fn receives_for_a_trickle_after_a_burst() -> u64 {
+    const TRICKLE: usize = 200;
+    let (q, consumer) = a_burst_of_100_for_up_to_8_receives();
     let acked = Arc::new(AtomicUsize::new(0));
     let handler = {
         let acked = acked.clone();
@@ -490,15 +497,7 @@ async fn short_answers_bring_the_receives_under_way_down_so_a_trickle_comes_in_b
 async fn a_drained_queue_comes_back_to_one_long_poll_at_a_time() {
     // A burst brings the receives under way up to 8; once it is acked, the polls still
     // under way wait out their 20 s, and from then on one long poll waits at a time.
-    let q = queue_with_50_ms_requests();
-    for i in 0..100 {
-        q.send(format!("burst {i}")).unwrap();
-    }
-    let consumer = Consumer::in_memory(&q)
-        .max_in_flight(100)
-        .max_concurrent_receives(8)
-        .build()
-        .unwrap();
+    let (q, consumer) = a_burst_of_100_for_up_to_8_receives();
     let waiting = |c: &RequestCounts| {
         c.requests(Action::ReceiveMessage) - c.empty_receives() - c.non_empty_receives()
     };
