@@ -6,6 +6,7 @@
 //! of the crate retries on its own terms (see the guide's errors page, "Who retries, who times out").
 
 use std::collections::HashSet;
+use std::future::Future;
 use std::sync::{Arc, OnceLock};
 
 use aws_sdk_sqs::config::http::HttpResponse;
@@ -21,6 +22,46 @@ use crate::backlog::Backlog;
 use crate::error::{classify_code, shorten_handles, Error, ErrorKind};
 use crate::queue::{BatchEntry, BatchResult, NewMessage, Receive, Transport};
 use crate::queue_ref::QueueRef;
+
+/// Drives `call` as a task of its own on the runtime it is made on, and waits for its answer.
+///
+/// A receive loop often runs on a thread that is no worker of its runtime (the future
+/// `#[tokio::main]` blocks on): polled there, each step of a request (its socket registered,
+/// its connection task spawned, each part of its answer) is a hop between that thread and
+/// the worker that holds the I/O driver, each hop a thread woken. As a task, the request
+/// runs where its I/O is handled, and whoever waits for it is woken once, with the answer.
+/// Dropped, it aborts the task: the request is cancelled as it would be if polled here.
+async fn as_task<T, F>(operation: &'static str, call: F) -> Result<T, Error>
+where
+    F: Future<Output = Result<T, Error>> + Send + 'static,
+    T: Send + 'static,
+{
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return call.await;
+    };
+    let mut task = AbortOnDrop(runtime.spawn(call));
+    match (&mut task.0).await {
+        Ok(answer) => answer,
+        Err(ended) if ended.is_panic() => std::panic::resume_unwind(ended.into_panic()),
+        // Only when the runtime shuts down: whoever waits goes with it.
+        Err(ended) => Err(Error::Sqs {
+            operation,
+            code: None,
+            message: "the runtime shut down before the answer came".to_owned(),
+            kind: ErrorKind::Retryable,
+            source: Box::new(ended),
+        }),
+    }
+}
+
+/// Aborts its task when dropped.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
 
 /// A queue given by URL, name or ARN, reached through `client`.
 #[derive(Debug, Clone)]
@@ -184,12 +225,11 @@ impl Transport for SdkQueue {
             if let Some(v) = req.visibility {
                 call = call.visibility_timeout(to_i32(v));
             }
-            let out = call
-                .customize()
-                .config_override(one_attempt())
-                .send()
-                .await
-                .map_err(|e| sdk_error("ReceiveMessage", e))?;
+            let send = call.customize().config_override(one_attempt()).send();
+            let out = as_task("ReceiveMessage", async move {
+                send.await.map_err(|e| sdk_error("ReceiveMessage", e))
+            })
+            .await?;
             Ok(out.messages.unwrap_or_default())
         })
     }
@@ -442,5 +482,43 @@ where
         message,
         kind,
         source: Box::new(err),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    /// A call made a task of its own, dropped before its answer, takes its task with it:
+    /// nothing keeps working for a request nobody waits for.
+    #[tokio::test(start_paused = true)]
+    async fn a_call_dropped_before_its_answer_ends_its_task() {
+        let (started_tx, started) = tokio::sync::oneshot::channel();
+        // Dropped with the call's future: the receiving end then learns it.
+        let (alive, task_gone) = tokio::sync::oneshot::channel::<()>();
+        let mut call = Box::pin(as_task("ReceiveMessage", async move {
+            let _alive = alive;
+            let _ = started_tx.send(());
+            std::future::pending::<Result<(), Error>>().await
+        }));
+        tokio::select! {
+            _ = started => {}
+            _ = &mut call => unreachable!("the call never answers"),
+        }
+        drop(call);
+        // On the paused clock, a task left running would let the hour pass at once.
+        let ended = tokio::time::timeout(Duration::from_secs(3600), task_gone).await;
+        assert!(ended.is_ok(), "the dropped call's task still runs");
+    }
+
+    /// Made outside any runtime's context, the call is polled where it is awaited.
+    #[test]
+    fn outside_a_runtime_a_call_runs_where_it_is_awaited() {
+        let answer = futures_util::FutureExt::now_or_never(as_task("ReceiveMessage", async {
+            Ok::<_, Error>(7)
+        }));
+        assert_eq!(answer.map(Result::ok), Some(Some(7)));
     }
 }
