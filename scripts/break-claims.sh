@@ -440,6 +440,9 @@ breaks "cost: failures released at once go in requests of 10" src/batch.rs \
 breaks "receives: a receive dropped before its answer ends its task" src/queue/sdk.rs \
   '        self.0.abort();' '        let _ = &self.0;' \
   -- --lib queue::sdk::tests::a_call_dropped
+breaks "receives: a receive's task runs in the caller's span" src/queue/sdk.rs \
+  'runtime.spawn(call.in_current_span())' 'runtime.spawn(call)' \
+  -- --lib queue::sdk::tests::a_call_made_a_task
 breaks "receives: one fewer under way for each short answer" src/receiver.rs \
   'Load::Quiet => state.target = state.target.saturating_sub(1).max(1),' 'Load::Quiet => {}' \
   -- --test consumer short_answers

@@ -17,6 +17,7 @@ use aws_sdk_sqs::types::{
     DeleteMessageBatchRequestEntry, Message, QueueAttributeName,
 };
 use futures_util::future::BoxFuture;
+use tracing::Instrument;
 
 use crate::backlog::Backlog;
 use crate::error::{classify_code, shorten_handles, Error, ErrorKind};
@@ -39,7 +40,8 @@ where
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return call.await;
     };
-    let mut task = AbortOnDrop(runtime.spawn(call));
+    // In the caller's span: the SDK's own events stay under whatever span the run is in.
+    let mut task = AbortOnDrop(runtime.spawn(call.in_current_span()));
     match (&mut task.0).await {
         Ok(answer) => answer,
         Err(ended) if ended.is_panic() => std::panic::resume_unwind(ended.into_panic()),
@@ -511,6 +513,18 @@ mod tests {
         // On the paused clock, a task left running would let the hour pass at once.
         let ended = tokio::time::timeout(Duration::from_secs(3600), task_gone).await;
         assert!(ended.is_ok(), "the dropped call's task still runs");
+    }
+
+    /// The call's task runs in the caller's span: what the SDK logs stays under it.
+    #[tokio::test]
+    async fn a_call_made_a_task_runs_in_the_callers_span() {
+        let _subscriber = tracing::subscriber::set_default(tracing_subscriber::registry());
+        let seen = as_task("ReceiveMessage", async {
+            Ok::<_, Error>(tracing::Span::current().metadata().map(|m| m.name()))
+        })
+        .instrument(tracing::info_span!("run"))
+        .await;
+        assert_eq!(seen.ok().flatten(), Some("run"));
     }
 
     /// Made outside any runtime's context, the call is polled where it is awaited.
