@@ -24,7 +24,10 @@ use crate::error::{classify_code, shorten_handles, Error, ErrorKind};
 use crate::queue::{BatchEntry, BatchResult, NewMessage, Receive, Transport};
 use crate::queue_ref::QueueRef;
 
-/// Drives `call` as a task of its own on the runtime it is made on, and waits for its answer.
+/// Drives `call` as a task of its own on the runtime it is awaited in, and waits for its
+/// answer. Only receives go through it: they are what a run's loop asks all the time; the
+/// loop's other calls come once (the queue's URL and timeout), and settles and extensions run
+/// in tasks of their own already (the keeper's, a batcher's).
 ///
 /// A receive loop often runs on a thread that is no worker of its runtime (the future
 /// `#[tokio::main]` blocks on): polled there, each step of a request (its socket registered,
@@ -44,6 +47,7 @@ where
     let mut task = AbortOnDrop(runtime.spawn(call.in_current_span()));
     match (&mut task.0).await {
         Ok(answer) => answer,
+        // A panic in the call goes on where it is awaited, as it did when polled there.
         Err(ended) if ended.is_panic() => std::panic::resume_unwind(ended.into_panic()),
         // Only when the runtime shuts down: whoever waits goes with it.
         Err(ended) => Err(Error::Sqs {
