@@ -627,6 +627,26 @@ mod tests {
         })
     }
 
+    /// Acks `handles` one a millisecond, each in the next of `cohorts` by turns; when each
+    /// was answered, from the first.
+    async fn acks_a_millisecond_apart(
+        batcher: &Arc<Batcher>,
+        handles: Vec<String>,
+        cohorts: &[Arc<Cohort>],
+    ) -> Vec<Duration> {
+        let start = Instant::now();
+        let mut tasks = Vec::new();
+        for (handle, cohort) in handles.into_iter().zip(cohorts.iter().cycle()) {
+            tasks.push(ack_in(batcher, cohort, handle, start));
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let mut answered = Vec::new();
+        for t in tasks {
+            answered.push(t.await.unwrap());
+        }
+        answered
+    }
+
     /// Messages stay held a minute; every request takes 50 ms.
     fn queue_with_50_ms_requests() -> MemoryQueue {
         MemoryQueue::builder()
@@ -678,18 +698,8 @@ mod tests {
         // others of the cohort still to come.
         let cohort = Arc::new(Cohort::default());
         (0..5).for_each(|_| cohort.join());
-        let start = Instant::now();
-        let mut tasks = Vec::new();
-        for handle in h {
-            tasks.push(ack_in(&batcher, &cohort, handle, start));
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-        for t in tasks {
-            assert_eq!(
-                t.await.unwrap(),
-                Duration::from_millis(54),
-                "rung by the fifth"
-            );
+        for done in acks_a_millisecond_apart(&batcher, h, &[cohort]).await {
+            assert_eq!(done, Duration::from_millis(54), "rung by the fifth");
         }
         assert_eq!(q.requests().requests(Action::DeleteMessageBatch) - base, 1);
         let wakes = batcher.bell.wakes.load(Ordering::SeqCst);
@@ -706,18 +716,8 @@ mod tests {
         for c in &cohorts {
             (0..10).for_each(|_| c.join());
         }
-        let start = Instant::now();
-        let mut tasks = Vec::new();
-        for (i, handle) in h.into_iter().enumerate() {
-            tasks.push(ack_in(&batcher, &cohorts[i % 2], handle, start));
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-        for t in tasks {
-            assert_eq!(
-                t.await.unwrap(),
-                Duration::from_millis(59),
-                "sent with the tenth"
-            );
+        for done in acks_a_millisecond_apart(&batcher, h, &cohorts).await {
+            assert_eq!(done, Duration::from_millis(59), "sent with the tenth");
         }
         assert_eq!(q.requests().requests(Action::DeleteMessageBatch) - base, 1);
     }
