@@ -12,7 +12,7 @@
 //! extension until its deadline, an ack for a while), so no call path retries twice.
 
 use std::collections::{HashSet, VecDeque};
-use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -41,7 +41,7 @@ pub(crate) enum Call {
 /// The deliveries of one receive that may still be acked or released on their own: their
 /// handlers run side by side and usually settle within microseconds of each other, so with no
 /// request under way a partial batch holding one of them waits for the others, at most one
-/// round trip (a moving average of the batcher's answered requests), instead of leaving
+/// round trip (the queue's moving average, `Queue::round_trip`), instead of leaving
 /// without them.
 #[derive(Debug, Default)]
 pub(crate) struct Cohort {
@@ -244,9 +244,6 @@ async fn batcher_task(
     let slots = Arc::new(Semaphore::new(MAX_REQUESTS_IN_FLIGHT));
     // Signalled whenever a request comes back (after its slot is free).
     let answered = Arc::new(Notify::new());
-    // How long a request takes, in microseconds (a moving average of the answered ones): the
-    // longest a partial batch waits for its cohorts with no request under way.
-    let round_trip = Arc::new(AtomicU64::new(0));
     let mut waiting: VecDeque<Entry> = VecDeque::new();
     loop {
         let Ok(slot) = slots.clone().acquire_owned().await else {
@@ -285,7 +282,7 @@ async fn batcher_task(
             if waiting.len() >= MAX_BATCH {
                 break;
             }
-            let hold = match cohort_wait(&waiting, &round_trip) {
+            let hold = match cohort_wait(&waiting, queue.round_trip()) {
                 CohortWait::Until(until) => Some(until),
                 CohortWait::Over => break,
                 // Nagle's rule: wait for an answer while a request is under way.
@@ -306,12 +303,9 @@ async fn batcher_task(
         }
         let batch = take_batch(&mut waiting);
         bell.sent(batch.len());
-        let (queue, answered, round_trip) = (queue.clone(), answered.clone(), round_trip.clone());
+        let (queue, answered) = (queue.clone(), answered.clone());
         tokio::spawn(async move {
-            let started = Instant::now();
-            if send(&queue, call, batch).await {
-                learn_round_trip(&round_trip, started.elapsed());
-            }
+            send(&queue, call, batch).await;
             drop(slot);
             answered.notify_waiters();
         });
@@ -373,8 +367,7 @@ enum CohortWait {
 /// A partial batch waits for the rest of its entries' cohorts (deliveries received with
 /// them, whose handlers are still running), even past an answer to a request under way, but
 /// no entry waits longer than one round trip from when it came.
-fn cohort_wait(waiting: &VecDeque<Entry>, round_trip: &AtomicU64) -> CohortWait {
-    let round_trip = Duration::from_micros(round_trip.load(Ordering::Relaxed));
+fn cohort_wait(waiting: &VecDeque<Entry>, round_trip: Duration) -> CohortWait {
     let expecting = waiting
         .iter()
         .any(|e| e.cohort.as_ref().is_some_and(|c| c.has_unsettled()));
@@ -390,19 +383,6 @@ fn cohort_wait(waiting: &VecDeque<Entry>, round_trip: &AtomicU64) -> CohortWait 
         }
         _ => CohortWait::NoCohort,
     }
-}
-
-/// Folds an answered request's time into the round trip: the first one as it is, then a
-/// moving average weighing each new one an eighth, so one slow answer (or a request that
-/// timed out, which is not counted at all) does not make the batches wait long.
-fn learn_round_trip(round_trip: &AtomicU64, took: Duration) {
-    let took = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
-    let _ = round_trip.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
-        Some(match old {
-            0 => took,
-            old => old - old / 8 + took / 8,
-        })
-    });
 }
 
 fn take(waiting: &mut VecDeque<Entry>, submission: Submission) {
@@ -434,9 +414,8 @@ fn take_batch(waiting: &mut VecDeque<Entry>) -> Vec<Entry> {
     batch
 }
 
-/// Sends one batch and answers every caller with its own entry's result; `true` when the
-/// request was answered (whatever its entries' results).
-async fn send(queue: &Queue, call: Call, batch: Vec<Entry>) -> bool {
+/// Sends one batch and answers every caller with its own entry's result.
+async fn send(queue: &Queue, call: Call, batch: Vec<Entry>) {
     let entries: Vec<BatchEntry<'_>> = batch
         .iter()
         .zip(ENTRY_IDS)
@@ -456,7 +435,6 @@ async fn send(queue: &Queue, call: Call, batch: Vec<Entry>) -> bool {
             for (entry, result) in batch.into_iter().zip(results) {
                 let _ = entry.reply.send(result);
             }
-            true
         }
         Err(err) => {
             if err.is_retryable() {
@@ -468,7 +446,6 @@ async fn send(queue: &Queue, call: Call, batch: Vec<Entry>) -> bool {
             for entry in batch {
                 let _ = entry.reply.send(Err(Error::replicate(&err)));
             }
-            false
         }
     }
 }
@@ -707,6 +684,29 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn the_first_acks_wait_for_their_cohort_on_the_round_trip_of_the_queues_other_calls() {
+        let q = queue_with_50_ms_requests();
+        let h = held(&q, 5).await;
+        // The consumer's first call: the read of the queue's visibility timeout.
+        let queue = Queue::new(q.clone());
+        queue.visibility_timeout().await.unwrap();
+        let batcher = Arc::new(Batcher::new(
+            queue,
+            Call::Delete,
+            TaskTracker::new(),
+            Runner::Caller,
+        ));
+        // The batcher's first request: a receive of five, acked one a millisecond.
+        let cohort = Arc::new(Cohort::default());
+        (0..5).for_each(|_| cohort.join());
+        for done in acks_a_millisecond_apart(&batcher, h, &[cohort]).await {
+            assert_eq!(done, Duration::from_millis(54), "sent with the fifth");
+        }
+        assert_eq!(q.requests().requests(Action::DeleteMessageBatch), 1);
+        assert!(q.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_batch_filled_while_its_cohorts_are_awaited_goes_at_once() {
         let q = queue_with_50_ms_requests();
         let mut h = held(&q, 11).await;
@@ -775,23 +775,6 @@ mod tests {
         let second = ack_in(&batcher, &cohort, h.pop().unwrap(), start);
         assert_eq!(second.await.unwrap(), Duration::from_millis(100));
         assert!(q.is_empty());
-    }
-
-    #[test]
-    fn the_round_trip_is_a_moving_average_of_answered_requests() {
-        let rtt = AtomicU64::new(0);
-        learn_round_trip(&rtt, Duration::from_millis(40));
-        assert_eq!(rtt.load(Ordering::Relaxed), 40_000, "the first as it is");
-        learn_round_trip(&rtt, Duration::from_millis(120));
-        assert_eq!(
-            rtt.load(Ordering::Relaxed),
-            50_000,
-            "one slow answer weighs an eighth"
-        );
-        for _ in 0..50 {
-            learn_round_trip(&rtt, Duration::from_millis(8));
-        }
-        assert!(rtt.load(Ordering::Relaxed) < 9_000, "it follows the server");
     }
 
     #[tokio::test(start_paused = true)]

@@ -590,6 +590,34 @@ async fn failures_released_at_once_cost_the_floor_releases_go_in_tens_like_acks(
 }
 
 #[tokio::test(start_paused = true)]
+async fn the_first_receives_acks_share_one_request_though_they_come_apart() {
+    // No delete has been answered yet, but the read of the queue's visibility timeout has:
+    // its round trip bounds the wait for the receive's other acks, which come 0 to 9 ms
+    // after the first.
+    let q = queue_with_50_ms_requests();
+    for i in 0..10 {
+        q.send(i.to_string()).unwrap();
+    }
+    let consumer = Consumer::in_memory(&q).build().unwrap();
+    let handler = |d: Delivery| async move {
+        let apart = d.body().parse().unwrap_or(0);
+        sleep(Duration::from_millis(apart)).await;
+        d.ack().await
+    };
+    let all_acked = eventually("all acked", LIMIT, || q.is_empty());
+    run_while(&consumer, handler, all_acked).await;
+    let counts = q.requests();
+    assert_eq!(
+        (
+            counts.requests(Action::DeleteMessageBatch),
+            counts.requests(Action::DeleteMessage)
+        ),
+        (1, 0),
+        "{counts:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_busy_queue_never_leaves_free_slots_unused_for_long() {
     // 16 slots, receives of 10: after a full receive the consumer prefers to wait for 10 free
     // slots, but these handlers only finish once all 16 messages have reached a handler.

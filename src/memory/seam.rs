@@ -142,6 +142,7 @@ impl Transport for MemoryQueue {
 
     fn visibility_timeout(&self) -> BoxFuture<'_, Result<u32, Error>> {
         Box::pin(self.disturbed(Action::GetQueueAttributes, async move {
+            self.round_trip().await;
             let timeout = self.visibility_timeout_request()?;
             Ok(u32::try_from(timeout.as_secs()).unwrap_or(u32::MAX))
         }))

@@ -5,6 +5,7 @@
 //! wraps a transport and gives every call a bounded time: no call path can wait for ever on
 //! a server that never answers.
 
+mod round_trip;
 pub(crate) mod sdk;
 
 use std::fmt;
@@ -19,6 +20,8 @@ use futures_util::future::BoxFuture;
 
 use crate::backlog::Backlog;
 use crate::error::{Error, ErrorKind};
+
+pub(crate) use round_trip::RoundTrip;
 
 /// How long a request may go unanswered (beyond a long poll's wait) before it counts as a
 /// transient failure, unless the consumer's `request_timeout` says otherwise. The SDK sets no
@@ -100,6 +103,7 @@ pub(crate) struct Queue {
     transport: Arc<dyn Transport>,
     fifo: bool,
     request_timeout: Duration,
+    round_trip: RoundTrip,
 }
 
 impl Queue {
@@ -108,6 +112,7 @@ impl Queue {
             fifo: transport.is_fifo(),
             transport: Arc::new(transport),
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            round_trip: RoundTrip::default(),
         }
     }
 
@@ -126,6 +131,11 @@ impl Queue {
         self.fifo
     }
 
+    /// How long its requests take to be answered (a moving average; zero before the first).
+    pub(crate) fn round_trip(&self) -> Duration {
+        self.round_trip.get()
+    }
+
     pub(crate) async fn receive(&self, request: Receive<'_>) -> Result<Vec<Message>, Error> {
         let limit = request.wait + self.request_timeout;
         within(limit, "ReceiveMessage", self.transport.receive(request)).await?
@@ -134,17 +144,17 @@ impl Queue {
     /// Sends a message (to a queue whose URL is resolved); its id.
     pub(crate) async fn send_message(&self, message: NewMessage<'_>) -> Result<String, Error> {
         let call = self.transport.send_message(message);
-        within(self.request_timeout, "SendMessage", call).await?
+        self.timed("SendMessage", call).await
     }
 
     pub(crate) async fn delete_batch(&self, entries: &[BatchEntry<'_>]) -> BatchResult {
         let call = self.transport.delete_batch(entries);
-        within(self.request_timeout, "DeleteMessageBatch", call).await?
+        self.timed("DeleteMessageBatch", call).await
     }
 
     pub(crate) async fn change_visibility_batch(&self, entries: &[BatchEntry<'_>]) -> BatchResult {
         let call = self.transport.change_visibility_batch(entries);
-        within(self.request_timeout, "ChangeMessageVisibilityBatch", call).await?
+        self.timed("ChangeMessageVisibilityBatch", call).await
     }
 
     /// The queue's URL, resolved (once) if it was given by name or ARN.
@@ -160,13 +170,28 @@ impl Queue {
     /// The queue's approximate message counts.
     pub(crate) async fn backlog(&self) -> Result<Backlog, Error> {
         let call = self.transport.backlog();
-        within(self.request_timeout, "GetQueueAttributes", call).await?
+        self.timed("GetQueueAttributes", call).await
     }
 
     /// The queue's `VisibilityTimeout` attribute, whole seconds.
     pub(crate) async fn visibility_timeout(&self) -> Result<u32, Error> {
         let call = self.transport.visibility_timeout();
-        within(self.request_timeout, "GetQueueAttributes", call).await?
+        self.timed("GetQueueAttributes", call).await
+    }
+
+    /// `call`'s answer within the request timeout; a successful one teaches the round trip
+    /// (a failure may have been quick for want of a server, or slow for a timeout).
+    async fn timed<T>(
+        &self,
+        operation: &'static str,
+        call: impl Future<Output = Result<T, Error>>,
+    ) -> Result<T, Error> {
+        let started = tokio::time::Instant::now();
+        let answer = within(self.request_timeout, operation, call).await?;
+        if answer.is_ok() {
+            self.round_trip.learn(started.elapsed());
+        }
+        answer
     }
 }
 
