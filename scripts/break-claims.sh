@@ -440,6 +440,15 @@ breaks "cost: a batch filled while its cohorts are awaited goes at once" src/bat
 breaks "cost: failures released at once go in requests of 10" src/batch.rs \
   'if batch.len() == MAX_BATCH {' 'if batch.len() == 1 {' \
   -- --test consumer failures_released_at_once
+breaks "receives: a run's receive loop runs on a worker" src/dispatch.rs \
+  'Ok(runtime) => Looping::Task(runtime.spawn(receiving.in_current_span())),' 'Ok(_) => Looping::InPlace(Box::pin(receiving)),' \
+  -- --test integrations a_runs_receive_loop
+breaks "receives: a run's receive loop runs in the caller's span" src/dispatch.rs \
+  'Ok(runtime) => Looping::Task(runtime.spawn(receiving.in_current_span())),' 'Ok(runtime) => Looping::Task(runtime.spawn(receiving)),' \
+  -- --test integrations a_runs_receive_loop
+breaks "receives: a run's future dropped ends its receive loop" src/dispatch.rs \
+  '            task.abort();' '            let _ = task;' \
+  -- --test lifecycle dropping_the_run_future
 breaks "receives: a receive dropped before its answer ends its task" src/queue/sdk.rs \
   '        self.0.abort();' '        let _ = &self.0;' \
   -- --lib queue::sdk::tests::a_call_dropped

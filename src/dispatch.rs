@@ -3,13 +3,16 @@
 //! the graceful shutdown.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{self, ready, Poll};
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
-use tokio::task::JoinSet;
+use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::batch::Cohort;
 use crate::batch_handler::BatchHandler;
@@ -158,22 +161,25 @@ impl Engine {
 
     /// Receives and dispatches until `signal` completes or a fatal error, then shuts down
     /// gracefully (see `Consumer::run_until`).
-    pub(crate) async fn run_until<S>(&self, dispatch: Dispatch, signal: S) -> Result<(), Error>
+    pub(crate) async fn run_until<S>(
+        self: &Arc<Self>,
+        dispatch: Dispatch,
+        signal: S,
+    ) -> Result<(), Error>
     where
         S: Future<Output = ()>,
     {
-        let mut run = self.new_run(CancellationToken::new(), CancellationToken::new());
+        let run = self.new_run(CancellationToken::new(), CancellationToken::new());
         let late = run.late.clone();
-        // Locals drop in reverse order: if this future is dropped, the guard cancels first,
-        // so the deliveries the aborted handlers drop release their messages at once.
+        // Dropped during the shutdown, the run's deliveries are released at once (before it,
+        // the loop's task sees to that).
         let _release_on_drop = run.ties.shutdown().clone().drop_guard();
         // Until the receives under way are in, the run goes on as before the signal (but
         // starts no receive): a message released now could be taken by one of them again.
         let stop = CancellationToken::new();
-        let (result, deadline) = {
-            let receiving = self.receive(&mut run, &dispatch, &stop);
-            self.receive_until(receiving, signal, &stop, &late).await
-        };
+        let receiving = ReceiveTask::start(self.clone(), run, dispatch, stop.clone());
+        let (ended, deadline) = self.receive_until(receiving, signal, &stop, &late).await;
+        let (result, run) = ended?;
         self.shut_down(run, deadline).await;
         result
     }
@@ -189,9 +195,9 @@ impl Engine {
         signal: S,
         stop: &CancellationToken,
         late: &CancellationToken,
-    ) -> (Result<(), Error>, Instant)
+    ) -> (R::Output, Instant)
     where
-        R: Future<Output = Result<(), Error>>,
+        R: Future,
         S: Future<Output = ()>,
     {
         tokio::pin!(receiving);
@@ -503,6 +509,73 @@ impl Run {
             if let Err(err) = d.release().await {
                 tracing::warn!(%message_id, error = %err.chain(), "releasing a late delivery failed; it returns when its visibility lapses");
             }
+        }
+    }
+}
+
+/// A run's receive loop (`Engine::receive`) on a task of its own, which gives the run back
+/// when the loop ends.
+///
+/// `run_until` is often awaited on a thread that is no worker of its runtime (the future
+/// `#[tokio::main]` blocks on): from there, each handler the loop spawns is handed across
+/// threads, a parked worker woken for it, and each receive's answer wakes that thread. As a
+/// task, the loop runs on a worker, and what it spawns goes to that worker's own queue.
+/// Dropped before the loop ends, it aborts the task. Outside a runtime's context, the loop
+/// runs where it is awaited.
+struct ReceiveTask(Looping);
+
+type LoopEnd = (Result<(), Error>, Run);
+
+enum Looping {
+    Task(JoinHandle<LoopEnd>),
+    InPlace(BoxFuture<'static, LoopEnd>),
+    Ended,
+}
+
+impl ReceiveTask {
+    fn start(engine: Arc<Engine>, run: Run, dispatch: Dispatch, stop: CancellationToken) -> Self {
+        let receiving = async move {
+            let mut run = run;
+            // Declared after the run, so dropped before it: if the loop is dropped (its task
+            // aborted) or panics, the run is cancelled first, and the deliveries its aborted
+            // handlers drop are released at once.
+            let release_on_drop = run.ties.shutdown().clone().drop_guard();
+            let result = engine.receive(&mut run, &dispatch, &stop).await;
+            release_on_drop.disarm();
+            (result, run)
+        };
+        Self(match tokio::runtime::Handle::try_current() {
+            // In the caller's span: the loop's events stay under whatever span the run is in.
+            Ok(runtime) => Looping::Task(runtime.spawn(receiving.in_current_span())),
+            Err(_) => Looping::InPlace(Box::pin(receiving)),
+        })
+    }
+}
+
+impl Future for ReceiveTask {
+    /// The loop's end, or an error if the runtime shut down first (the run went with it).
+    type Output = Result<LoopEnd, Error>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut task::Context<'_>) -> Poll<Self::Output> {
+        let ended = match &mut self.0 {
+            Looping::Task(task) => match ready!(Pin::new(task).poll(cx)) {
+                Ok(end) => Ok(end),
+                // A panic in the loop goes on where the run is awaited, as it did in place.
+                Err(gone) if gone.is_panic() => std::panic::resume_unwind(gone.into_panic()),
+                Err(_) => Err(Error::runtime_gone("ReceiveMessage")),
+            },
+            Looping::InPlace(receiving) => Ok(ready!(receiving.as_mut().poll(cx))),
+            Looping::Ended => return Poll::Pending,
+        };
+        self.0 = Looping::Ended;
+        Poll::Ready(ended)
+    }
+}
+
+impl Drop for ReceiveTask {
+    fn drop(&mut self) {
+        if let Looping::Task(task) = &self.0 {
+            task.abort();
         }
     }
 }

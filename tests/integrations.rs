@@ -13,6 +13,7 @@ use std::time::Duration;
 use common::{secs, Kind, TestQueue};
 use sqs_consumer::{Consumer, Delivery, InFlightLimit};
 use tokio::time::{sleep, Instant};
+use tracing::Instrument;
 
 on_both!(
     three_consumers_sharing_a_limit_never_hold_more_and_a_quiet_queue_is_not_starved,
@@ -139,6 +140,55 @@ fn captured() -> &'static Arc<Mutex<Vec<u8>>> {
         tracing::subscriber::set_global_default(subscriber).expect("the only subscriber");
         logs
     })
+}
+
+/// A run awaited on a thread that is no worker of its runtime (as `#[tokio::main]`'s future
+/// is) receives on one of the workers, in the caller's span.
+#[test]
+fn a_runs_receive_loop_runs_on_a_worker_in_the_callers_span() {
+    let logs = captured();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("run-worker")
+        .enable_all()
+        .build()
+        .unwrap();
+    let q = sqs_consumer::MemoryQueue::builder()
+        .name("loop-on-a-worker")
+        .build()
+        .unwrap();
+    q.send("job").unwrap();
+    // The stop waits for the poll under way.
+    let consumer = Consumer::in_memory(&q).wait_time(secs(1)).build().unwrap();
+    let acked = Arc::new(tokio::sync::Notify::new());
+    let handler = {
+        let acked = acked.clone();
+        move |d: Delivery| {
+            let acked = acked.clone();
+            async move {
+                d.ack().await?;
+                acked.notify_one();
+                Ok::<_, sqs_consumer::Error>(())
+            }
+        }
+    };
+    let span = tracing::info_span!("caller", run = "awaited off the workers");
+    rt.block_on(
+        consumer
+            .run_until(handler, acked.notified())
+            .instrument(span),
+    )
+    .unwrap();
+    let text = String::from_utf8_lossy(&logs.lock().unwrap()).into_owned();
+    let line = text
+        .lines()
+        .find(|l| l.contains("consumer started") && l.contains("loop-on-a-worker"))
+        .unwrap_or_else(|| panic!("no start logged: {text}"));
+    assert!(line.contains("run-worker"), "{line}");
+    assert!(
+        line.contains("caller{run=\"awaited off the workers\"}"),
+        "{line}"
+    );
 }
 
 async fn the_delivery_span_records_the_trace_context(kind: Kind) {

@@ -290,7 +290,7 @@ async fn acks_during_the_drain_are_not_lost() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn dropping_the_run_future_releases_and_stops_every_heartbeat() {
+async fn dropping_the_run_future_releases_and_stops_every_heartbeat_and_receive() {
     let q = queue(30);
     for i in 0..3 {
         q.send(format!("m{i}")).unwrap();
@@ -310,6 +310,7 @@ async fn dropping_the_run_future_releases_and_stops_every_heartbeat() {
         extensions,
         "no heartbeat left"
     );
+    assert_eq!(q.visible_len(), 3, "no receive left either");
     assert_eq!(consumer.in_flight(), 0);
 }
 

@@ -29,12 +29,13 @@ use crate::queue_ref::QueueRef;
 /// loop's other calls come once (the queue's URL and timeout), and settles and extensions run
 /// in tasks of their own already (the keeper's, a batcher's).
 ///
-/// A receive loop often runs on a thread that is no worker of its runtime (the future
-/// `#[tokio::main]` blocks on): polled there, each step of a request (its socket registered,
-/// its connection task spawned, each part of its answer) is a hop between that thread and
-/// the worker that holds the I/O driver, each hop a thread woken. As a task, the request
-/// runs where its I/O is handled, and whoever waits for it is woken once, with the answer.
-/// Dropped, it aborts the task: the request is cancelled as it would be if polled here.
+/// Polled where it is awaited, each step of a request (its socket registered, its connection
+/// task spawned, each part of its answer) wakes the awaiting task; as a task, the request runs
+/// where its I/O is handled, and whoever waits for it is woken once, with the answer. (It was
+/// made for a receive loop awaited off the runtime's workers, where each of those wake-ups
+/// was a thread woken; a run's loop is now a task on a worker itself, and there the two cost
+/// the same CPU within noise.) Dropped, it aborts the task: the request is cancelled as it
+/// would be if polled here.
 async fn as_task<T, F>(operation: &'static str, call: F) -> Result<T, Error>
 where
     F: Future<Output = Result<T, Error>> + Send + 'static,

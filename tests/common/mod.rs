@@ -747,6 +747,7 @@ pub fn buffered_subscriber() -> (Arc<Mutex<Vec<u8>>>, impl tracing::Subscriber +
     let subscriber = tracing_subscriber::fmt()
         .with_writer(move || buffer.clone())
         .with_ansi(false)
+        .with_thread_names(true)
         .with_max_level(tracing::Level::DEBUG)
         .finish();
     (logs, subscriber)
