@@ -47,7 +47,8 @@ impl MemoryQueueBuilder {
     }
 
     /// How long every request takes, as a network round trip would (on tokio's clock):
-    /// receives, and the consumer's deletes and visibility changes. Defaults to 0.
+    /// receives, the consumer's deletes and visibility changes, and its reads of the queue's
+    /// attributes. Defaults to 0.
     pub fn latency(mut self, latency: Duration) -> Self {
         self.latency = latency;
         self
