@@ -980,9 +980,10 @@ fn queues(
                 Some(client) => Some(sqs.with_client(client)),
                 None => sqs.with_own_connections(),
             };
+            let queue = Queue::new(sqs);
             let lease_queue = match (placement, own) {
                 (KeeperPlacement::CallersRuntime, _) | (KeeperPlacement::Default, None) => None,
-                (_, Some(own)) => Some(Queue::new(own)),
+                (_, Some(own)) => Some(queue.through(own)),
                 (KeeperPlacement::OwnThread, None) => {
                     return Err(Error::invalid(
                         "isolated_keeper",
@@ -992,7 +993,7 @@ fn queues(
                     ))
                 }
             };
-            Ok((Queue::new(sqs), lease_queue))
+            Ok((queue, lease_queue))
         }
         Source::Memory(memory) => {
             if keeper_client.is_some() {
@@ -1408,6 +1409,23 @@ mod tests {
                 .unwrap_or_else(|e| panic!("{good}: {e}"));
             assert!(format!("{consumer:?}").contains(good), "{consumer:?}");
         }
+    }
+
+    #[tokio::test]
+    async fn the_keepers_own_client_shares_the_queues_round_trip() {
+        let conf = aws_sdk_sqs::Config::builder()
+            .behavior_version(aws_sdk_sqs::config::BehaviorVersion::latest())
+            .region(aws_sdk_sqs::config::Region::new("us-east-1"))
+            .build();
+        let client = aws_sdk_sqs::Client::from_conf(conf);
+        let source = Source::Sqs {
+            client,
+            queue: "orders".into(),
+        };
+        let (queue, lease_queue) = queues(source, None, KeeperPlacement::Default).unwrap();
+        let lease_queue = lease_queue.expect("the keeper has connections of its own");
+        // What the receive loop's calls teach bounds the keeper's batches' waits.
+        assert!(lease_queue.shares_round_trip_with(&queue));
     }
 
     #[tokio::test]

@@ -116,6 +116,22 @@ impl Queue {
         }
     }
 
+    /// The same queue reached through `transport` (a client of the keeper's own): the server
+    /// is the same, so the round trip learned through either is the other's too.
+    pub(crate) fn through(&self, transport: impl Transport) -> Self {
+        Self {
+            fifo: transport.is_fifo(),
+            transport: Arc::new(transport),
+            request_timeout: self.request_timeout,
+            round_trip: self.round_trip.clone(),
+        }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn shares_round_trip_with(&self, other: &Queue) -> bool {
+        self.round_trip.is_shared_with(&other.round_trip)
+    }
+
     /// The same queue, its calls answered within `timeout` (a receive: its wait plus that).
     pub(crate) fn with_request_timeout(mut self, timeout: Duration) -> Self {
         self.request_timeout = timeout;

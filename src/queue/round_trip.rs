@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// A moving average of the round trips of a queue's answered requests, receives aside (a long
-/// poll's time is its wait). Shared by the clones of a queue: its first answered request (the
+/// poll's time is its wait). Shared by the clones of a queue, and with the keeper's client: its first answered request (the
 /// read of its visibility timeout, with the default settings) sets it before the first
 /// settle, so the first batches wait for their receive's other settles as later ones do.
 #[derive(Debug, Clone, Default)]
@@ -31,6 +31,13 @@ impl RoundTrip {
                     old => old - old / 8 + took / 8,
                 })
             });
+    }
+}
+
+#[cfg(test)]
+impl RoundTrip {
+    pub(crate) fn is_shared_with(&self, other: &RoundTrip) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
     }
 }
 
