@@ -444,11 +444,14 @@ breaks "cost: failures released at once go in requests of 10" src/batch.rs \
   'if batch.len() == MAX_BATCH {' 'if batch.len() == 1 {' \
   -- --test consumer failures_released_at_once
 breaks "receives: a run's receive loop runs on a worker" src/dispatch.rs \
-  'Ok(runtime) => Looping::Task(runtime.spawn(receiving.in_current_span())),' 'Ok(_) => Looping::InPlace(Box::pin(receiving)),' \
+  'Looping::Task(runtime.spawn(receiving.in_current_span().with_current_subscriber()))' 'Looping::InPlace(Box::pin(receiving))' \
   -- --test integrations a_runs_receive_loop
 breaks "receives: a run's receive loop runs in the caller's span" src/dispatch.rs \
-  'Ok(runtime) => Looping::Task(runtime.spawn(receiving.in_current_span())),' 'Ok(runtime) => Looping::Task(runtime.spawn(receiving)),' \
+  'Looping::Task(runtime.spawn(receiving.in_current_span().with_current_subscriber()))' 'Looping::Task(runtime.spawn(receiving.with_current_subscriber()))' \
   -- --test integrations a_runs_receive_loop
+breaks "receives: a run's receive loop logs to the caller's subscriber" src/dispatch.rs \
+  'Looping::Task(runtime.spawn(receiving.in_current_span().with_current_subscriber()))' 'Looping::Task(runtime.spawn(receiving.in_current_span()))' \
+  -- --test logs a_subscriber_for_the_awaiting_thread
 breaks "receives: a run's future dropped ends its receive loop" src/dispatch.rs \
   '            task.abort();' '            let _ = task;' \
   -- --test lifecycle dropping_the_run_future
@@ -456,7 +459,10 @@ breaks "receives: a receive dropped before its answer ends its task" src/queue/s
   '        self.0.abort();' '        let _ = &self.0;' \
   -- --lib queue::sdk::tests::a_call_dropped
 breaks "receives: a receive's task runs in the caller's span" src/queue/sdk.rs \
-  'runtime.spawn(call.in_current_span())' 'runtime.spawn(call)' \
+  'let call = call.in_current_span().with_current_subscriber();' 'let call = call.with_current_subscriber();' \
+  -- --lib queue::sdk::tests::a_call_made_a_task
+breaks "receives: a receive's task logs to the caller's subscriber" src/queue/sdk.rs \
+  'let call = call.in_current_span().with_current_subscriber();' 'let call = call.in_current_span();' \
   -- --lib queue::sdk::tests::a_call_made_a_task
 breaks "receives: one fewer under way for each short answer" src/receiver.rs \
   'Load::Quiet => state.target = state.target.saturating_sub(1).max(1),' 'Load::Quiet => {}' \

@@ -12,6 +12,7 @@ use futures_util::future::BoxFuture;
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tracing::instrument::WithSubscriber;
 use tracing::Instrument;
 
 use crate::batch::Cohort;
@@ -545,8 +546,11 @@ impl ReceiveTask {
             (result, run)
         };
         Self(match tokio::runtime::Handle::try_current() {
-            // In the caller's span: the loop's events stay under whatever span the run is in.
-            Ok(runtime) => Looping::Task(runtime.spawn(receiving.in_current_span())),
+            // In the caller's span, for the caller's subscriber (one set for its thread only,
+            // too): the loop's events go where they went when it ran in place.
+            Ok(runtime) => {
+                Looping::Task(runtime.spawn(receiving.in_current_span().with_current_subscriber()))
+            }
             Err(_) => Looping::InPlace(Box::pin(receiving)),
         })
     }

@@ -1,7 +1,7 @@
 //! The integrations, on `MemoryQueue` and on the test server where a server is involved:
 //! typed bodies and SNS envelopes (feature `json`), `Consumer::from_env` (feature
 //! `from-env`), one in-flight budget for several consumers, trace context in the `delivery`
-//! span, and metrics (feature `metrics`). Figures are printed
+//! span, a run's receive loop on the runtime's workers, and metrics (feature `metrics`). Figures are printed
 //! (`cargo test --test integrations -- --nocapture`).
 
 #[macro_use]

@@ -81,3 +81,37 @@ async fn logs_never_carry_bodies_or_whole_receipt_handles_and_name_the_message()
     );
     assert_eq!(consumer.stats().handler_panics, 1);
 }
+
+/// A subscriber set for the thread that awaits the run only (`set_default`) still gets the
+/// receive loop's events, though the loop runs on a worker of the runtime.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscriber_for_the_awaiting_thread_gets_the_receive_loops_events() {
+    let (logs, _guard) = capture_logs();
+    let q = MemoryQueue::builder()
+        .name("logged-off-the-workers")
+        .build()
+        .unwrap();
+    q.send("job").unwrap();
+    // The stop waits for the poll under way.
+    let consumer = Consumer::in_memory(&q).wait_time(secs(1)).build().unwrap();
+    let acked = Arc::new(tokio::sync::Notify::new());
+    let handler = {
+        let acked = acked.clone();
+        move |d: Delivery| {
+            let acked = acked.clone();
+            async move {
+                d.ack().await?;
+                acked.notify_one();
+                Ok::<_, sqs_consumer::Error>(())
+            }
+        }
+    };
+    // The loop logs its start before its first receive, so before this ack.
+    consumer.run_until(handler, acked.notified()).await.unwrap();
+    let text = String::from_utf8_lossy(&logs.lock().unwrap()).into_owned();
+    let line = text
+        .lines()
+        .find(|l| l.contains("consumer started"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(line.contains("logged-off-the-workers"), "{line}");
+}

@@ -17,6 +17,7 @@ use aws_sdk_sqs::types::{
     DeleteMessageBatchRequestEntry, Message, QueueAttributeName,
 };
 use futures_util::future::BoxFuture;
+use tracing::instrument::WithSubscriber;
 use tracing::Instrument;
 
 use crate::backlog::Backlog;
@@ -44,8 +45,10 @@ where
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return call.await;
     };
-    // In the caller's span: the SDK's own events stay under whatever span the run is in.
-    let mut task = AbortOnDrop(runtime.spawn(call.in_current_span()));
+    // In the caller's span, for the caller's subscriber (one set for its thread only, too):
+    // the SDK's own events go where they went when the call was polled in place.
+    let call = call.in_current_span().with_current_subscriber();
+    let mut task = AbortOnDrop(runtime.spawn(call));
     match (&mut task.0).await {
         Ok(answer) => answer,
         // A panic in the call goes on where it is awaited, as it did when polled there.
@@ -520,8 +523,10 @@ mod tests {
         assert!(ended.is_ok(), "the dropped call's task still runs");
     }
 
-    /// The call's task runs in the caller's span: what the SDK logs stays under it.
-    #[tokio::test]
+    /// The call's task runs in the caller's span, for the caller's subscriber (here one set
+    /// for the test's thread only, while the task runs on a worker): what the SDK logs stays
+    /// under it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_call_made_a_task_runs_in_the_callers_span() {
         let _subscriber = tracing::subscriber::set_default(tracing_subscriber::registry());
         let seen = as_task("ReceiveMessage", async {
