@@ -153,32 +153,8 @@ fn a_runs_receive_loop_runs_on_a_worker_in_the_callers_span() {
         .enable_all()
         .build()
         .unwrap();
-    let q = sqs_consumer::MemoryQueue::builder()
-        .name("loop-on-a-worker")
-        .build()
-        .unwrap();
-    q.send("job").unwrap();
-    // The stop waits for the poll under way.
-    let consumer = Consumer::in_memory(&q).wait_time(secs(1)).build().unwrap();
-    let acked = Arc::new(tokio::sync::Notify::new());
-    let handler = {
-        let acked = acked.clone();
-        move |d: Delivery| {
-            let acked = acked.clone();
-            async move {
-                d.ack().await?;
-                acked.notify_one();
-                Ok::<_, sqs_consumer::Error>(())
-            }
-        }
-    };
     let span = tracing::info_span!("caller", run = "awaited off the workers");
-    rt.block_on(
-        consumer
-            .run_until(handler, acked.notified())
-            .instrument(span),
-    )
-    .unwrap();
+    rt.block_on(common::run_until_one_acked("loop-on-a-worker").instrument(span));
     let text = String::from_utf8_lossy(&logs.lock().unwrap()).into_owned();
     let line = text
         .lines()

@@ -6,7 +6,7 @@ mod common;
 
 use std::sync::{Arc, Mutex};
 
-use common::{capture_logs, eventually, run_while_expecting_panics, secs};
+use common::{capture_logs, eventually, run_until_one_acked, run_while_expecting_panics, secs};
 use sqs_consumer::{Consumer, Delivery, MemoryQueue, RetryPolicy};
 use tokio::time::sleep;
 
@@ -87,27 +87,8 @@ async fn logs_never_carry_bodies_or_whole_receipt_handles_and_name_the_message()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_subscriber_for_the_awaiting_thread_gets_the_receive_loops_events() {
     let (logs, _guard) = capture_logs();
-    let q = MemoryQueue::builder()
-        .name("logged-off-the-workers")
-        .build()
-        .unwrap();
-    q.send("job").unwrap();
-    // The stop waits for the poll under way.
-    let consumer = Consumer::in_memory(&q).wait_time(secs(1)).build().unwrap();
-    let acked = Arc::new(tokio::sync::Notify::new());
-    let handler = {
-        let acked = acked.clone();
-        move |d: Delivery| {
-            let acked = acked.clone();
-            async move {
-                d.ack().await?;
-                acked.notify_one();
-                Ok::<_, sqs_consumer::Error>(())
-            }
-        }
-    };
-    // The loop logs its start before its first receive, so before this ack.
-    consumer.run_until(handler, acked.notified()).await.unwrap();
+    // The loop logs its start before its first receive, so before the ack.
+    run_until_one_acked("logged-off-the-workers").await;
     let text = String::from_utf8_lossy(&logs.lock().unwrap()).into_owned();
     let line = text
         .lines()

@@ -730,6 +730,27 @@ pub async fn eventually(what: &str, limit: Duration, mut cond: impl FnMut() -> b
     panic!("timed out after {limit:?} waiting for: {what}");
 }
 
+/// Sends one message to a new `MemoryQueue` named `name`, and runs a consumer of it until
+/// that message is acked (its polls last 1 s, so the stop waits at most that).
+pub async fn run_until_one_acked(name: &str) {
+    let q = MemoryQueue::builder().name(name).build().unwrap();
+    q.send("job").unwrap();
+    let consumer = Consumer::in_memory(&q).wait_time(secs(1)).build().unwrap();
+    let acked = Arc::new(tokio::sync::Notify::new());
+    let handler = {
+        let acked = acked.clone();
+        move |d: Delivery| {
+            let acked = acked.clone();
+            async move {
+                d.ack().await?;
+                acked.notify_one();
+                Ok::<_, sqs_consumer::Error>(())
+            }
+        }
+    };
+    consumer.run_until(handler, acked.notified()).await.unwrap();
+}
+
 /// A subscriber that writes every log line (debug and up, no colours) to the returned buffer.
 pub fn buffered_subscriber() -> (Arc<Mutex<Vec<u8>>>, impl tracing::Subscriber + Send + Sync) {
     #[derive(Clone)]
