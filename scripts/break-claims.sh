@@ -471,8 +471,15 @@ breaks "receives: one more under way for each full answer" src/receiver.rs \
   'state.target += 1;' 'state.target += 0;' \
   -- --test consumer concurrent_receives_keep
 breaks "receives: an empty answer brings them back to one long poll" src/receiver.rs \
-  '                state.target = 1;' '                state.target = state.target.max(1);' \
+  $'ReceiveOutcome::Empty => {\n                state.target = 1;' \
+  $'ReceiveOutcome::Empty => {\n                state.target = state.target.max(1);' \
   -- --test consumer a_drained_queue
+breaks "receives: releases at once bring them back to one" src/receiver.rs \
+  'if self.releases_at_once.count() != at_send {' 'if false {' \
+  -- --test consumer releases_at_once
+breaks "receives: releases at once count from each receive's sending" src/receiver.rs \
+  'let releases_at_send = self.releases_at_once.count();' 'let releases_at_send = 0;' \
+  -- --test consumer releases_at_once
 breaks "adaptive: each receive asks for the estimate" src/receiver.rs \
   'let estimate = adaptive.timeout(timeout);' 'let estimate = timeout;' \
   -- --test scenarios --test handler_details adaptive_visibility

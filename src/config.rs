@@ -326,8 +326,11 @@ impl ConsumerBuilder {
     /// and adds another each time a receive comes back full while slots are free, so a busy
     /// queue keeps `max_in_flight` filled; a short answer takes one away, so a thinning queue
     /// is not split into ever shorter answers; an empty answer brings it back to one, so a
-    /// quiet queue costs one long poll at a time. Never more than `max_in_flight /
-    /// batch_size` (rounded up). Defaults to 8.
+    /// quiet queue costs one long poll at a time. So does an answer that comes while
+    /// deliveries are released at once (visibility 0: [`RetryPolicy::ReleaseNow`], or
+    /// [`Delivery::release`](crate::Delivery::release)): those messages are visible again
+    /// at once, and several receives waiting would split them into short answers. Never more
+    /// than `max_in_flight / batch_size` (rounded up). Defaults to 8.
     pub fn max_concurrent_receives(mut self, max: usize) -> Self {
         self.max_concurrent_receives = max;
         self

@@ -3,6 +3,7 @@
 //! visibility changes), each batched and each retried here on its own terms.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -75,6 +76,22 @@ impl SettleHooks for Nobody {
     fn retrying(&self) {}
 }
 
+/// Counts the releases that make messages visible again at once (a visibility of 0), as they
+/// start: the receive loop reads it to know when the queue has them back.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ReleasesAtOnce(Arc<AtomicU64>);
+
+impl ReleasesAtOnce {
+    fn note(&self) {
+        self.0.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// How many have started so far.
+    pub(crate) fn count(&self) -> u64 {
+        self.0.load(Ordering::Acquire)
+    }
+}
+
 #[derive(Debug)]
 pub(crate) struct Context {
     /// The queue the settle calls go to; its URL or name, for logs.
@@ -97,6 +114,7 @@ pub(crate) struct Context {
     visibility: Batcher,
     /// Where the batchers and the settle retries run.
     runner: Runner,
+    releases_at_once: ReleasesAtOnce,
     /// Where payloads are read from and deleted (feature `s3`), if the consumer reads them.
     #[cfg(feature = "s3")]
     payloads: Option<crate::s3::PayloadStore>,
@@ -112,6 +130,7 @@ impl Context {
             deletes: batcher(Call::Delete),
             visibility: batcher(Call::ChangeVisibility),
             runner,
+            releases_at_once: ReleasesAtOnce::default(),
             retry,
             counters: Counters::new(queue.name()),
             unfinished_deletes: UnfinishedDeletes::default(),
@@ -295,10 +314,22 @@ impl Context {
         hooks: Option<Arc<dyn SettleHooks>>,
     ) -> Result<(), Error> {
         let hooks = hooks.unwrap_or_else(|| Arc::new(Nobody));
+        self.note_release(secs);
         self.settle(Settle::Release(secs), receipt, hooks).await?;
         self.count(Counter::Released);
         tracing::debug!(visibility = secs, "released");
         Ok(())
+    }
+
+    fn note_release(&self, secs: u32) {
+        if secs == 0 {
+            self.releases_at_once.note();
+        }
+    }
+
+    /// The count of releases at once that have started, shared.
+    pub(crate) fn releases_at_once(&self) -> ReleasesAtOnce {
+        self.releases_at_once.clone()
     }
 
     /// Deletes several messages, their first tries together (one request for up to 10),
@@ -317,6 +348,7 @@ impl Context {
         items: Vec<(String, Option<Arc<dyn SettleHooks>>)>,
         secs: u32,
     ) -> Vec<Result<(), Error>> {
+        self.note_release(secs);
         let results = self.settle_all(Settle::Release(secs), items).await;
         for _ in results.iter().filter(|r| r.is_ok()) {
             self.count(Counter::Released);

@@ -78,10 +78,11 @@ impl Engine {
             .with_adaptive_visibility(receive.adaptive.clone());
         #[cfg(feature = "s3")]
         let ctx = ctx.with_payloads(payloads);
+        let receiver = Receiver::new(queue, receive, ctx.releases_at_once());
         Self {
             ctx: Arc::new(ctx),
             keeper: Keeper::new(runner),
-            receiver: Receiver::new(queue, receive),
+            receiver,
             shutdown_timeout,
             handling,
             shutdown_requested: CancellationToken::new(),

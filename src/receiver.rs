@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 use crate::adaptive_visibility::AdaptiveVisibility;
 use crate::backlog::Backlog;
 use crate::call_retries::{self, Backoff};
+use crate::context::ReleasesAtOnce;
 use crate::delivery::Slot;
 use crate::error::Error;
 use crate::in_flight_limit::InFlightLimit;
@@ -62,7 +63,8 @@ pub(crate) struct ReceivedBatch {
 
 /// What one receive came back with.
 enum ReceiveOutcome {
-    Batch(ReceivedBatch),
+    /// Messages, and how many releases at once had started when the receive was sent.
+    Batch(ReceivedBatch, u64),
     /// An empty answer.
     Empty,
     /// A transient failure (already waited out).
@@ -131,16 +133,23 @@ pub(crate) struct Receiver {
     visibility: OnceCell<u32>,
     /// `true` while receiving is paused.
     paused: watch::Sender<bool>,
+    /// Releases at once started by this consumer's deliveries.
+    releases_at_once: ReleasesAtOnce,
 }
 
 impl Receiver {
-    pub(crate) fn new(queue: Queue, settings: ReceiveSettings) -> Self {
+    pub(crate) fn new(
+        queue: Queue,
+        settings: ReceiveSettings,
+        releases_at_once: ReleasesAtOnce,
+    ) -> Self {
         Self {
             queue,
             permits: Arc::new(Semaphore::new(settings.max_in_flight)),
             settings,
             visibility: OnceCell::new(),
             paused: watch::Sender::new(false),
+            releases_at_once,
         }
     }
 
@@ -182,8 +191,8 @@ impl Receiver {
     /// Several receives may be under way at once: one to start with, one more each time a
     /// receive comes back full while slots are still free (up to
     /// `max_concurrent_receives`), one fewer each time one comes back short, and back to one
-    /// when a receive comes back empty. Each receive holds the slots for the messages it asks
-    /// for.
+    /// when a receive comes back empty, or when releases at once started while it was under
+    /// way. Each receive holds the slots for the messages it asks for.
     ///
     /// No receive is abandoned while the server may still answer it (a long poll whose
     /// client went away still takes the next message, hidden for a whole visibility
@@ -337,26 +346,21 @@ impl Receiver {
         state: &mut LoopState,
         on_batch: &mut impl FnMut(ReceivedBatch),
     ) {
-        let settings = &self.settings;
         match answer {
-            ReceiveOutcome::Batch(batch) => {
-                // Full: as many as asked for (a whole batch, without a shared budget or a
-                // rate limit).
-                let full = if settings.in_flight_limit.is_some() || !settings.rate_limits.is_empty()
-                {
-                    batch.messages.len() >= batch.slots.len()
+            ReceiveOutcome::Batch(batch, at_send) => {
+                state.load = if self.is_full(&batch) {
+                    Load::Busy
                 } else {
-                    batch.messages.len() == settings.batch_size as usize
+                    Load::Quiet
                 };
-                state.load = if full { Load::Busy } else { Load::Quiet };
-                match state.load {
-                    Load::Busy if state.target < self.most_receives() && self.slot_free() => {
-                        state.target += 1;
-                    }
-                    // Fewer visible messages than the receives under way ask for: one
-                    // receive fewer, or they split what there is into ever shorter answers.
-                    Load::Quiet => state.target = state.target.saturating_sub(1).max(1),
-                    Load::Busy => {}
+                if self.releases_at_once.count() != at_send {
+                    // Messages released at once meanwhile are visible again already: several
+                    // receives under way would split them into short answers, mixed with
+                    // messages not yet seen (and their acks and releases into more
+                    // requests), so one receive takes them.
+                    state.target = 1;
+                } else {
+                    self.follow_load(state);
                 }
                 on_batch(batch);
             }
@@ -365,6 +369,31 @@ impl Receiver {
                 state.load = Load::Quiet;
             }
             ReceiveOutcome::Nothing => {}
+        }
+    }
+
+    /// Full: as many messages as asked for (a whole batch, without a shared budget or a rate
+    /// limit).
+    fn is_full(&self, batch: &ReceivedBatch) -> bool {
+        let settings = &self.settings;
+        if settings.in_flight_limit.is_some() || !settings.rate_limits.is_empty() {
+            batch.messages.len() >= batch.slots.len()
+        } else {
+            batch.messages.len() == settings.batch_size as usize
+        }
+    }
+
+    /// One receive more after a full answer (while slots are free), one fewer after a short
+    /// one.
+    fn follow_load(&self, state: &mut LoopState) {
+        match state.load {
+            Load::Busy if state.target < self.most_receives() && self.slot_free() => {
+                state.target += 1;
+            }
+            // Fewer visible messages than the receives under way ask for: one receive fewer,
+            // or they split what there is into ever shorter answers.
+            Load::Quiet => state.target = state.target.saturating_sub(1).max(1),
+            Load::Busy => {}
         }
     }
 
@@ -461,6 +490,7 @@ impl Receiver {
             None => (settings.visibility_timeout, timeout),
         };
         let received_at = Instant::now();
+        let releases_at_send = self.releases_at_once.count();
         let request = Receive {
             max_messages: u32::try_from(slots.len()).unwrap_or(settings.batch_size),
             wait: settings.wait_time,
@@ -494,13 +524,16 @@ impl Receiver {
                     b.idle.reset();
                 }
                 tracing::debug!(count = messages.len(), "received");
-                Ok(ReceiveOutcome::Batch(ReceivedBatch {
-                    messages,
-                    slots,
-                    received_at,
-                    returned_at: Instant::now(),
-                    timeout,
-                }))
+                Ok(ReceiveOutcome::Batch(
+                    ReceivedBatch {
+                        messages,
+                        slots,
+                        received_at,
+                        returned_at: Instant::now(),
+                        timeout,
+                    },
+                    releases_at_send,
+                ))
             }
             Err(err) if err.is_fatal() => {
                 tracing::error!(queue = %self.queue.name(), error = %err.chain(), "receive failed; stopping");

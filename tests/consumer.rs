@@ -522,6 +522,61 @@ async fn a_drained_queue_comes_back_to_one_long_poll_at_a_time() {
     );
 }
 
+/// Receives sent in each of two seconds on a queue whose requests take 50 ms, holding more
+/// messages than either second takes, by a consumer that may keep 8 receives under way: in
+/// the first, every delivery is released at once; in the second, every delivery is acked.
+async fn receives_while_releasing_at_once_then_acking() -> (u64, u64) {
+    let q = queue_with_50_ms_requests();
+    for i in 0..3_000 {
+        q.send(format!("m{i}")).unwrap();
+    }
+    let consumer = Consumer::in_memory(&q)
+        .max_in_flight(100)
+        .max_concurrent_receives(8)
+        .build()
+        .unwrap();
+    let acking = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let handler = {
+        let acking = acking.clone();
+        move |d: Delivery| {
+            let acking = acking.load(Ordering::SeqCst);
+            async move {
+                if acking {
+                    d.ack().await
+                } else {
+                    d.release().await
+                }
+            }
+        }
+    };
+    let two_seconds = async {
+        let receives = || q.requests().requests(Action::ReceiveMessage);
+        sleep(secs(1)).await;
+        let releasing = receives();
+        acking.store(true, Ordering::SeqCst);
+        sleep(secs(1)).await;
+        (releasing, receives() - releasing)
+    };
+    run_while(&consumer, handler, two_seconds).await
+}
+
+#[tokio::test(start_paused = true)]
+async fn releases_at_once_bring_the_receives_under_way_back_to_one() {
+    // Released at once, messages are visible again when the next answer comes: several
+    // receives under way would split them into short answers. One at a time, a second holds
+    // 20 receives of 50 ms (and the first answer, before any release, adds one).
+    let (releasing, acking) = receives_while_releasing_at_once_then_acking().await;
+    assert!(
+        releasing <= 22,
+        "{releasing} receives in the second of releases"
+    );
+    // With acks only, full answers bring them up again.
+    assert!(
+        acking >= 3 * releasing,
+        "{acking} receives in the second of acks, {releasing} before"
+    );
+}
+
 /// 100 messages, each failing its first delivery and released at once, acked on its second:
 /// the requests made by the last ack.
 async fn requests_when_every_first_delivery_fails() -> RequestCounts {
