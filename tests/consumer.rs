@@ -428,11 +428,11 @@ async fn concurrent_receives_keep_the_consumer_busy_when_requests_take_time() {
     );
 }
 
-/// A queue whose requests take 50 ms holding a burst of 100 messages, and a consumer that
-/// may keep 8 receives under way for them.
-fn a_burst_of_100_for_up_to_8_receives() -> (MemoryQueue, Consumer) {
+/// A queue whose requests take 50 ms holding a burst of `messages`, and a consumer that may
+/// keep 8 receives under way for them.
+fn a_burst_for_up_to_8_receives(messages: usize) -> (MemoryQueue, Consumer) {
     let q = queue_with_50_ms_requests();
-    for i in 0..100 {
+    for i in 0..messages {
         q.send(format!("burst {i}")).unwrap();
     }
     let consumer = Consumer::in_memory(&q)
@@ -447,7 +447,7 @@ fn a_burst_of_100_for_up_to_8_receives() -> (MemoryQueue, Consumer) {
 /// 10 ms on a queue whose requests take 50 ms; returns the receives the trickle took.
 async fn receives_for_a_trickle_after_a_burst() -> u64 {
     const TRICKLE: usize = 200;
-    let (q, consumer) = a_burst_of_100_for_up_to_8_receives();
+    let (q, consumer) = a_burst_for_up_to_8_receives(100);
     let acked = Arc::new(AtomicUsize::new(0));
     let handler = {
         let acked = acked.clone();
@@ -497,7 +497,7 @@ async fn short_answers_bring_the_receives_under_way_down_so_a_trickle_comes_in_b
 async fn a_drained_queue_comes_back_to_one_long_poll_at_a_time() {
     // A burst brings the receives under way up to 8; once it is acked, the polls still
     // under way wait out their 20 s, and from then on one long poll waits at a time.
-    let (q, consumer) = a_burst_of_100_for_up_to_8_receives();
+    let (q, consumer) = a_burst_for_up_to_8_receives(100);
     let waiting = |c: &RequestCounts| {
         c.requests(Action::ReceiveMessage) - c.empty_receives() - c.non_empty_receives()
     };
@@ -526,15 +526,7 @@ async fn a_drained_queue_comes_back_to_one_long_poll_at_a_time() {
 /// messages than either second takes, by a consumer that may keep 8 receives under way: in
 /// the first, every delivery is released at once; in the second, every delivery is acked.
 async fn receives_while_releasing_at_once_then_acking() -> (u64, u64) {
-    let q = queue_with_50_ms_requests();
-    for i in 0..3_000 {
-        q.send(format!("m{i}")).unwrap();
-    }
-    let consumer = Consumer::in_memory(&q)
-        .max_in_flight(100)
-        .max_concurrent_receives(8)
-        .build()
-        .unwrap();
+    let (q, consumer) = a_burst_for_up_to_8_receives(3_000);
     let acking = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let handler = {
         let acking = acking.clone();
