@@ -1326,6 +1326,15 @@ mod tests {
         );
     }
 
+    /// A client of a real SQS endpoint (us-east-1) that these tests never call.
+    fn sqs_client() -> aws_sdk_sqs::Client {
+        let conf = aws_sdk_sqs::Config::builder()
+            .behavior_version(aws_sdk_sqs::config::BehaviorVersion::latest())
+            .region(aws_sdk_sqs::config::Region::new("us-east-1"))
+            .build();
+        aws_sdk_sqs::Client::from_conf(conf)
+    }
+
     #[cfg(feature = "s3")]
     fn s3() -> aws_sdk_s3::Client {
         let conf = aws_sdk_s3::Config::builder()
@@ -1383,11 +1392,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_malformed_queue_or_an_arn_of_another_region_is_refused() {
-        let conf = aws_sdk_sqs::Config::builder()
-            .behavior_version(aws_sdk_sqs::config::BehaviorVersion::latest())
-            .region(aws_sdk_sqs::config::Region::new("us-east-1"))
-            .build();
-        let client = aws_sdk_sqs::Client::from_conf(conf);
+        let client = sqs_client();
         for bad in [
             "my queue",
             "",
@@ -1416,11 +1421,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_keepers_own_client_shares_the_queues_round_trip() {
-        let conf = aws_sdk_sqs::Config::builder()
-            .behavior_version(aws_sdk_sqs::config::BehaviorVersion::latest())
-            .region(aws_sdk_sqs::config::Region::new("us-east-1"))
-            .build();
-        let client = aws_sdk_sqs::Client::from_conf(conf);
+        let client = sqs_client();
         let source = Source::Sqs {
             client,
             queue: "orders".into(),
@@ -1433,11 +1434,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_dead_letter_queue_is_checked_and_asks_for_what_its_copy_needs() {
-        let conf = aws_sdk_sqs::Config::builder()
-            .behavior_version(aws_sdk_sqs::config::BehaviorVersion::latest())
-            .region(aws_sdk_sqs::config::Region::new("us-east-1"))
-            .build();
-        let client = aws_sdk_sqs::Client::from_conf(conf);
+        let client = sqs_client();
         let sqs = |queue: &str| Consumer::builder(client.clone(), queue);
         let (memory, failed) = (MemoryQueue::new(), MemoryQueue::new());
         for after_receives in [0, 1001] {
