@@ -15,12 +15,15 @@
 //!   the worst delay of an extension past its due time (half a timeout).
 //! - B4: the test server, 5,000 messages, instant ack, with the default settings (and the
 //!   keeper not isolated, on two threads and on one), with `max_in_flight(100)`, and with no
-//!   consumer at all (the same requests made by hand with the SDK, one after the other):
+//!   consumer at all (the same requests made by hand with the SDK, one after the other, on
+//!   one thread and on the 2-thread runtime):
 //!   messages/s, requests per message, client CPU per message, and per thread its CPU and
 //!   how often it went to sleep. First, where the time goes: the CPU one `ReceiveMessage`
 //!   call costs its thread when a canned answer comes at once and when it comes 13 ms later.
 //!   `B4_ONLY=<n>[,<n>...]` runs only those of its lines: 0 default settings, 1 keeper not
-//!   isolated, 2 `max_in_flight(100)`, 3 one thread, 4 no consumer, 5 handlers ending apart.
+//!   isolated, 2 `max_in_flight(100)`, 3 one thread, 4 no consumer, 5 handlers ending apart,
+//!   6 no consumer on the 2-thread runtime (what the runtime's second worker costs the SDK's
+//!   own calls).
 //! - B5: the test server, 50 messages held 5 s each at a visibility timeout of 2 s, with
 //!   `max_in_flight(50)` and with the default settings: extension requests and entries per
 //!   message, failed extension attempts, messages seen twice.
@@ -396,15 +399,24 @@ struct B4Run {
 
 type Settings = fn(sqs_consumer::ConsumerBuilder) -> sqs_consumer::ConsumerBuilder;
 
+/// The runtime a B4 run's taker runs on.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Threads {
+    /// A current-thread runtime.
+    One,
+    /// A multi-thread runtime of 2 workers.
+    Two,
+}
+
 /// Who takes the messages in a B4 run.
 #[derive(Clone, Copy)]
 enum Taker {
-    /// A consumer with these settings, on a 2-thread runtime (or a current-thread one).
-    Consumer(Settings, bool),
-    /// No consumer: the same requests made by hand, one after the other, on a
-    /// current-thread runtime (a `ReceiveMessage` of up to 10, then one `DeleteMessageBatch`
-    /// of what it brought). What the SDK's own calls cost, with nothing of this crate.
-    Sdk,
+    /// A consumer with these settings.
+    Consumer(Settings, Threads),
+    /// No consumer: the same requests made by hand, one after the other, in one task (a
+    /// `ReceiveMessage` of up to 10, then one `DeleteMessageBatch` of what it brought). What
+    /// the SDK's own calls cost, with nothing of this crate.
+    Sdk(Threads),
     /// A consumer with the default settings on a 2-thread runtime whose handlers end apart:
     /// each waits 0 to 4 ms (by turns) before its ack, so the acks of one receive reach the
     /// batcher one by one.
@@ -468,8 +480,11 @@ fn b4_run(endpoint: &str, taker: Taker, backlog: usize) -> B4Run {
             })
             .unwrap()
     };
-    let one_thread = !matches!(taker, Taker::Consumer(_, false) | Taker::HandlersApart);
-    let rt = if one_thread {
+    let threads = match taker {
+        Taker::Consumer(_, threads) | Taker::Sdk(threads) => threads,
+        Taker::HandlersApart => Threads::Two,
+    };
+    let rt = if threads == Threads::One {
         tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -488,11 +503,16 @@ fn b4_run(endpoint: &str, taker: Taker, backlog: usize) -> B4Run {
         let settings = match taker {
             Taker::Consumer(settings, _) => settings,
             Taker::HandlersApart => |b| b,
-            Taker::Sdk => {
+            Taker::Sdk(_) => {
                 let cpu_before = cpu_time().unwrap_or_default();
                 let server_before = server_cpu_time();
                 let start = Instant::now();
-                take_by_hand(&client, &url, &acked, MESSAGES).await;
+                // On a worker, as a consumer's receive loop runs (not on the thread
+                // `block_on` blocks).
+                let (client, url, acked) = (client.clone(), url.clone(), acked.clone());
+                tokio::spawn(async move { take_by_hand(&client, &url, &acked, MESSAGES).await })
+                    .await
+                    .unwrap();
                 let server = server_cpu_time()
                     .zip(server_before)
                     .map(|(after, before)| after.saturating_sub(before));
@@ -747,11 +767,11 @@ fn b4(endpoint: &str) {
     );
     // The consumer runs on a 2-thread runtime, except on the current-thread line: one
     // thread, the keeper on it too, which shows what the hops between threads cost.
-    let variants: [(&str, Taker); 6] = [
-        ("default settings", Taker::Consumer(|b| b, false)),
+    let variants: [(&str, Taker); 7] = [
+        ("default settings", Taker::Consumer(|b| b, Threads::Two)),
         (
             "default settings, keeper not isolated",
-            Taker::Consumer(|b| b.isolated_keeper(false), false),
+            Taker::Consumer(|b| b.isolated_keeper(false), Threads::Two),
         ),
         (
             "max_in_flight(100), T = 60 s",
@@ -760,20 +780,24 @@ fn b4(endpoint: &str) {
                     b.max_in_flight(100)
                         .visibility_timeout(Duration::from_secs(60))
                 },
-                false,
+                Threads::Two,
             ),
         ),
         (
             "default settings, keeper not isolated, current-thread runtime",
-            Taker::Consumer(|b| b.isolated_keeper(false), true),
+            Taker::Consumer(|b| b.isolated_keeper(false), Threads::One),
         ),
         (
             "no consumer: the SDK's calls alone, one at a time, one thread",
-            Taker::Sdk,
+            Taker::Sdk(Threads::One),
         ),
         (
             "default settings, handlers ending 0 to 4 ms apart",
             Taker::HandlersApart,
+        ),
+        (
+            "no consumer: the SDK's calls alone, one at a time, on the 2-thread runtime",
+            Taker::Sdk(Threads::Two),
         ),
     ];
     let only: Option<Vec<usize>> = std::env::var("B4_ONLY")
@@ -836,7 +860,7 @@ fn w1(endpoint: &str) {
         server_name()
     );
     let runs: Vec<B4Run> = (0..runs)
-        .map(|_| b4_run(endpoint, Taker::Consumer(|b| b, false), MESSAGES))
+        .map(|_| b4_run(endpoint, Taker::Consumer(|b| b, Threads::Two), MESSAGES))
         .collect();
     let rpm = median(runs.iter().map(|r| r.requests_per_message).collect());
     let mid = runs
