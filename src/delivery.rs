@@ -320,12 +320,14 @@ impl Delivery {
     }
 
     /// When the message was received: the instant taken just before the `ReceiveMessage`
-    /// request was sent, on tokio's clock.
+    /// request was sent, on tokio's clock, kept to the millisecond (rounded down, so never
+    /// later).
     pub fn received_at(&self) -> Instant {
         self.lease.received_at()
     }
 
-    /// When the message's current visibility timeout ends, as far as this consumer knows.
+    /// When the message's current visibility timeout ends, as far as this consumer knows, to
+    /// the millisecond (rounded down, so never later).
     ///
     /// It starts as the visibility timeout counted from when the receive's answer arrived;
     /// the heartbeat moves it forward with every extension. After it passes without an

@@ -52,7 +52,7 @@ use tokio::time::Instant;
 use tracing::{Instrument, Span};
 
 use crate::batch::Cohort;
-use crate::context::{Context, SettleHooks};
+use crate::context::{Context, Millis, SettleHooks};
 use crate::error::{Error, ErrorKind, LostReason};
 use crate::limits::{extension_limit, MAX_VISIBILITY_SECS};
 use crate::stats::Counter;
@@ -118,8 +118,10 @@ pub(crate) enum Dropped {
 
 #[derive(Debug, Clone, Copy)]
 struct Status {
-    /// When the message's visibility ends, as far as this consumer knows.
-    deadline: Instant,
+    /// When the message's visibility ends, as far as this consumer knows: whole milliseconds
+    /// after `received` (the receive's request, as the lease keeps it), rounded down, so the
+    /// estimate is never late. (Not an `Instant`: 120,000 leases may be held at once.)
+    deadline_ms: u32,
     state: State,
 }
 
@@ -134,8 +136,9 @@ pub(crate) struct Lease {
     status: Mutex<Status>,
     /// Wakes `lost()` and `ended()` when the state reaches one they wait for.
     changed: Notify,
-    /// Just before the receive's request: the 12-hour limit counts from it.
-    received_at: Instant,
+    /// Just before the receive's request: the 12-hour limit counts from it. (Milliseconds
+    /// from the context's epoch, rounded down: 120,000 leases may be held at once.)
+    received: Millis,
     /// The visibility timeout the receive applied, seconds: at most 43,200, SQS's limit.
     /// (Two bytes: 120,000 leases may be held at once.)
     timeout: u16,
@@ -175,8 +178,10 @@ impl Lease {
         receive_count: u32,
         span: Span,
     ) -> Self {
+        let received = ctx.millis(received_at);
+        let deadline = handed_out + Duration::from_secs(u64::from(timeout));
         let status = Mutex::new(Status {
-            deadline: handed_out + Duration::from_secs(u64::from(timeout)),
+            deadline_ms: millis_after(ctx.instant(received), deadline),
             state: State::Held,
         });
         Self {
@@ -184,7 +189,7 @@ impl Lease {
             message,
             status,
             changed: Notify::new(),
-            received_at,
+            received,
             // SQS applies no more than 12 hours; a server that said more gets that.
             timeout: u16::try_from(timeout.min(MAX_VISIBILITY_SECS)).unwrap_or(u16::MAX),
             receive_count,
@@ -224,7 +229,7 @@ impl Lease {
         }
         if lost_reason(state).is_none() {
             let answered_after = Duration::from_millis(u64::from(self.answered_after_cs) * 10);
-            self.ctx.held_since(self.received_at + answered_after);
+            self.ctx.held_since(self.received_at() + answered_after);
         }
     }
 
@@ -291,7 +296,7 @@ impl Lease {
     }
 
     pub(crate) fn received_at(&self) -> Instant {
-        self.received_at
+        self.ctx.instant(self.received)
     }
 
     pub(crate) fn receive_count(&self) -> u32 {
@@ -299,11 +304,11 @@ impl Lease {
     }
 
     pub(crate) fn deadline(&self) -> Instant {
-        self.lock().deadline
+        self.received_at() + Duration::from_millis(u64::from(self.lock().deadline_ms))
     }
 
     pub(crate) fn set_deadline(&self, deadline: Instant) {
-        self.lock().deadline = deadline;
+        self.lock().deadline_ms = millis_after(self.received_at(), deadline);
     }
 
     pub(crate) fn state(&self) -> State {
@@ -316,7 +321,7 @@ impl Lease {
 
     /// How long the message may still stay hidden: until receive + 12 h - margin.
     pub(crate) fn room(&self) -> Duration {
-        extension_limit(self.received_at).saturating_duration_since(Instant::now())
+        extension_limit(self.received_at()).saturating_duration_since(Instant::now())
     }
 
     /// Applies `change` to the state if `from` accepts the current one; returns whether it did.
@@ -660,6 +665,12 @@ fn watched(state: State) -> bool {
 /// Held, whoever decides about an unsettled drop.
 fn held(state: State) -> bool {
     matches!(state, State::Held | State::InHandler)
+}
+
+/// `instant` as whole milliseconds after `start`, rounded down: 0 before it, and at most
+/// `u32::MAX` (49 days; a lease lives at most 12 hours).
+fn millis_after(start: Instant, instant: Instant) -> u32 {
+    u32::try_from(instant.saturating_duration_since(start).as_millis()).unwrap_or(u32::MAX)
 }
 
 fn lost_reason(state: State) -> Option<LostReason> {
