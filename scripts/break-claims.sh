@@ -132,12 +132,15 @@ breaks "the last extension ends 12 hours after the request" src/delivery.rs \
 breaks "the first deadline counts from the answer of a long poll" src/lease.rs \
   'let deadline = handed_out +' 'let deadline = received_at +' \
   -- --test consumer a_message_handed_out_late_in_a_long_poll_gets_its_whole_timeout
-breaks "received_at and deadline are kept to the millisecond, never later" src/context.rs \
-  'Millis(whole(instant - self.epoch))' 'Millis(whole(instant - self.epoch) + 1)' \
-  -- --lib context::tests::an_instant_kept_in_millis
-breaks "received_at and deadline are kept to the millisecond, never later (before the epoch)" src/context.rs \
+breaks "received_at and deadline are kept to the millisecond, never later" src/millis.rs \
+  'Millis(whole(instant - self.0))' 'Millis(whole(instant - self.0) + 1)' \
+  -- --lib millis::tests::an_instant_kept_in_millis
+breaks "received_at and deadline are kept to the millisecond, never later (before the epoch)" src/millis.rs \
   'let part = i64::from(!before.subsec_nanos().is_multiple_of(1_000_000));' 'let part = 0;' \
-  -- --lib context::tests::an_instant_kept_in_millis
+  -- --lib millis::tests::an_instant_kept_in_millis
+breaks "received_at and deadline are kept to the millisecond, never later (a deadline)" src/millis.rs \
+  'u32::try_from(instant.saturating_duration_since(start).as_millis())' 'u32::try_from(instant.saturating_duration_since(start).as_millis() + 1)' \
+  -- --lib millis::tests::millis_after
 breaks "no extension is sent later than T/4 before its deadline" src/heartbeat.rs \
   'if now + (t / 4).min(SEND_MARGIN) > lease.deadline() {' \
   'if now + SEND_MARGIN > lease.deadline() {' \

@@ -19,6 +19,7 @@ use crate::call_retries::{self, ACK_RETRY_WINDOW, RELEASE_ATTEMPTS};
 use crate::dead_letter::DeadLetter;
 use crate::error::Error;
 use crate::lease_thread::Runner;
+use crate::millis::Epoch;
 use crate::queue::Queue;
 use crate::redelivery::RetryPolicy;
 use crate::stats::{Counter, Counters, Measure, Stats};
@@ -92,16 +93,10 @@ impl ReleasesAtOnce {
     }
 }
 
-/// An instant as whole milliseconds from a context's epoch, rounded down (to the earlier
-/// millisecond): eight bytes where an `Instant` takes sixteen, for what each of 120,000 held
-/// leases keeps.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Millis(i64);
-
 #[derive(Debug)]
 pub(crate) struct Context {
-    /// What [`Millis`] count from: when the context was made.
-    epoch: Instant,
+    /// What its leases count their instants from: when the context was made.
+    epoch: Epoch,
     /// The queue the settle calls go to; its URL or name, for logs.
     queue: Queue,
     retry: RetryPolicy,
@@ -134,7 +129,7 @@ impl Context {
         let settles = TaskTracker::new();
         let batcher = |call| Batcher::new(queue.clone(), call, settles.clone(), runner.clone());
         Self {
-            epoch: Instant::now(),
+            epoch: Epoch::now(),
             queue: queue.clone(),
             deletes: batcher(Call::Delete),
             visibility: batcher(Call::ChangeVisibility),
@@ -158,27 +153,9 @@ impl Context {
         self
     }
 
-    /// `instant` in milliseconds from the epoch, rounded down.
-    pub(crate) fn millis(&self, instant: Instant) -> Millis {
-        let whole = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
-        if instant >= self.epoch {
-            Millis(whole(instant - self.epoch))
-        } else {
-            // Before the epoch (a lease made for an earlier receive): the earlier millisecond.
-            let before = self.epoch - instant;
-            let part = i64::from(!before.subsec_nanos().is_multiple_of(1_000_000));
-            Millis(-whole(before).saturating_add(part))
-        }
-    }
-
-    /// The instant `millis` stands for.
-    pub(crate) fn instant(&self, millis: Millis) -> Instant {
-        let magnitude = Duration::from_millis(millis.0.unsigned_abs());
-        if millis.0 >= 0 {
-            self.epoch + magnitude
-        } else {
-            self.epoch.checked_sub(magnitude).unwrap_or(self.epoch)
-        }
+    /// What its leases count their instants from.
+    pub(crate) fn epoch(&self) -> &Epoch {
+        &self.epoch
     }
 
     /// The same context, moving failed messages to `dead_letter`.
@@ -537,38 +514,5 @@ impl Context {
         self.settles.close();
         self.settles.wait().await;
         self.settles.reopen();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::memory::MemoryQueue;
-
-    /// An instant kept as [`Millis`] comes back never later, and less than a millisecond
-    /// earlier, on either side of the epoch; whole milliseconds come back as they were.
-    #[tokio::test(start_paused = true)]
-    async fn an_instant_kept_in_millis_comes_back_never_later_and_within_a_millisecond() {
-        let ctx = Context::new(
-            &Queue::new(MemoryQueue::new()),
-            RetryPolicy::Leave,
-            Runner::Caller,
-        );
-        let epoch = Instant::now();
-        let micros = [0, 1, 999, 1_000, 1_500, 2_000, 43_200_000_001];
-        let after = micros.map(|us| epoch + Duration::from_micros(us));
-        let before = micros.map(|us| epoch - Duration::from_micros(us));
-        for instant in after.into_iter().chain(before) {
-            let back = ctx.instant(ctx.millis(instant));
-            assert!(back <= instant, "{back:?} is later than {instant:?}");
-            assert!(
-                instant - back < Duration::from_millis(1),
-                "{back:?} is a millisecond or more before {instant:?}"
-            );
-            let whole = (instant.max(epoch) - instant.min(epoch)).subsec_micros() % 1_000 == 0;
-            if whole {
-                assert_eq!(back, instant);
-            }
-        }
     }
 }

@@ -52,9 +52,10 @@ use tokio::time::Instant;
 use tracing::{Instrument, Span};
 
 use crate::batch::Cohort;
-use crate::context::{Context, Millis, SettleHooks};
+use crate::context::{Context, SettleHooks};
 use crate::error::{Error, ErrorKind, LostReason};
 use crate::limits::{extension_limit, MAX_VISIBILITY_SECS};
+use crate::millis::{millis_after, Millis};
 use crate::stats::Counter;
 use crate::unfinished_deletes::Unfinished;
 
@@ -178,10 +179,10 @@ impl Lease {
         receive_count: u32,
         span: Span,
     ) -> Self {
-        let received = ctx.millis(received_at);
+        let received = ctx.epoch().millis(received_at);
         let deadline = handed_out + Duration::from_secs(u64::from(timeout));
         let status = Mutex::new(Status {
-            deadline_ms: millis_after(ctx.instant(received), deadline),
+            deadline_ms: millis_after(ctx.epoch().instant(received), deadline),
             state: State::Held,
         });
         Self {
@@ -296,7 +297,7 @@ impl Lease {
     }
 
     pub(crate) fn received_at(&self) -> Instant {
-        self.ctx.instant(self.received)
+        self.ctx.epoch().instant(self.received)
     }
 
     pub(crate) fn receive_count(&self) -> u32 {
@@ -665,12 +666,6 @@ fn watched(state: State) -> bool {
 /// Held, whoever decides about an unsettled drop.
 fn held(state: State) -> bool {
     matches!(state, State::Held | State::InHandler)
-}
-
-/// `instant` as whole milliseconds after `start`, rounded down: 0 before it, and at most
-/// `u32::MAX` (49 days; a lease lives at most 12 hours).
-fn millis_after(start: Instant, instant: Instant) -> u32 {
-    u32::try_from(instant.saturating_duration_since(start).as_millis()).unwrap_or(u32::MAX)
 }
 
 fn lost_reason(state: State) -> Option<LostReason> {

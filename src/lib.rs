@@ -118,6 +118,7 @@ mod lease;
 mod lease_thread;
 mod limits;
 pub mod memory;
+mod millis;
 #[cfg(feature = "s3")]
 mod payload;
 #[cfg(feature = "s3")]
