@@ -507,8 +507,8 @@ fn b4_run(endpoint: &str, taker: Taker, backlog: usize) -> B4Run {
                 let cpu_before = cpu_time().unwrap_or_default();
                 let server_before = server_cpu_time();
                 let start = Instant::now();
-                // On a worker, as a consumer's receive loop runs (not on the thread
-                // `block_on` blocks).
+                // In a task, as a consumer's receive loop runs: on the 2-thread runtime, on a
+                // worker rather than the thread `block_on` blocks.
                 let (client, url, acked) = (client.clone(), url.clone(), acked.clone());
                 tokio::spawn(async move { take_by_hand(&client, &url, &acked, MESSAGES).await })
                     .await

@@ -41,6 +41,7 @@ impl Epoch {
         if millis.0 >= 0 {
             self.0 + magnitude
         } else {
+            // `None` only for an instant the platform cannot hold, which no lease was given.
             self.0.checked_sub(magnitude).unwrap_or(self.0)
         }
     }
