@@ -25,12 +25,15 @@ if ! command -v perf > /dev/null \
   exit 3
 fi
 
-cargo bench --bench throughput --no-run --quiet 2> /dev/null
+cargo bench --bench throughput --no-run --quiet
 trace=$(mktemp -d)
 trap 'rm -rf "$trace"' EXIT
 for line in "${lines[@]}"; do
-  B4_ONLY=$line BENCH_RUNS=1 perf record -q -a -e sched:sched_wakeup -o "$trace/$line.data" -- \
-    cargo bench --quiet --bench throughput -- b4 > "$trace/$line.out" 2> /dev/null
+  if ! B4_ONLY=$line BENCH_RUNS=1 perf record -q -a -e sched:sched_wakeup -o "$trace/$line.data" -- \
+    cargo bench --quiet --bench throughput -- b4 > "$trace/$line.out" 2>&1; then
+    cat "$trace/$line.out" >&2
+    exit 1
+  fi
   # The line's own result (its name, messages/s, requests, CPU), then its wake-ups.
   grep -E '^ +[a-z]' "$trace/$line.out" | grep -v 'where the time goes' || true
   messages=$(grep -oE '5000 messages' "$trace/$line.out" | head -1 | cut -d' ' -f1)
