@@ -13,8 +13,8 @@
 //!   heartbeat requests per delivery per extension round.
 //! - B3: 120,000 deliveries held at once with heartbeats (real time): memory per delivery and
 //!   the worst delay of an extension past its due time (half a timeout).
-//! - B4: the test server, 5,000 messages, instant ack, with the default settings (and the
-//!   keeper not isolated, on two threads and on one), with `max_in_flight(100)`, and with no
+//! - B4: the test server, 5,000 messages, instant ack, with the default settings (on two
+//!   threads and on one, the keeper isolated or not), with `max_in_flight(100)`, and with no
 //!   consumer at all (the same requests made by hand with the SDK, one after the other, on
 //!   one thread and on the 2-thread runtime):
 //!   messages/s, requests per message, client CPU per message, and per thread its CPU and
@@ -23,7 +23,7 @@
 //!   `B4_ONLY=<n>[,<n>...]` runs only those of its lines: 0 default settings, 1 keeper not
 //!   isolated, 2 `max_in_flight(100)`, 3 one thread, 4 no consumer, 5 handlers ending apart,
 //!   6 no consumer on the 2-thread runtime (what the runtime's second worker costs the SDK's
-//!   own calls).
+//!   own calls), 7 one thread with the keeper on a thread of its own.
 //! - B5: the test server, 50 messages held 5 s each at a visibility timeout of 2 s, with
 //!   `max_in_flight(50)` and with the default settings: extension requests and entries per
 //!   message, failed extension attempts, messages seen twice.
@@ -765,9 +765,10 @@ fn b4(endpoint: &str) {
          (medians of {runs_per_variant} runs):",
         server_name()
     );
-    // The consumer runs on a 2-thread runtime, except on the current-thread line: one
-    // thread, the keeper on it too, which shows what the hops between threads cost.
-    let variants: [(&str, Taker); 7] = [
+    // The consumer runs on a 2-thread runtime, except on the current-thread lines: one
+    // thread, with the keeper on it too (line 3: what the hops between threads cost) or on its
+    // own thread (line 7: what the lease thread's hops cost alone).
+    let variants: [(&str, Taker); 8] = [
         ("default settings", Taker::Consumer(|b| b, Threads::Two)),
         (
             "default settings, keeper not isolated",
@@ -798,6 +799,10 @@ fn b4(endpoint: &str) {
         (
             "no consumer: the SDK's calls alone, one at a time, on the 2-thread runtime",
             Taker::Sdk(Threads::Two),
+        ),
+        (
+            "default settings, current-thread runtime",
+            Taker::Consumer(|b| b, Threads::One),
         ),
     ];
     let only: Option<Vec<usize>> = std::env::var("B4_ONLY")
