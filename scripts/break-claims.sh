@@ -339,6 +339,12 @@ breaks_on_server "a payload object is deleted only after the sqs delete succeede
 breaks_on_server "the lease is kept while a payload downloads" src/payloads.rs \
   'let lost = delivery.lost();' 'let lost = delivery.lost(); delivery.keeper().let_go(delivery.lease());' \
   -- --test payloads a_slow_download_keeps_the_message_hidden
+breaks_on_server "a stop lets a payload download end within the shutdown timeout" src/dispatch.rs \
+  'let drained = tokio::time::timeout_at(deadline, async {' 'let drained = tokio::time::timeout_at(Instant::now(), async {' \
+  -- --test payloads a_stop_during_a_download_waits_for_it
+breaks_on_server "a download still going at the shutdown timeout is cut off and released" src/dispatch.rs \
+  'groups.shutdown().await;' 'while groups.join_next().await.is_some() {}' \
+  -- --test payloads a_download_outlasting_the_shutdown_timeout
 breaks "every counter lands in its own stats field" src/stats.rs \
   'handler_errors: get(Counter::HandlerErrors),
             handler_panics: get(Counter::HandlerPanics),' \

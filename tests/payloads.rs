@@ -598,7 +598,79 @@ with_s3!(
     a_slow_download_keeps_the_message_hidden,
     batches_and_streams_get_payloads_too,
     a_dead_lettered_payload_keeps_its_pointer_not_the_payload,
+    a_stop_during_a_download_waits_for_it_within_the_shutdown_timeout,
+    a_download_outlasting_the_shutdown_timeout_is_released_not_handled,
 );
+
+/// A graceful stop while a payload downloads lets the download end and the handler run
+/// (within the shutdown timeout): the handler gets the payload, the message is deleted.
+async fn a_stop_during_a_download_waits_for_it_within_the_shutdown_timeout(kind: Kind) {
+    let endpoint = common::server_endpoint();
+    let s3 = s3_client(&endpoint);
+    let bucket = new_bucket(&s3).await;
+    let q = TestQueue::new(kind, 30).await;
+    put(&s3, &bucket, "held", b"arrives after the stop").await;
+    send_pointer(&q, Producer::Java, &bucket, "held", 22).await;
+    let hold = secs(2);
+    let proxy = s3_proxy(&endpoint, &["GetObject"], Disturb::Hold(hold)).await;
+    let consumer = consumer_of(&q, s3_client(&proxy.endpoint))
+        .request_timeout(hold * 2)
+        .shutdown_timeout(hold * 5)
+        .build()
+        .unwrap();
+    let seen = Seen::default();
+    // The stop comes once the message is received, with its download held at the proxy.
+    let signal = eventually("the receive", secs(30), || consumer.stats().received == 1);
+    consumer.run_until(recording(&seen), signal).await.unwrap();
+    assert_eq!(proxy.log().requests.get("GetObject"), Some(&1));
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_eq!(seen[0].0, "arrives after the stop");
+    assert_eq!(consumer.stats().acked, 1, "{:?}", consumer.stats());
+    assert_eq!(q.counts().await, (0, 0), "the message was not deleted");
+}
+
+/// A download that outlasts the shutdown timeout does not hold the stop up: the run ends at
+/// the timeout, no handler gets the message, and it is released (visible again at once, not
+/// after its visibility timeout).
+async fn a_download_outlasting_the_shutdown_timeout_is_released_not_handled(kind: Kind) {
+    let endpoint = common::server_endpoint();
+    let s3 = s3_client(&endpoint);
+    let bucket = new_bucket(&s3).await;
+    let visibility = 60;
+    let q = TestQueue::new(kind, visibility).await;
+    put(&s3, &bucket, "too-slow", b"never handled").await;
+    send_pointer(&q, Producer::Java, &bucket, "too-slow", 13).await;
+    let shutdown = secs(1);
+    // Held far past the shutdown timeout (and the poll the stop waits for, 1 s).
+    let hold = secs(20);
+    let proxy = s3_proxy(&endpoint, &["GetObject"], Disturb::Hold(hold)).await;
+    let consumer = consumer_of(&q, s3_client(&proxy.endpoint))
+        .request_timeout(hold * 2)
+        .shutdown_timeout(shutdown)
+        .build()
+        .unwrap();
+    let seen = Seen::default();
+    let signal = eventually("the receive", secs(30), || consumer.stats().received == 1);
+    let mut stopped_at = None;
+    let signal = async {
+        signal.await;
+        stopped_at = Some(tokio::time::Instant::now());
+    };
+    consumer.run_until(recording(&seen), signal).await.unwrap();
+    let took = stopped_at.expect("signalled").elapsed();
+    // The stop takes the shutdown timeout, or the poll under way (1 s) if longer; half the
+    // hold tells that from waiting for the download, with room for a busy machine.
+    assert!(took < hold / 2, "the stop waited {took:?} for the download");
+    assert!(seen.lock().unwrap().is_empty(), "a handler got it");
+    assert_eq!(consumer.stats().released, 1, "{:?}", consumer.stats());
+    // Visible again well within its visibility timeout: released, not left to lapse.
+    let (message, _) = q
+        .wait_for_message(secs(visibility / 2))
+        .await
+        .expect("the message was released");
+    assert!(message.body().unwrap_or_default().contains("too-slow"));
+}
 
 /// A payload read from S3 whose handler fails moves to the dead-letter queue as the pointer it
 /// came as (with its size attribute), not as the payload, and its object stays (the copy
