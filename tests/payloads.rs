@@ -620,7 +620,10 @@ async fn a_stop_during_a_download_waits_for_it_within_the_shutdown_timeout(kind:
         .unwrap();
     let seen = Seen::default();
     // The stop comes once the message is received, with its download held at the proxy.
-    let signal = eventually("the receive", secs(30), || consumer.stats().received == 1);
+    let signal = async {
+        eventually("the receive", secs(30), || consumer.stats().received == 1).await;
+        assert!(seen.lock().unwrap().is_empty(), "handled before the stop");
+    };
     consumer.run_until(recording(&seen), signal).await.unwrap();
     assert_eq!(proxy.log().requests.get("GetObject"), Some(&1));
     let seen = seen.lock().unwrap().clone();
