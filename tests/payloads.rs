@@ -1,9 +1,9 @@
 //! Payloads in S3, as Amazon's Extended Client libraries store them (feature `s3`): pointers
 //! written exactly as the Java and Python libraries write them, read before the handler with
 //! the lease kept; unreadable payloads kept from every handler; the object deleted only after
-//! the SQS delete. S3 is the test server's own (moto serves it on the SQS port; LocalStack runs
-//! it beside SQS); the queue is `MemoryQueue` (on the real clock: S3 is real I/O) or the
-//! server's.
+//! the SQS delete; a graceful stop during a download. S3 is the test server's own (moto serves
+//! it on the SQS port; LocalStack runs it beside SQS); the queue is `MemoryQueue` (on the real
+//! clock: S3 is real I/O) or the server's.
 #![cfg(feature = "s3")]
 
 mod common;
