@@ -469,6 +469,33 @@ breaks "receives: a run's receive loop runs in the caller's span" src/dispatch.r
 breaks "receives: a run's receive loop logs to the caller's subscriber" src/dispatch.rs \
   'Looping::Task(runtime.spawn(receiving.in_current_span().with_current_subscriber()))' 'Looping::Task(runtime.spawn(receiving.in_current_span()))' \
   -- --test logs a_subscriber_for_the_awaiting_thread
+breaks "logs: a run's handler tasks log to the caller's subscriber" src/dispatch.rs \
+  '                            .with_current_subscriber(),' '' \
+  -- --test logs a_subscriber_for_the_awaiting_thread_gets_the_handlers
+breaks "logs: a batch window's collector logs to the caller's subscriber" src/dispatch.rs \
+  'groups.spawn(task.with_current_subscriber());' 'groups.spawn(task);' \
+  -- --test logs a_subscriber_for_the_awaiting_thread_gets_the_batch
+breaks "logs: a batch handler's task logs to the caller's subscriber" src/dispatch.rs \
+  'groups.spawn(batch.with_current_subscriber());' 'groups.spawn(batch);' \
+  -- --test logs a_subscriber_for_the_awaiting_thread_gets_the_batch
+breaks "logs: a window's batches log to the caller's subscriber" src/batch_window.rs \
+  'handed.spawn(hand_over(batch).with_current_subscriber());' 'handed.spawn(hand_over(batch));' \
+  -- --test logs a_subscriber_for_the_awaiting_thread_gets_the_batch
+breaks "logs: a stream's loop logs to the caller's subscriber" src/stream.rs \
+  'let pump = tokio::spawn(pump.with_current_subscriber());' 'let pump = tokio::spawn(pump);' \
+  -- --test logs a_subscriber_for_the_awaiting_thread_gets_the_stream
+breaks "logs: the keeper logs to the caller's subscriber" src/lease_thread.rs \
+  'runtime.spawn(task.with_current_subscriber());' 'runtime.spawn(task);' \
+  -- --test logs a_subscriber_for_the_awaiting_thread_gets_the
+breaks "logs: a settle's retries log to the caller's subscriber" src/context.rs \
+  '                    .with_current_subscriber(),' '                    ,' \
+  -- --test logs a_subscriber_for_the_awaiting_thread_gets_the
+breaks "logs: a settle call run to its end logs to the caller's subscriber" src/context.rs \
+  '.spawn_on(settle.with_current_subscriber(), runtime);' '.spawn_on(settle, runtime);' \
+  -- --test logs a_subscriber_for_the_awaiting_thread_gets_the
+breaks "logs: a batch request logs to the caller's subscriber" src/batch.rs \
+  'tokio::spawn(request.with_current_subscriber());' 'tokio::spawn(request);' \
+  -- --test logs a_subscriber_for_the_awaiting_thread_gets_the
 breaks "receives: a run's future dropped ends its receive loop" src/dispatch.rs \
   '            task.abort();' '            let _ = task;' \
   -- --test lifecycle dropping_the_run_future

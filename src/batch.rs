@@ -20,6 +20,7 @@ use tokio::sync::{mpsc, oneshot, Notify, Semaphore};
 use tokio::time::{sleep_until, Instant};
 use tokio_util::task::task_tracker::TaskTrackerToken;
 use tokio_util::task::TaskTracker;
+use tracing::instrument::WithSubscriber;
 
 use crate::error::Error;
 use crate::lease_thread::{Mailbox, Runner};
@@ -304,11 +305,12 @@ async fn batcher_task(
         let batch = take_batch(&mut waiting);
         bell.sent(batch.len());
         let (queue, answered) = (queue.clone(), answered.clone());
-        tokio::spawn(async move {
+        let request = async move {
             send(&queue, call, batch).await;
             drop(slot);
             answered.notify_waiters();
-        });
+        };
+        tokio::spawn(request.with_current_subscriber());
     }
 }
 

@@ -9,6 +9,7 @@ use futures_util::future::BoxFuture;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio::time::{sleep_until, Instant};
+use tracing::instrument::WithSubscriber;
 
 use crate::delivery::Delivery;
 
@@ -72,21 +73,26 @@ async fn fill(
             got = incoming.recv() => match got {
                 Some(deliveries) => {
                     for batch in filling.add(deliveries, Instant::now()) {
-                        handed.spawn(hand_over(batch));
+                        hand(&mut handed, &hand_over, batch);
                     }
                 }
                 None => break,
             },
             () = sleep_until(due.unwrap_or_else(Instant::now)), if due.is_some() => {
-                handed.spawn(hand_over(filling.take()));
+                hand(&mut handed, &hand_over, filling.take());
             }
             Some(_) = handed.join_next(), if !handed.is_empty() => {}
         }
     }
     if !filling.is_empty() {
-        handed.spawn(hand_over(filling.take()));
+        hand(&mut handed, &hand_over, filling.take());
     }
     while handed.join_next().await.is_some() {}
+}
+
+/// Hands `batch` over in a task of its own, which logs for the collector's subscriber.
+fn hand(handed: &mut JoinSet<()>, hand_over: &HandOver, batch: Vec<Delivery>) {
+    handed.spawn(hand_over(batch).with_current_subscriber());
 }
 
 /// A batch filling up, and when its window ends.

@@ -11,6 +11,7 @@ use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 use tokio::time::{sleep, Instant};
 use tokio_util::task::TaskTracker;
+use tracing::instrument::WithSubscriber;
 use tracing::{Instrument, Span};
 
 use crate::adaptive_visibility::AdaptiveVisibility;
@@ -441,8 +442,12 @@ impl Context {
         };
         // Without a runtime, the channel closes unanswered: "runtime gone".
         if let Some(runtime) = self.runner.runtime(None) {
-            self.settles
-                .spawn_on(retries.instrument(Span::current()), &runtime);
+            self.settles.spawn_on(
+                retries
+                    .instrument(Span::current())
+                    .with_current_subscriber(),
+                &runtime,
+            );
         }
         rx
     }
@@ -506,7 +511,8 @@ impl Context {
     where
         F: Future<Output = ()> + Send + 'static,
     {
-        self.settles.spawn_on(settle, runtime);
+        self.settles
+            .spawn_on(settle.with_current_subscriber(), runtime);
     }
 
     /// Waits until every settle call sent so far has finished.

@@ -372,11 +372,10 @@ impl Engine {
                 for group in fifo::partition(deliveries, ctx.is_fifo()) {
                     let each = each.clone();
                     // Boxed: the task then moves a pointer around, not the whole state machine.
-                    groups.spawn(Box::pin(fifo::run_group(
-                        group,
-                        shutdown.clone(),
-                        move |d| each(d),
-                    )));
+                    groups.spawn(
+                        Box::pin(fifo::run_group(group, shutdown.clone(), move |d| each(d)))
+                            .with_current_subscriber(),
+                    );
                 }
             }
             Dispatch::Batch(_) if deliveries.is_empty() => {}
@@ -386,7 +385,7 @@ impl Engine {
                     let collector = run.collector.get_or_insert_with(|| {
                         let hand_over = self.hand_over(batch, shutdown);
                         let (collector, task) = Collector::start(batching, hand_over);
-                        groups.spawn(task);
+                        groups.spawn(task.with_current_subscriber());
                         collector
                     });
                     collector.push(deliveries);
@@ -396,7 +395,8 @@ impl Engine {
                 let mut deliveries = deliveries;
                 while !deliveries.is_empty() {
                     let rest = deliveries.split_off(batching.max.min(deliveries.len()));
-                    groups.spawn(hand_over(std::mem::replace(&mut deliveries, rest)));
+                    let batch = hand_over(std::mem::replace(&mut deliveries, rest));
+                    groups.spawn(batch.with_current_subscriber());
                 }
             }
         }

@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::runtime::Handle;
 use tokio::sync::{mpsc, oneshot};
+use tracing::instrument::WithSubscriber;
 
 /// The lease thread's name, as the operating system shows it.
 pub(crate) const THREAD_NAME: &str = "sqs-leases";
@@ -59,7 +60,7 @@ impl Runner {
     {
         match self.runtime(None) {
             Some(runtime) => {
-                runtime.spawn(task);
+                runtime.spawn(task.with_current_subscriber());
                 true
             }
             None => false,

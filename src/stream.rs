@@ -11,6 +11,7 @@ use futures_util::future::BoxFuture;
 use futures_util::task::AtomicWaker;
 use futures_util::Stream;
 use tokio_util::sync::{CancellationToken, DropGuard};
+use tracing::instrument::WithSubscriber;
 
 use crate::delivery::Delivery;
 use crate::dispatch::{Dispatch, Engine};
@@ -72,7 +73,7 @@ impl DeliveryStream {
         let inbox = Arc::new(Yielded::default());
         let shutdown = CancellationToken::new();
         let (token, sink) = (shutdown.clone(), inbox.clone());
-        let pump = tokio::spawn(async move {
+        let pump = async move {
             let out = sink.clone();
             let dispatch = Dispatch::Each(Arc::new(move |d| {
                 out.push(Ok(d));
@@ -115,7 +116,9 @@ impl DeliveryStream {
                 sink.release_buffered();
             }
             sink.close();
-        });
+        };
+        // Spawned: its events (and the handlers') go to the caller's subscriber all the same.
+        let pump = tokio::spawn(pump.with_current_subscriber());
         drop(pump); // detached: it ends by itself once the receives under way are in
         Self {
             inbox,

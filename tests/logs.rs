@@ -5,9 +5,14 @@
 mod common;
 
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use common::{capture_logs, eventually, run_until_one_acked, run_while_expecting_panics, secs};
-use sqs_consumer::{Consumer, Delivery, MemoryQueue, RetryPolicy};
+use common::{
+    capture_logs, eventually, run_until_one_acked, run_while, run_while_expecting_panics, secs,
+};
+use futures::StreamExt;
+use sqs_consumer::memory::{Action, Faults};
+use sqs_consumer::{Batch, Consumer, Delivery, MemoryQueue, RetryPolicy};
 use tokio::time::sleep;
 
 #[tokio::test(start_paused = true)]
@@ -95,4 +100,168 @@ async fn a_subscriber_for_the_awaiting_thread_gets_the_receive_loops_events() {
         .find(|l| l.contains("consumer started"))
         .unwrap_or_else(|| panic!("{text}"));
     assert!(line.contains("logged-off-the-workers"), "{line}");
+}
+
+/// The same subscriber gets the handlers' events and the keeper's: the tasks the run spawns
+/// (handlers, the keeper, the batchers) log for the caller's subscriber too, on whatever
+/// worker they run, and on the keeper's own thread when it has one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscriber_for_the_awaiting_thread_gets_the_handlers_and_keepers_events() {
+    handlers_and_keeper_log_for_the_awaiting_threads_subscriber(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscriber_for_the_awaiting_thread_gets_the_isolated_keepers_events() {
+    handlers_and_keeper_log_for_the_awaiting_threads_subscriber(true).await;
+}
+
+async fn handlers_and_keeper_log_for_the_awaiting_threads_subscriber(isolated_keeper: bool) {
+    let (logs, _guard) = capture_logs();
+    // 2 s of visibility: held 1.5 s, a delivery is extended once (at 1 s) before its ack.
+    let q = MemoryQueue::builder()
+        .visibility_timeout(secs(2))
+        .build()
+        .unwrap();
+    q.send("fail").unwrap();
+    q.send("hold").unwrap();
+    let consumer = Consumer::in_memory(&q)
+        .wait_time(secs(1))
+        .retry_policy(RetryPolicy::ReleaseNow)
+        .isolated_keeper(isolated_keeper)
+        .build()
+        .unwrap();
+    let handler = |d: Delivery| async move {
+        if d.body() == "fail" && d.receive_count() == 1 {
+            return Err::<(), sqs_consumer::BoxError>("failed on purpose".into());
+        }
+        if d.body() == "hold" {
+            sleep(Duration::from_millis(1500)).await;
+        }
+        d.ack().await.map_err(Into::into)
+    };
+    let drained = eventually("the queue drained", secs(30), || q.is_empty());
+    consumer.run_until(handler, drained).await.unwrap();
+    let text = String::from_utf8_lossy(&logs.lock().unwrap()).into_owned();
+    let events = [
+        ("sqs_consumer::handling", "handler failed"),
+        ("sqs_consumer::context", "released"),
+        ("sqs_consumer::heartbeat", "visibility extended"),
+        ("sqs_consumer::lease", "acked"),
+    ];
+    for (module, event) in events {
+        assert!(
+            text.lines()
+                .any(|l| l.contains(module) && l.contains(event)),
+            "no {event:?} line:\n{text}"
+        );
+    }
+    assert_eq!(consumer.has_isolated_keeper(), isolated_keeper);
+}
+
+/// The batchers' own events (a failed delete request, on the keeper's thread when it has
+/// one) go to the awaiting thread's subscriber too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscriber_for_the_awaiting_thread_gets_the_batchers_events() {
+    batcher_logs_for_the_awaiting_threads_subscriber(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscriber_for_the_awaiting_thread_gets_the_isolated_batchers_events() {
+    batcher_logs_for_the_awaiting_threads_subscriber(true).await;
+}
+
+async fn batcher_logs_for_the_awaiting_threads_subscriber(isolated_keeper: bool) {
+    let (logs, _guard) = capture_logs();
+    // Every delete request fails: the ack's first try, then its retries, each log theirs.
+    let q = MemoryQueue::builder()
+        .visibility_timeout(secs(2))
+        .faults(
+            Faults::new(7)
+                .internal_error(1.0)
+                .actions([Action::DeleteMessageBatch]),
+        )
+        .build()
+        .unwrap();
+    q.send("unlucky").unwrap();
+    let consumer = Consumer::in_memory(&q)
+        .wait_time(secs(1))
+        .isolated_keeper(isolated_keeper)
+        .build()
+        .unwrap();
+    let events = [
+        ("sqs_consumer::batch", "batch request failed"),
+        ("sqs_consumer::context", "settle call failed; retrying"),
+    ];
+    let logged = |(module, event): (&str, &str)| {
+        let text = String::from_utf8_lossy(&logs.lock().unwrap()).into_owned();
+        text.lines()
+            .any(|l| l.contains(module) && l.contains(event))
+    };
+    // Until both are logged (the ack would go on trying for a while): the run is dropped then.
+    let both = eventually("both events logged", secs(30), || {
+        events.into_iter().all(logged)
+    });
+    run_while(&consumer, |d: Delivery| d.ack(), both).await;
+    assert_eq!(consumer.has_isolated_keeper(), isolated_keeper);
+}
+
+/// A batch handler's events go to the awaiting thread's subscriber too, with a batch window
+/// (its collector's task hands the batches over) and without.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscriber_for_the_awaiting_thread_gets_the_batch_handlers_events() {
+    batch_handler_logs_for_the_awaiting_threads_subscriber(Duration::ZERO).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscriber_for_the_awaiting_thread_gets_the_batch_windows_events() {
+    batch_handler_logs_for_the_awaiting_threads_subscriber(Duration::from_millis(100)).await;
+}
+
+async fn batch_handler_logs_for_the_awaiting_threads_subscriber(window: Duration) {
+    let (logs, _guard) = capture_logs();
+    let q = MemoryQueue::new();
+    q.send("fails once").unwrap();
+    let consumer = Consumer::in_memory(&q)
+        .wait_time(secs(1))
+        .retry_policy(RetryPolicy::ReleaseNow)
+        .batch_window(window)
+        .build()
+        .unwrap();
+    let handler = |batch: Batch| async move {
+        if batch.iter().any(|d| d.receive_count() == 1) {
+            return Err::<(), sqs_consumer::BoxError>("failed on purpose".into());
+        }
+        batch.ack_all().await.map_err(Into::into)
+    };
+    let drained = {
+        let q = q.clone();
+        eventually("the queue drained", secs(30), move || q.is_empty())
+    };
+    consumer.run_batch_until(handler, drained).await.unwrap();
+    let text = String::from_utf8_lossy(&logs.lock().unwrap()).into_owned();
+    assert!(
+        text.lines()
+            .any(|l| l.contains("sqs_consumer::handling") && l.contains("handler failed")),
+        "no failed handler:\n{text}"
+    );
+}
+
+/// A stream's receive loop, a task of its own, logs for the subscriber of the thread that
+/// made the stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscriber_for_the_awaiting_thread_gets_the_streams_events() {
+    let (logs, _guard) = capture_logs();
+    let q = MemoryQueue::builder().name("streamed").build().unwrap();
+    q.send("job").unwrap();
+    let consumer = Consumer::in_memory(&q).wait_time(secs(1)).build().unwrap();
+    let mut deliveries = consumer.stream();
+    let d = deliveries.next().await.expect("a delivery").unwrap();
+    d.ack().await.unwrap();
+    drop(deliveries);
+    let text = String::from_utf8_lossy(&logs.lock().unwrap()).into_owned();
+    let line = text
+        .lines()
+        .find(|l| l.contains("consumer started"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(line.contains("streamed"), "{line}");
 }
