@@ -372,6 +372,8 @@ impl Engine {
                 for group in fifo::partition(deliveries, ctx.is_fifo()) {
                     let each = each.clone();
                     // Boxed: the task then moves a pointer around, not the whole state machine.
+                    // A spawned task logs for the subscriber its worker sees (the global one);
+                    // these carry the run's, a thread-scoped one included.
                     groups.spawn(
                         Box::pin(fifo::run_group(group, shutdown.clone(), move |d| each(d)))
                             .with_current_subscriber(),

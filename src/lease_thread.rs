@@ -53,7 +53,8 @@ impl Runner {
         }
     }
 
-    /// Spawns `task` where lease work runs; `false` when there is no runtime to run it on.
+    /// Spawns `task` where lease work runs; `false` when there is no runtime to run it on. The
+    /// task logs for the subscriber in force here (a thread-scoped one too), not the thread's.
     pub(crate) fn spawn<F>(&self, task: F) -> bool
     where
         F: Future<Output = ()> + Send + 'static,

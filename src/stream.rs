@@ -117,7 +117,7 @@ impl DeliveryStream {
             }
             sink.close();
         };
-        // Spawned: its events (and the handlers') go to the caller's subscriber all the same.
+        // A spawned task logs for the subscriber its worker sees; this one carries the caller's.
         let pump = tokio::spawn(pump.with_current_subscriber());
         drop(pump); // detached: it ends by itself once the receives under way are in
         Self {
