@@ -1,6 +1,8 @@
 //! What the crate logs, checked line by line on `MemoryQueue` (paused clock): no message body
 //! and no whole receipt handle ever, every line about a delivery in its `delivery` span with
-//! the message id, and each event at the level the docs give it.
+//! the message id, and each event at the level the docs give it. Then, on a 2-thread runtime,
+//! where the events go: to the subscriber of the thread that started the run, whichever
+//! worker or thread a task of the run logs from.
 
 mod common;
 
