@@ -143,20 +143,15 @@ async fn handlers_and_keeper_log_for_the_awaiting_threads_subscriber(isolated_ke
     };
     let drained = eventually("the queue drained", secs(30), || q.is_empty());
     consumer.run_until(handler, drained).await.unwrap();
-    let text = String::from_utf8_lossy(&logs.lock().unwrap()).into_owned();
-    let events = [
-        ("sqs_consumer::handling", "handler failed"),
-        ("sqs_consumer::context", "released"),
-        ("sqs_consumer::heartbeat", "visibility extended"),
-        ("sqs_consumer::lease", "acked"),
-    ];
-    for (module, event) in events {
-        assert!(
-            text.lines()
-                .any(|l| l.contains(module) && l.contains(event)),
-            "no {event:?} line:\n{text}"
-        );
-    }
+    assert_logged(
+        &logs,
+        [
+            ("sqs_consumer::handling", "handler failed"),
+            ("sqs_consumer::context", "released"),
+            ("sqs_consumer::heartbeat", "visibility extended"),
+            ("sqs_consumer::lease", "acked"),
+        ],
+    );
     assert_eq!(consumer.has_isolated_keeper(), isolated_keeper);
 }
 
@@ -194,14 +189,9 @@ async fn batcher_logs_for_the_awaiting_threads_subscriber(isolated_keeper: bool)
         ("sqs_consumer::batch", "batch request failed"),
         ("sqs_consumer::context", "settle call failed; retrying"),
     ];
-    let logged = |(module, event): (&str, &str)| {
-        let text = String::from_utf8_lossy(&logs.lock().unwrap()).into_owned();
-        text.lines()
-            .any(|l| l.contains(module) && l.contains(event))
-    };
     // Until both are logged (the ack would go on trying for a while): the run is dropped then.
     let both = eventually("both events logged", secs(30), || {
-        events.into_iter().all(logged)
+        events.into_iter().all(|e| logged(&logs, e))
     });
     run_while(&consumer, |d: Delivery| d.ack(), both).await;
     assert_eq!(consumer.has_isolated_keeper(), isolated_keeper);
@@ -240,12 +230,7 @@ async fn batch_handler_logs_for_the_awaiting_threads_subscriber(window: Duration
         eventually("the queue drained", secs(30), move || q.is_empty())
     };
     consumer.run_batch_until(handler, drained).await.unwrap();
-    let text = String::from_utf8_lossy(&logs.lock().unwrap()).into_owned();
-    assert!(
-        text.lines()
-            .any(|l| l.contains("sqs_consumer::handling") && l.contains("handler failed")),
-        "no failed handler:\n{text}"
-    );
+    assert_logged(&logs, [("sqs_consumer::handling", "handler failed")]);
 }
 
 /// A stream's receive loop, a task of its own, logs for the subscriber of the thread that
@@ -266,4 +251,22 @@ async fn a_subscriber_for_the_awaiting_thread_gets_the_streams_events() {
         .find(|l| l.contains("consumer started"))
         .unwrap_or_else(|| panic!("{text}"));
     assert!(line.contains("streamed"), "{line}");
+}
+
+/// Whether a line of `logs` comes from `module` and says `event`.
+fn logged(logs: &Mutex<Vec<u8>>, (module, event): (&str, &str)) -> bool {
+    let text = String::from_utf8_lossy(&logs.lock().unwrap()).into_owned();
+    text.lines()
+        .any(|l| l.contains(module) && l.contains(event))
+}
+
+/// Panics, showing every line, unless each of `events` (module, event) was logged.
+fn assert_logged<const N: usize>(logs: &Mutex<Vec<u8>>, events: [(&str, &str); N]) {
+    for event in events {
+        assert!(
+            logged(logs, event),
+            "no {event:?} line:\n{}",
+            String::from_utf8_lossy(&logs.lock().unwrap())
+        );
+    }
 }

@@ -487,23 +487,35 @@ async fn a_failing_object_delete_is_tried_four_times_then_counted_and_left() {
     assert_eq!(consumer.stats().acked, 1);
 }
 
-/// A download slower than the visibility timeout keeps the message hidden: a spy receiving
-/// all the while gets nothing, and the handler gets the payload.
-async fn a_slow_download_keeps_the_message_hidden(kind: Kind) {
+/// A queue of `visibility` seconds holding one pointer (as Java writes it) to `key`, whose
+/// object `body` is read through a proxy that answers every `GetObject` `hold` late; the
+/// consumer's builder waits that long for a read (its request timeout twice the hold).
+async fn a_pointer_read_late(
+    kind: Kind,
+    visibility: u64,
+    (key, body): (&str, &str),
+    hold: Duration,
+) -> (TestQueue, FaultProxy, ConsumerBuilder) {
     let endpoint = common::server_endpoint();
     let s3 = s3_client(&endpoint);
     let bucket = new_bucket(&s3).await;
-    let visibility = 2;
     let q = TestQueue::new(kind, visibility).await;
-    put(&s3, &bucket, "slow", b"worth the wait").await;
-    send_pointer(&q, Producer::Java, &bucket, "slow", 14).await;
+    put(&s3, &bucket, key, body.as_bytes()).await;
+    send_pointer(&q, Producer::Java, &bucket, key, body.len() as u64).await;
+    let proxy = s3_proxy(&endpoint, &["GetObject"], Disturb::Hold(hold)).await;
+    let builder = consumer_of(&q, s3_client(&proxy.endpoint)).request_timeout(hold * 2);
+    (q, proxy, builder)
+}
+
+/// A download slower than the visibility timeout keeps the message hidden: a spy receiving
+/// all the while gets nothing, and the handler gets the payload.
+async fn a_slow_download_keeps_the_message_hidden(kind: Kind) {
+    let visibility = 2;
     // Every object read is answered two visibility timeouts late.
     let hold = secs(2 * visibility);
-    let proxy = s3_proxy(&endpoint, &["GetObject"], Disturb::Hold(hold)).await;
-    let consumer = consumer_of(&q, s3_client(&proxy.endpoint))
-        .request_timeout(hold * 2)
-        .build()
-        .unwrap();
+    let (q, proxy, builder) =
+        a_pointer_read_late(kind, visibility, ("slow", "worth the wait"), hold).await;
+    let consumer = builder.build().unwrap();
     let seen = Seen::default();
     let spied = Arc::new(Mutex::new(0usize));
     let spy = {
@@ -605,19 +617,10 @@ with_s3!(
 /// A graceful stop while a payload downloads lets the download end and the handler run
 /// (within the shutdown timeout): the handler gets the payload, the message is deleted.
 async fn a_stop_during_a_download_waits_for_it_within_the_shutdown_timeout(kind: Kind) {
-    let endpoint = common::server_endpoint();
-    let s3 = s3_client(&endpoint);
-    let bucket = new_bucket(&s3).await;
-    let q = TestQueue::new(kind, 30).await;
-    put(&s3, &bucket, "held", b"arrives after the stop").await;
-    send_pointer(&q, Producer::Java, &bucket, "held", 22).await;
     let hold = secs(2);
-    let proxy = s3_proxy(&endpoint, &["GetObject"], Disturb::Hold(hold)).await;
-    let consumer = consumer_of(&q, s3_client(&proxy.endpoint))
-        .request_timeout(hold * 2)
-        .shutdown_timeout(hold * 5)
-        .build()
-        .unwrap();
+    let (q, proxy, builder) =
+        a_pointer_read_late(kind, 30, ("held", "arrives after the stop"), hold).await;
+    let consumer = builder.shutdown_timeout(hold * 5).build().unwrap();
     let seen = Seen::default();
     // The stop comes once the message is received, with its download held at the proxy.
     let signal = async {
@@ -637,22 +640,14 @@ async fn a_stop_during_a_download_waits_for_it_within_the_shutdown_timeout(kind:
 /// the timeout, no handler gets the message, and it is released (visible again at once, not
 /// after its visibility timeout).
 async fn a_download_outlasting_the_shutdown_timeout_is_released_not_handled(kind: Kind) {
-    let endpoint = common::server_endpoint();
-    let s3 = s3_client(&endpoint);
-    let bucket = new_bucket(&s3).await;
     let visibility = 60;
-    let q = TestQueue::new(kind, visibility).await;
-    put(&s3, &bucket, "too-slow", b"never handled").await;
-    send_pointer(&q, Producer::Java, &bucket, "too-slow", 13).await;
     let shutdown = secs(1);
     // Held far past the shutdown timeout (and the poll the stop waits for, 1 s).
     let hold = secs(20);
-    let proxy = s3_proxy(&endpoint, &["GetObject"], Disturb::Hold(hold)).await;
-    let consumer = consumer_of(&q, s3_client(&proxy.endpoint))
-        .request_timeout(hold * 2)
-        .shutdown_timeout(shutdown)
-        .build()
-        .unwrap();
+    // The proxy lives to the end: dropped, it would stop serving the read.
+    let (q, _proxy, builder) =
+        a_pointer_read_late(kind, visibility, ("too-slow", "never handled"), hold).await;
+    let consumer = builder.shutdown_timeout(shutdown).build().unwrap();
     let seen = Seen::default();
     let signal = eventually("the receive", secs(30), || consumer.stats().received == 1);
     let mut stopped_at = None;
