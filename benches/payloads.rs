@@ -194,6 +194,7 @@ impl Bench {
             .wait_time(Duration::from_secs(1))
             .max_in_flight(max_in_flight)
             .s3_payloads(self.s3.clone())
+            .payload_buckets([self.bucket.as_str()])
             .build()
             .expect("a consumer")
     }

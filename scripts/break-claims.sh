@@ -203,6 +203,29 @@ breaks "fifo: the rest of a group is released after a failure" src/fifo.rs \
 breaks "OnSuccess acks once, never a stale delivery" src/lease.rs \
   'dropped = Dropped::Deferred;' 'dropped = Dropped::Unsettled;' \
   -- --test edges a_delivery_dropped_in_its_handler_is_kept_until_on_success_acks_it_once
+breaks "an ack answered after its deadline is lost, not ok" src/lease.rs \
+  'if Instant::now() > self.deadline() {' 'if Instant::now() > self.deadline() && false {' \
+  -- --lib a_delete_answered_after_the_deadline_is_no_ack
+breaks "a settling lease whose deadline passes unextended is lost" src/heartbeat.rs \
+  'if now >= lease.deadline() {
+                // Unanswered' 'if now >= lease.deadline() && false {
+                // Unanswered' \
+  -- --lib an_ack_unanswered_at_its_deadline_is_lost_there_and_reported_lost
+breaks "an ack waiting between tries is lost when its deadline passes" src/lease.rs \
+  'held(s) || matches!(s, State::Abandoned | State::Settling | State::SettleWaiting)' \
+  'held(s) || matches!(s, State::Abandoned | State::Settling)' \
+  -- --test edges outage_longer_than_the_timeout
+breaks "a transient failure of a lapsed ack is reported lost" src/lease.rs \
+  '(Err(err), _) if err.is_retryable() => match self.lost_reason() {' \
+  '(Err(err), _) if err.is_retryable() && false => match self.lost_reason() {' \
+  -- --test edges outage_longer_than_the_timeout
+breaks "a dropped run abandons no poll" src/receiver.rs \
+  'let result = detached_receive::receive(&self.queue, request).await;' \
+  'let result = self.queue.receive(crate::queue::Receive { max_messages: request.max_messages, wait: request.wait, visibility: request.visibility, message_attribute_names: &request.message_attribute_names, system_attribute_names: &request.system_attribute_names }).await;' \
+  -- --test edges a_run_dropped_while_its_poll_waits
+breaks "what a dropped run's poll brings is released" src/detached_receive.rs \
+  'let queue = self.queue.clone();' 'let queue = self.queue.clone(); let messages = Vec::new();' \
+  -- --test edges a_run_dropped_while_its_poll_waits
 breaks "an ack of a lost delivery still sends its delete" src/delivery.rs \
   'let lost_before = self.begin_ack();
         let lease = &self.lease;' \
@@ -336,6 +359,17 @@ breaks_on_server "a payload object is deleted only after the sqs delete succeede
   '(Err(err), _) => return Err(err),' \
   '(Err(err), _) => { if let Some(l) = self.payload_location() { self.ctx.delete_payload(l, &self.span); } return Err(err) }' \
   -- --test payloads delete_on_ack_deletes_the_object_only_after_the_sqs_delete
+breaks_on_server "poison payloads: the dead-letter step after the retry policy" src/payloads.rs \
+  'if let Err(failed) = delivery.give_up(failure).await {' \
+  'let _ = failure; if let Err(failed) = delivery.meet_retry_policy().await {' \
+  -- --test payloads poison_payloads_meet_the_retry_policy_then_the_dead_letter_step
+breaks "payload buckets: a pointer to another bucket is never read" src/s3.rs \
+  'if !allowed.iter().any(|b| b == bucket) {' 'if !allowed.iter().any(|b| b == bucket) && false {' \
+  -- --lib a_pointer_to_a_bucket_not_listed_is_refused_without_a_request
+breaks "payload buckets: s3_payloads alone is refused" src/config.rs \
+  'PayloadBuckets::Unset => Err(Error::invalid("payload_buckets", "none", ALLOWED)),' \
+  'PayloadBuckets::Unset => Ok(None),' \
+  -- --lib payload_settings_are_checked_and_pointers_are_always_recognisable
 breaks_on_server "the lease is kept while a payload downloads" src/payloads.rs \
   'let lost = delivery.lost();' 'let lost = delivery.lost(); delivery.keeper().let_go(delivery.lease());' \
   -- --test payloads a_slow_download_keeps_the_message_hidden

@@ -196,6 +196,19 @@ struct PayloadSettings {
     client: Option<aws_sdk_s3::Client>,
     max_bytes: u64,
     delete_on_ack: bool,
+    buckets: PayloadBuckets,
+}
+
+/// Which buckets pointers may name, as the builder was told (feature `s3`).
+#[cfg(feature = "s3")]
+#[derive(Debug)]
+enum PayloadBuckets {
+    /// Not said: `build()` refuses `s3_payloads`.
+    Unset,
+    /// These, and no other.
+    Only(Vec<String>),
+    /// Every bucket the client can read (`any_payload_bucket`).
+    Any,
 }
 
 impl ConsumerBuilder {
@@ -229,6 +242,7 @@ impl ConsumerBuilder {
                 client: None,
                 max_bytes: crate::s3::DEFAULT_MAX_PAYLOAD_BYTES,
                 delete_on_ack: false,
+                buckets: PayloadBuckets::Unset,
             },
         }
     }
@@ -567,13 +581,20 @@ impl ConsumerBuilder {
     /// [`request_timeout`](ConsumerBuilder::request_timeout) for an answer, and a download
     /// as long for each next piece. Transient S3 failures are tried 4 times in all. A payload
     /// that cannot be read (no such object or bucket, access denied, a malformed pointer, a
-    /// size over [`max_payload_bytes`](ConsumerBuilder::max_payload_bytes) or not the one
-    /// declared, S3 failing 4 times) reaches no handler: it is counted in
+    /// bucket not in [`payload_buckets`](ConsumerBuilder::payload_buckets), a size over
+    /// [`max_payload_bytes`](ConsumerBuilder::max_payload_bytes) or not the one declared, S3
+    /// failing 4 times) reaches no handler: it is counted in
     /// [`Stats::payload_failures`](crate::Stats::payload_failures), logged once at `error`
-    /// with the message id, bucket and key, and the delivery meets the
-    /// [`retry_policy`](ConsumerBuilder::retry_policy), so a queue's redrive policy takes a
-    /// message that keeps failing to its dead-letter queue. Nothing is acked that no handler
-    /// saw. Feature `s3`; defaults to none (pointers are delivered as they are).
+    /// with the message id, bucket and key, and the delivery meets the failure step of a
+    /// failing handler's: the [`dead_letter`](ConsumerBuilder::dead_letter) step once its
+    /// receive count is due (the payload's error as the failure), the
+    /// [`retry_policy`](ConsumerBuilder::retry_policy) with its back-off before that (and a
+    /// queue's redrive policy after its receives). Nothing is acked that no handler saw. Feature `s3`; defaults to none (pointers are delivered as they are).
+    ///
+    /// Needs [`payload_buckets`](ConsumerBuilder::payload_buckets) (or, knowingly,
+    /// [`any_payload_bucket`](ConsumerBuilder::any_payload_bucket)): `build()` refuses it
+    /// alone, since without a list any producer allowed to send to the queue could make the
+    /// consumer read any object its role can read.
     ///
     /// ```no_run
     /// # async fn example(sqs: aws_sdk_sqs::Client, s3: aws_sdk_s3::Client) -> Result<(), sqs_consumer::Error> {
@@ -581,7 +602,8 @@ impl ConsumerBuilder {
     ///
     /// let consumer = Consumer::builder(sqs, "orders")
     ///     .s3_payloads(s3)
-    ///     .max_payload_bytes(64 * 1024 * 1024)
+    ///     .payload_buckets(["orders-payloads"])
+    ///     .max_payload_bytes(16 * 1024 * 1024)
     ///     .build()?;
     /// consumer
     ///     .run(|delivery: Delivery| async move {
@@ -598,11 +620,49 @@ impl ConsumerBuilder {
         self
     }
 
+    /// The buckets payload pointers may name (feature `s3`): a pointer to any other bucket is
+    /// refused, never read, and meets the failure step as an unreadable payload does (see
+    /// [`s3_payloads`](ConsumerBuilder::s3_payloads)): counted in
+    /// [`Stats::payload_failures`](crate::Stats::payload_failures), the retry policy, and
+    /// the [`dead_letter`](ConsumerBuilder::dead_letter) step once due. Bucket names as S3
+    /// takes them: 3 to 63 lowercase letters, digits, dots and hyphens, starting and ending
+    /// with a letter or digit; at least one. Required with `s3_payloads`, unless
+    /// [`any_payload_bucket`](ConsumerBuilder::any_payload_bucket); a second call replaces
+    /// the first list.
+    ///
+    /// Why: a pointer is only a message body. Without this list, anyone allowed to send to
+    /// the queue could point the consumer at any object its role can read (another tenant's
+    /// data, say), and its handler would treat that object as the message.
+    #[cfg(feature = "s3")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "s3")))]
+    pub fn payload_buckets<I>(mut self, buckets: I) -> Self
+    where
+        I: IntoIterator,
+        I::Item: Into<String>,
+    {
+        self.payloads.buckets = PayloadBuckets::Only(buckets.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// Reads payloads from whatever bucket a pointer names (feature `s3`), instead of a
+    /// [`payload_buckets`](ConsumerBuilder::payload_buckets) list: for a queue whose every
+    /// producer is trusted with every bucket this consumer's role can read. Replaces a list
+    /// given before.
+    #[cfg(feature = "s3")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "s3")))]
+    pub fn any_payload_bucket(mut self) -> Self {
+        self.payloads.buckets = PayloadBuckets::Any;
+        self
+    }
+
     /// The largest payload read from S3, in bytes, 1..=2147483648 (2 GiB): a message that
     /// declares more, or an object that turns out larger, is refused without reading it (or
-    /// as soon as more arrives) and meets the retry policy, as an unreadable payload does
+    /// as soon as more arrives) and meets the failure step, as an unreadable payload does
     /// (see [`s3_payloads`](ConsumerBuilder::s3_payloads)). Each payload held is in memory
-    /// whole, as a `String`, while its delivery is held. Defaults to 256 MiB. Feature `s3`.
+    /// whole, as a `String`, while its delivery is held, so the consumer may hold up to
+    /// `max_in_flight` times this at once. Defaults to 64 MiB: with the default
+    /// `max_in_flight` of 40, at most 2.5 GiB of payloads, whatever the producers declare.
+    /// Raise it for larger payloads, and lower `max_in_flight` with it. Feature `s3`.
     #[cfg(feature = "s3")]
     #[cfg_attr(docsrs, doc(cfg(feature = "s3")))]
     pub fn max_payload_bytes(mut self, max: u64) -> Self {
@@ -903,15 +963,55 @@ impl PayloadSettings {
                     "true only with s3_payloads (there is nothing to delete without it)",
                 ));
             }
+            if !matches!(self.buckets, PayloadBuckets::Unset) {
+                return Err(Error::invalid(
+                    "payload_buckets",
+                    &self.buckets,
+                    "a bucket list only with s3_payloads (no payload is read without it)",
+                ));
+            }
             return Ok(None);
         };
+        let buckets = self.allowed_buckets()?;
         Ok(Some(crate::s3::PayloadStore::new(
             client,
             max_bytes,
             self.delete_on_ack,
+            buckets,
             request_timeout,
         )))
     }
+
+    /// The buckets pointers may name (`None`: any), checked.
+    fn allowed_buckets(&mut self) -> Result<Option<Vec<String>>, Error> {
+        const ALLOWED: &str = "with s3_payloads, payload_buckets naming at least one bucket \
+                               (3 to 63 of a-z 0-9 . -, starting and ending with a letter or \
+                               digit), or any_payload_bucket() to read from any bucket";
+        match std::mem::replace(&mut self.buckets, PayloadBuckets::Unset) {
+            PayloadBuckets::Any => Ok(None),
+            PayloadBuckets::Unset => Err(Error::invalid("payload_buckets", "none", ALLOWED)),
+            PayloadBuckets::Only(buckets) if buckets.is_empty() => {
+                Err(Error::invalid("payload_buckets", "[]", ALLOWED))
+            }
+            PayloadBuckets::Only(buckets) => match buckets.iter().find(|b| !is_bucket_name(b)) {
+                Some(bad) => Err(Error::invalid("payload_buckets", bad, ALLOWED)),
+                None => Ok(Some(buckets)),
+            },
+        }
+    }
+}
+
+/// Whether S3 would take `name` as a bucket's: 3 to 63 lowercase letters, digits, dots and
+/// hyphens, starting and ending with a letter or a digit.
+#[cfg(feature = "s3")]
+fn is_bucket_name(name: &str) -> bool {
+    let edge = |c: Option<char>| c.is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+    (3..=63).contains(&name.len())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '.' || c == '-')
+        && edge(name.chars().next())
+        && edge(name.chars().last())
 }
 
 /// A FIFO queue's batches are one receive's deliveries, handed out in rounds that keep each
@@ -1359,8 +1459,49 @@ mod tests {
             "delete_payload_on_ack",
             "only with s3_payloads",
         );
+        refused(
+            builder().payload_buckets(["payloads"]),
+            "payload_buckets",
+            "only with s3_payloads",
+        );
+        refused(
+            builder().s3_payloads(s3()),
+            "payload_buckets",
+            "any_payload_bucket()",
+        );
+        let no_buckets: [&str; 0] = [];
+        for bad in [
+            &no_buckets[..],
+            &["ab"],
+            &["Payloads"],
+            &["-payloads"],
+            &["payloads."],
+            &["pay_loads"],
+            &["ok-bucket", &"x".repeat(64)],
+        ] {
+            refused(
+                builder()
+                    .s3_payloads(s3())
+                    .payload_buckets(bad.iter().copied()),
+                "payload_buckets",
+                "3 to 63 of a-z 0-9 . -",
+            );
+        }
+        for good in [&["abc"][..], &["my.payloads-2", &"x".repeat(63)]] {
+            builder()
+                .s3_payloads(s3())
+                .payload_buckets(good.iter().copied())
+                .build()
+                .expect("valid bucket names");
+        }
         builder()
             .s3_payloads(s3())
+            .any_payload_bucket()
+            .build()
+            .expect("any bucket, knowingly");
+        builder()
+            .s3_payloads(s3())
+            .payload_buckets(["payloads"])
             .max_payload_bytes(2 << 30)
             .delete_payload_on_ack(true)
             .build()
@@ -1368,6 +1509,7 @@ mod tests {
         let names = |given: &[&str]| {
             builder()
                 .s3_payloads(s3())
+                .any_payload_bucket()
                 .message_attribute_names(given.iter().copied())
                 .build()
                 .unwrap()

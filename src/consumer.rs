@@ -225,10 +225,12 @@ impl Consumer {
     /// A shorter `wait_time` makes the stop quicker at the cost of more receive requests on
     /// a quiet queue (one every `wait_time`).
     ///
-    /// Dropping the returned future instead cannot wait: it abandons the receives under way
-    /// (a message the server hands to one of them stays hidden for its visibility timeout),
-    /// aborts the handlers it started, and releases their messages in the background. No
-    /// heartbeat of theirs keeps running.
+    /// Dropping the returned future instead (an aborted task, a `select!` or a timeout
+    /// around it) cannot wait: it aborts the handlers it started and releases their
+    /// messages in the background, and no heartbeat of theirs keeps running. It abandons no
+    /// receive: the one under way finishes in the background (the server still serves it),
+    /// and what it brings is released at once (visibility 0), not left hidden for a
+    /// visibility timeout.
     ///
     /// ```no_run
     /// # async fn example(consumer: sqs_consumer::Consumer) -> Result<(), sqs_consumer::Error> {

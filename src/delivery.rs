@@ -584,23 +584,36 @@ impl Delivery {
     /// [`dead_letter`](Delivery::dead_letter) says.
     pub async fn fail(self, error: impl Into<BoxError>) -> Result<(), Error> {
         let error = error.into();
-        let lease = &self.lease;
-        lease.context().count(Counter::HandlerErrors);
+        self.lease.context().count(Counter::HandlerErrors);
         let chain = crate::error::chain(&*error).to_string();
-        let ctx = lease.context().clone();
-        if let Some(dead_letter) = ctx.dead_letter() {
-            if dead_letter.is_due(lease.receive_count()) {
-                tracing::warn!(parent: self.span(), message_id = %self.message_id(), error = %chain, "delivery failed; it moves to the dead-letter queue");
-                return self.move_to(dead_letter, Failure::Error(chain)).await;
-            }
+        let message_id = self.message_id();
+        if self.dead_letter_due() {
+            tracing::warn!(parent: self.span(), %message_id, error = %chain, "delivery failed; it moves to the dead-letter queue");
+        } else {
+            tracing::warn!(parent: self.span(), %message_id, error = %chain, "delivery failed; it gets the retry policy");
         }
-        tracing::warn!(
-            parent: self.span(),
-            message_id = %self.message_id(),
-            error = %chain,
-            "delivery failed; it gets the retry policy"
-        );
-        self.meet_retry_policy().await
+        self.give_up(chain).await
+    }
+
+    /// Whether a failure now moves the message to the dead-letter queue (its receive count
+    /// has reached the step's) rather than giving it the retry policy.
+    pub(crate) fn dead_letter_due(&self) -> bool {
+        let ctx = self.lease.context();
+        ctx.dead_letter()
+            .is_some_and(|dead_letter| dead_letter.is_due(self.lease.receive_count()))
+    }
+
+    /// The failure step, for a failure described by `chain`: the move to the dead-letter
+    /// queue once it is due, the retry policy otherwise. Logs nothing of its own but a
+    /// move's trouble: the caller says why it failed.
+    pub(crate) async fn give_up(self, chain: String) -> Result<(), Error> {
+        let ctx = self.lease.context().clone();
+        match ctx.dead_letter() {
+            Some(dead_letter) if dead_letter.is_due(self.lease.receive_count()) => {
+                self.move_to(dead_letter, Failure::Error(chain)).await
+            }
+            _ => self.meet_retry_policy().await,
+        }
     }
 
     /// Moves the message to the consumer's dead-letter queue now, whatever its receive count,
@@ -1254,6 +1267,60 @@ mod tests {
             "the throttled try, and no retry after the ack"
         );
         assert_eq!(ctx.stats(0).lost, 0, "not counted as lost either");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_ack_unanswered_at_its_deadline_is_lost_there_and_reported_lost() {
+        // The delete takes effect, but its answer comes 6 s late: after the 4 s deadline,
+        // which nothing extends while the delete is under way.
+        let q = MemoryQueue::builder()
+            .visibility_timeout(secs(4))
+            .faults(
+                crate::memory::Faults::new(1)
+                    .held_answer(1.0, secs(6))
+                    .actions([Action::DeleteMessageBatch]),
+            )
+            .build()
+            .expect("valid queue");
+        q.send("m").unwrap();
+        let d = hold(&q, None).await;
+        let (r, deadline) = (d.received_at(), d.deadline());
+        let lost = d.lost();
+        let ctx = d.context().clone();
+        let ack = tokio::spawn(d.ack());
+        let reason = tokio::time::timeout(secs(5), lost)
+            .await
+            .expect("lost at its deadline, before the answer came");
+        assert_eq!(reason, LostReason::LapsedBeforeAnswer);
+        assert!(
+            Instant::now() >= deadline && Instant::now() < r + secs(5),
+            "lost at its deadline, not when the answer came: {:?}",
+            Instant::now() - r
+        );
+        let err = ack.await.unwrap().expect_err("answered after the deadline");
+        assert!(err.is_lost(), "{err}");
+        assert!(Instant::now() >= r + secs(6), "the answer was awaited");
+        let stats = ctx.stats(0);
+        assert_eq!((stats.acked, stats.lost_acks, stats.lost), (0, 1, 1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_ack_answered_just_before_its_deadline_is_an_ack() {
+        let q = MemoryQueue::builder()
+            .visibility_timeout(secs(4))
+            .faults(
+                crate::memory::Faults::new(1)
+                    .held_answer(1.0, Duration::from_millis(3_900))
+                    .actions([Action::DeleteMessageBatch]),
+            )
+            .build()
+            .expect("valid queue");
+        q.send("m").unwrap();
+        let d = hold(&q, None).await;
+        let ctx = d.context().clone();
+        d.ack().await.expect("answered in time");
+        let stats = ctx.stats(0);
+        assert_eq!((stats.acked, stats.lost_acks, stats.lost), (1, 0, 0));
     }
 
     #[tokio::test(start_paused = true)]

@@ -140,6 +140,10 @@ pub enum LostReason {
     ExtensionFailed,
     /// The 12-hour limit counted from the receive was reached and the last extension lapsed.
     HardDeadline,
+    /// The visibility deadline passed while an ack (or release) was under way and before
+    /// SQS answered it: the delete may have reached SQS after the message went to another
+    /// consumer, so its success proves nothing.
+    LapsedBeforeAnswer,
 }
 
 impl fmt::Display for LostReason {
@@ -152,6 +156,9 @@ impl fmt::Display for LostReason {
             }
             LostReason::HardDeadline => {
                 "the 12-hour visibility limit counted from the receive was reached"
+            }
+            LostReason::LapsedBeforeAnswer => {
+                "the visibility timeout lapsed before SQS answered the ack"
             }
         })
     }

@@ -606,9 +606,19 @@ impl KeeperTask {
             }
         }
         if lease.is_settling() {
+            if now >= lease.deadline() {
+                // Unanswered at its deadline: the delete may reach SQS after the message went
+                // to another consumer.
+                self.lapse(id, &lease, LostReason::LapsedBeforeAnswer);
+                return Step::Skip;
+            }
             // An ack or release is queued or under way: no extension now; look again
-            // shortly, in case it fails and waits to try again.
-            self.schedule(id, Next::Retry, now + EXTENSION_MIN_WAIT);
+            // shortly, in case it fails and waits to try again, and at the deadline.
+            // Never at or before now: a timer already due would fire again at once.
+            let again = lease
+                .deadline()
+                .clamp(now + Duration::from_millis(1), now + EXTENSION_MIN_WAIT);
+            self.schedule(id, Next::Retry, again);
             return Step::Skip;
         }
         if !lease.is_extendable() {
@@ -649,7 +659,13 @@ impl KeeperTask {
             self.schedule(id, next, lease.deadline());
             return;
         }
-        if lease.heartbeat_lost(reason) {
+        self.lapse(id, lease, reason);
+    }
+
+    /// A lease whose deadline passed unextended: lost, an ack or release under way
+    /// included, and no longer kept.
+    fn lapse(&mut self, id: u64, lease: &Lease, reason: LostReason) {
+        if lease.lapsed(reason) {
             tracing::warn!(parent: lease.span(), %reason, "delivery lost");
         }
         self.forget(id);
@@ -663,7 +679,7 @@ impl KeeperTask {
             // Too late to send (the runtime was held up): the call could reach SQS after the
             // deadline, which it answers with success and nothing done. The message may be
             // another consumer's already.
-            if lease.heartbeat_lost(LostReason::ExtensionFailed) {
+            if lease.lapsed(LostReason::ExtensionFailed) {
                 tracing::warn!(
                     parent: lease.span(),
                     reason = %LostReason::ExtensionFailed,
@@ -766,8 +782,14 @@ impl KeeperTask {
         if let Some(ErrorKind::Lost(reason)) = err.kind() {
             if lease.heartbeat_lost(reason) {
                 tracing::warn!(parent: lease.span(), %reason, error = %err.chain(), "delivery lost");
+                self.forget(id);
+            } else if lease.is_settling_or_waiting() {
+                // Gone, perhaps because an earlier try of the ack deleted it: proof of
+                // nothing either way. Its deadline still binds it.
+                self.schedule(id, Next::Expire(reason), lease.deadline());
+            } else {
+                self.forget(id);
             }
-            self.forget(id);
         } else if err.refuses_visibility() {
             // SQS refuses the visibility itself, the one value we vary: past its 12-hour limit
             // by its own clock. Asking again cannot help; the delivery is ours until the

@@ -12,7 +12,8 @@
 //!    |                        |   | a try failed: SettleWaiting until the next try
 //!    | heartbeat: gone/lapsed | the settle call: gone
 //!    v                        v
-//!   Lost(reason) <------------+                 Settling --delete succeeded--> Acked
+//!   Lost(reason) <------------+                 Settling --delete answered in time--> Acked
+//!                  (and Settling, SettleWaiting --deadline passed unextended--> Lost)
 //!
 //!   Drop: Held -> Ended { lost: None } (the retry policy applies at once); InHandler ->
 //!         Abandoned; Settling -> Ended { lost: None }; Lost(r) -> Ended { lost: Some(r) };
@@ -27,14 +28,19 @@
 //! | -> Settling | `begin_settle` | `Delivery::ack`, `release`, `release_after`, `fail` and the batch settles, `delivery.rs` |
 //! | Abandoned -> Settling | `begin_abandoned_ack` | the handler's `OnSuccess` outcome, `handling.rs` |
 //! | Settling <-> SettleWaiting | `waiting_to_retry`, `retrying` | a settle call between its tries, `context.rs` |
-//! | -> Lost, -> AbandonedLost | `heartbeat_lost` | the keeper, on an answer "gone" or a deadline passed, `heartbeat.rs` |
+//! | -> Lost, -> AbandonedLost | `heartbeat_lost` | the keeper, on an extension's answer "gone" while held, `heartbeat.rs` |
+//! | -> Lost, -> AbandonedLost | `lapsed` | the keeper, at a deadline passed unextended (settling too); a delete answered after the deadline, `deleted` |
 //! | -> Lost | `mark_lost` | a settle call answered "gone" |
 //! | Settling -> Acked, or -> Lost | `finish_ack` | an ack's result, for `Delivery::ack` and `OnSuccess` alike |
 //! | -> Abandoned, -> Ended | `drop_delivery`, `end` | `Delivery`'s `Drop`, `delivery.rs` |
 //!
-//! Only a held lease can be lost by its heartbeat: once an ack or release has started, its
-//! own outcome decides (an extension that reaches SQS just after the delete fails, but the
-//! message was not lost). While its handler runs, a delivery dropped unsettled waits for the
+//! Only a held lease can be lost by an extension's answer: once an ack or release has
+//! started, an extension that reaches SQS just after the delete fails, but the message was
+//! not lost. Its deadline still binds it: a lease whose deadline passes with no extension
+//! covering it is lost (`lapsed`), an ack or release under way or waiting between its tries
+//! included, and a delete answered after the deadline is no ack (the message may have gone
+//! to another consumer before the delete reached SQS, which then answers with success). An
+//! ack says `Ok` only when the lease held until its delete was answered. While its handler runs, a delivery dropped unsettled waits for the
 //! handler's outcome (`AckMode::OnSuccess` acks it on `Ok`), and the keeper keeps it hidden
 //! meanwhile: a slow handler's `Ok` then acks a message that is still this consumer's, never
 //! one handed to someone else. The handler's guard settles it. A delete that succeeds for a
@@ -397,6 +403,21 @@ impl Lease {
         self.lose(reason, |s| held(s) || s == State::Abandoned)
     }
 
+    /// The deadline passed with no extension covering it (or none can reach SQS before it):
+    /// lost, whatever is under way, an ack or release included. Its delete, if one comes,
+    /// may reach SQS after the message went to another consumer, and SQS answers such a
+    /// delete with success. Returns whether it counted.
+    pub(crate) fn lapsed(&self, reason: LostReason) -> bool {
+        self.lose(reason, |s| {
+            held(s) || matches!(s, State::Abandoned | State::Settling | State::SettleWaiting)
+        })
+    }
+
+    /// `true` while an ack or release is under way, between its tries included.
+    pub(crate) fn is_settling_or_waiting(&self) -> bool {
+        matches!(self.state(), State::Settling | State::SettleWaiting)
+    }
+
     /// A settle call found the delivery lost (or knew it already); the first reason wins.
     pub(crate) fn mark_lost(&self, reason: LostReason) {
         self.lose(reason, |s| {
@@ -429,7 +450,13 @@ impl Lease {
 
     /// The delete succeeded: the message is gone, counted in `counter` (an ack, or a move to
     /// the dead-letter queue), as [`acked`](Lease::acked) says.
+    /// A delete answered after the deadline is no ack either: with no extension covering
+    /// it, the message may have been handed out again before the delete reached SQS.
     fn deleted(&self, counter: Counter) -> bool {
+        if Instant::now() > self.deadline() {
+            self.lapsed(LostReason::LapsedBeforeAnswer);
+            return false;
+        }
         self.transition_then(
             |s| matches!(s, State::Settling | State::SettleWaiting),
             |_| State::Acked,
@@ -486,6 +513,11 @@ impl Lease {
             (Err(err), _) if err.is_lost() => match err.kind() {
                 Some(ErrorKind::Lost(reason)) => reason,
                 _ => LostReason::ReceiptHandleInvalid,
+            },
+            // Transient failures until the deadline passed: lost, not merely failed.
+            (Err(err), _) if err.is_retryable() => match self.lost_reason() {
+                Some(reason) => reason,
+                None => return Err(err),
             },
             (Err(err), _) => return Err(err),
             (Ok(()), Some(reason)) => reason,
@@ -715,6 +747,40 @@ mod tests {
         assert_eq!(l.drop_delivery(), Dropped::Settled);
         assert_eq!(l.ended().await, End::Acked);
         assert_eq!(l.context().stats(0).lost, 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_delete_answered_after_the_deadline_is_no_ack() {
+        let l = lease();
+        l.begin_settle();
+        tokio::time::advance(Duration::from_millis(30_001)).await;
+        let err = l
+            .finish_ack(Ok(()), None)
+            .expect_err("the message may have gone to another consumer first");
+        assert!(matches!(
+            err,
+            Error::Lost {
+                reason: LostReason::LapsedBeforeAnswer,
+                ..
+            }
+        ));
+        let stats = l.context().stats(0);
+        assert_eq!((stats.acked, stats.lost_acks, stats.lost), (0, 1, 1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_transient_failure_of_a_lapsed_ack_is_reported_lost() {
+        let l = lease();
+        l.begin_settle();
+        l.waiting_to_retry();
+        assert!(
+            l.lapsed(LostReason::ExtensionFailed),
+            "waiting between tries"
+        );
+        let failed = Error::runtime_gone("DeleteMessage");
+        let err = l.finish_ack(Err(failed), None).expect_err("lost");
+        assert!(err.is_lost(), "{err}");
+        assert_eq!(l.context().stats(0).lost_acks, 1);
     }
 
     #[tokio::test]

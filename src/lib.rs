@@ -104,6 +104,7 @@ mod dead_letter;
 mod dead_letter_move;
 mod dead_letter_queue;
 mod delivery;
+mod detached_receive;
 mod dispatch;
 mod error;
 mod fifo;

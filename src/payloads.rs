@@ -71,11 +71,17 @@ fn malformed_error(delivery: &Delivery, malformed: Malformed) -> Error {
     }
 }
 
-/// A payload that cannot be read: counted, logged once, and the delivery meets the retry
-/// policy (the queue's redrive policy then takes a message that keeps failing to its
-/// dead-letter queue). It reaches no handler, so nothing acks it.
+/// A payload that cannot be read: counted, logged once, and the delivery meets the failure
+/// step as a failing handler's does: the consumer's dead-letter step once it is due (the
+/// copy names the payload's error), the retry policy and its back-off otherwise (and the
+/// queue's redrive policy after its receives). It reaches no handler, so nothing acks it.
 async fn give_up(delivery: Delivery, err: Error) -> Option<Delivery> {
     delivery.context().count(Counter::PayloadFailures);
+    let then = if delivery.dead_letter_due() {
+        "it moves to the dead-letter queue"
+    } else {
+        "it gets the retry policy"
+    };
     if let Error::Payload {
         message_id,
         bucket,
@@ -91,12 +97,13 @@ async fn give_up(delivery: Delivery, err: Error) -> Option<Delivery> {
             %key,
             error = %reason,
             retryable = err.is_retryable(),
-            "the message's payload could not be read from S3; it gets the retry policy"
+            "the message's payload could not be read from S3; {then}"
         );
     }
     let message_id = delivery.message_id().to_owned();
-    if let Err(release) = delivery.meet_retry_policy().await {
-        tracing::warn!(%message_id, error = %release.chain(), "applying the retry policy failed; the message returns when its visibility lapses");
+    let failure = err.chain().to_string();
+    if let Err(failed) = delivery.give_up(failure).await {
+        tracing::warn!(%message_id, error = %failed.chain(), "the failure step failed; the message returns when its visibility lapses");
     }
     None
 }

@@ -18,9 +18,10 @@ use crate::backlog::Backlog;
 use crate::call_retries::{self, Backoff};
 use crate::context::ReleasesAtOnce;
 use crate::delivery::Slot;
+use crate::detached_receive::{self, ReceiveRequest};
 use crate::error::Error;
 use crate::in_flight_limit::InFlightLimit;
-use crate::queue::{Queue, Receive};
+use crate::queue::Queue;
 use crate::rate_limit::{RateLimits, Tokens};
 
 /// While the queue is busy, how long a receive waits for a whole batch of free slots before
@@ -491,14 +492,15 @@ impl Receiver {
         };
         let received_at = Instant::now();
         let releases_at_send = self.releases_at_once.count();
-        let request = Receive {
+        let request = ReceiveRequest {
             max_messages: u32::try_from(slots.len()).unwrap_or(settings.batch_size),
             wait: settings.wait_time,
             visibility,
-            message_attribute_names: &settings.message_attribute_names,
-            system_attribute_names: &settings.system_attribute_names,
+            message_attribute_names: settings.message_attribute_names.clone(),
+            system_attribute_names: settings.system_attribute_names.clone(),
         };
-        let result = self.queue.receive(request).await;
+        // Not abandoned if this future is: what it brings then is released at once.
+        let result = detached_receive::receive(&self.queue, request).await;
         let backoffs = || backoffs.lock().unwrap_or_else(PoisonError::into_inner);
         match result {
             Ok(messages) if messages.is_empty() => {

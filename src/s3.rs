@@ -14,8 +14,10 @@ use crate::call_retries::{self, PAYLOAD_ATTEMPTS};
 use crate::error::{BoxError, ErrorKind};
 use crate::payload::PayloadLocation;
 
-/// The default limit on a payload's size: 256 MiB.
-pub(crate) const DEFAULT_MAX_PAYLOAD_BYTES: u64 = 256 * 1024 * 1024;
+/// The default limit on a payload's size: 64 MiB. Payloads are held whole in memory, one per
+/// held delivery: with the default `max_in_flight` of 40, at most 2.5 GiB at once, whatever
+/// producers declare.
+pub(crate) const DEFAULT_MAX_PAYLOAD_BYTES: u64 = 64 * 1024 * 1024;
 
 /// Where payloads are read from, and the rules for reading them.
 #[derive(Debug, Clone)]
@@ -23,6 +25,8 @@ pub(crate) struct PayloadStore {
     client: aws_sdk_s3::Client,
     max_bytes: u64,
     delete_on_ack: bool,
+    /// The buckets pointers may name; `None`: any.
+    buckets: Option<Vec<String>>,
     /// How long a request may wait for its answer, or a download for its next bytes.
     request_timeout: Duration,
 }
@@ -63,12 +67,14 @@ impl PayloadStore {
         client: aws_sdk_s3::Client,
         max_bytes: u64,
         delete_on_ack: bool,
+        buckets: Option<Vec<String>>,
         request_timeout: Duration,
     ) -> Self {
         Self {
             client,
             max_bytes,
             delete_on_ack,
+            buckets,
             request_timeout,
         }
     }
@@ -82,6 +88,14 @@ impl PayloadStore {
     /// size is over the limit, before the download when the size S3 announces says it cannot
     /// be; stopped as soon as the bytes read exceed either.
     pub(crate) async fn read(&self, location: &PayloadLocation) -> Result<String, ObjectError> {
+        let bucket = location.bucket();
+        if let Some(allowed) = &self.buckets {
+            if !allowed.iter().any(|b| b == bucket) {
+                return Err(ObjectError::fatal(format!(
+                    "the pointer names bucket {bucket:?}, not one of payload_buckets; not read"
+                )));
+            }
+        }
         let declared = location.declared_size();
         if declared > self.max_bytes {
             return Err(ObjectError::fatal(format!(
@@ -316,7 +330,38 @@ mod tests {
 
     fn store(rule: &aws_smithy_mocks::Rule, max_bytes: u64) -> PayloadStore {
         let client = mock_client!(aws_sdk_s3, RuleMode::MatchAny, [rule]);
-        PayloadStore::new(client, max_bytes, false, Duration::from_secs(10))
+        PayloadStore::new(client, max_bytes, false, None, Duration::from_secs(10))
+    }
+
+    #[tokio::test]
+    async fn a_pointer_to_a_bucket_not_listed_is_refused_without_a_request() {
+        let rule = mock!(aws_sdk_s3::Client::get_object).then_output(|| {
+            GetObjectOutput::builder()
+                .body(ByteStream::from_static(b"fine"))
+                .build()
+        });
+        let client = mock_client!(aws_sdk_s3, RuleMode::MatchAny, [&rule]);
+        let listed = |buckets: &[&str]| {
+            let buckets = Some(buckets.iter().map(|b| b.to_string()).collect());
+            PayloadStore::new(client.clone(), 100, false, buckets, Duration::from_secs(10))
+        };
+        let err = listed(&["other", "bb"])
+            .read(&location(4))
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind, ErrorKind::Fatal);
+        assert!(
+            err.reason
+                .contains("bucket \"b\", not one of payload_buckets"),
+            "{}",
+            err.reason
+        );
+        assert_eq!(rule.num_calls(), 0, "never read");
+        assert_eq!(
+            listed(&["other", "b"]).read(&location(4)).await.unwrap(),
+            "fine"
+        );
+        assert_eq!(rule.num_calls(), 1);
     }
 
     #[tokio::test]

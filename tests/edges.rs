@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::faults::{FaultProxy, Faults};
 use common::{capture_logs, eventually, secs, Kind, TestQueue};
 use futures::StreamExt;
 use sqs_consumer::memory::Action;
@@ -33,6 +34,10 @@ on_both!(
     a_queue_whose_own_visibility_timeout_is_zero_fails_at_start,
     a_handle_stops_a_run_a_stream_and_any_started_later,
     a_stream_dropped_while_its_poll_waits_releases_what_the_poll_brings,
+    a_run_dropped_while_its_poll_waits_releases_what_the_poll_brings,
+    an_ack_through_an_outage_longer_than_the_timeout_is_lost_not_ok,
+    a_batch_ack_through_an_outage_longer_than_the_timeout_is_lost_not_ok,
+    an_on_success_ack_through_an_outage_longer_than_the_timeout_is_lost_not_ok,
 );
 
 /// A handler that counts its calls and acks.
@@ -339,6 +344,49 @@ async fn a_stream_dropped_while_its_poll_waits_releases_what_the_poll_brings(kin
     assert_eq!(common::receive_count(&message), 2, "after {after:?}");
 }
 
+async fn a_run_dropped_while_its_poll_waits_releases_what_the_poll_brings(kind: Kind) {
+    let q = TestQueue::new(kind, 30).await;
+    // A long wait: the messages must reach the poll under way, not a later one.
+    let consumer = q.consumer().wait_time(secs(10)).build().unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    // Dropped once its poll is under way, as an aborted task, a `select!` or a timeout
+    // around it drops it.
+    tokio::select! {
+        ended = consumer.run(acking(&calls)) => panic!("the run ended: {ended:?}"),
+        () = until_polling(&consumer) => {}
+    }
+    let dropped = Instant::now();
+    for i in 0..5 {
+        q.send(&format!("after the drop {i}")).await;
+    }
+    // All five reach the next consumer at once, not after the 30 s visibility timeout: the
+    // dropped run's poll took some of them, and released them.
+    let mut taken = Vec::new();
+    while taken.len() < 5 && dropped.elapsed() < secs(10) {
+        taken.extend(q.receive_up_to(10, secs(1)).await);
+    }
+    let counts: Vec<u32> = taken.iter().map(common::receive_count).collect();
+    assert_eq!(
+        taken.len(),
+        5,
+        "visible again within 10 s of the drop (receive counts {counts:?})"
+    );
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        0,
+        "no handler ran after the drop"
+    );
+    assert!(
+        counts.contains(&2),
+        "the dropped run's poll took at least one: {counts:?}"
+    );
+    common::report(&format!(
+        "run dropped during a poll ({kind:?}): all 5 visible again {:.2?} after the drop; \
+         receive counts {counts:?}",
+        dropped.elapsed()
+    ));
+}
+
 /// The model the scenarios above rely on: a receive whose caller went away is still served,
 /// as on AWS, and takes the next message for a whole visibility timeout.
 #[tokio::test(start_paused = true)]
@@ -390,5 +438,161 @@ async fn an_ack_of_a_lost_delivery_is_counted_and_logged_not_acked() {
         logs.lines()
             .any(|l| l.contains("WARN") && l.contains("lost delivery") && l.contains(&id)),
         "{logs}"
+    );
+}
+
+/// The visibility timeout of the outage scenarios, seconds: short, so that an outage longer
+/// than it stays inside the ack's 20 s retry window (a longer one fails the ack either way).
+const OUTAGE_T: u64 = 3;
+
+/// The outage: three timeouts, so the ack's retries outlast the deadline and would go
+/// through after it.
+const OUTAGE: Duration = Duration::from_secs(3 * OUTAGE_T);
+
+/// Every call that could settle or extend a delivery, as the proxy names them.
+const SETTLE_ACTIONS: &[&str] = &[
+    "DeleteMessage",
+    "DeleteMessageBatch",
+    "ChangeMessageVisibility",
+    "ChangeMessageVisibilityBatch",
+];
+
+/// A consumer of `q` whose deletes and visibility changes an outage can stop: through a
+/// proxy on a server, with injected failures on `MemoryQueue`.
+struct OutageQueue {
+    q: TestQueue,
+    proxy: Option<FaultProxy>,
+}
+
+impl OutageQueue {
+    async fn new(kind: Kind) -> Self {
+        let q = TestQueue::new(kind, OUTAGE_T).await;
+        let proxy = match kind {
+            Kind::Memory => None,
+            Kind::Server => {
+                Some(FaultProxy::start(&common::server_endpoint(), Faults::none(), 1).await)
+            }
+        };
+        Self { q, proxy }
+    }
+
+    fn consumer(&self) -> sqs_consumer::ConsumerBuilder {
+        let builder = match (&self.q, &self.proxy) {
+            (TestQueue::Server { url, .. }, Some(proxy)) => {
+                Consumer::builder(common::client_for(&proxy.endpoint), url.clone())
+            }
+            _ => self.q.consumer(),
+        };
+        builder.wait_time(secs(1))
+    }
+
+    /// From now on, for [`OUTAGE`], every delete and visibility change fails with a 500.
+    fn start_outage(&self) {
+        match (&self.q, &self.proxy) {
+            (TestQueue::Memory(memory), _) => {
+                for action in [
+                    Action::DeleteMessage,
+                    Action::DeleteMessageBatch,
+                    Action::ChangeMessageVisibility,
+                    Action::ChangeMessageVisibilityBatch,
+                ] {
+                    memory.fail_for(action, "InternalError", OUTAGE);
+                }
+            }
+            (_, Some(proxy)) => proxy.outage(SETTLE_ACTIONS, OUTAGE),
+            _ => unreachable!("a server queue has its proxy"),
+        }
+    }
+}
+
+/// What an ack that outlasted its deadline must report: lost, counted in `lost_acks`, never
+/// in `acked`.
+fn assert_lost_not_acked(result: &Result<(), Error>, consumer: &Consumer, took: Duration) {
+    let stats = consumer.stats();
+    assert!(
+        matches!(result, Err(err) if err.is_lost()),
+        "an ack whose lease lapsed during an outage reported {result:?} after {took:?}"
+    );
+    assert_eq!((stats.acked, stats.lost_acks), (0, 1), "{stats:?}");
+    assert!(
+        took >= secs(OUTAGE_T) - secs(1),
+        "reported after the deadline, not before: {took:?}"
+    );
+    assert!(
+        took < OUTAGE,
+        "reported at the deadline, not after the outage: {took:?}"
+    );
+}
+
+async fn an_ack_through_an_outage_longer_than_the_timeout_is_lost_not_ok(kind: Kind) {
+    let oq = OutageQueue::new(kind).await;
+    oq.q.send("acked through an outage").await;
+    let consumer = oq.consumer().build().unwrap();
+    let d = common::take_one(&consumer).await;
+    let start = Instant::now();
+    oq.start_outage();
+    let result = d.ack().await;
+    let took = start.elapsed();
+    assert_lost_not_acked(&result, &consumer, took);
+    // And it was lost indeed: the message is handed out again.
+    let (message, after) =
+        oq.q.wait_for_message(OUTAGE + secs(5))
+            .await
+            .expect("the message is visible to others again");
+    assert!(common::receive_count(&message) >= 2, "after {after:?}");
+    common::report(&format!(
+        "ack through an outage ({kind:?}): {result:?} after {took:.2?}; received again after \
+         {after:.2?}"
+    ));
+}
+
+async fn a_batch_ack_through_an_outage_longer_than_the_timeout_is_lost_not_ok(kind: Kind) {
+    let oq = Arc::new(OutageQueue::new(kind).await);
+    oq.q.send("batch-acked through an outage").await;
+    let consumer = oq.consumer().build().unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let outage = oq.clone();
+    let handler = move |batch: Batch| {
+        let (tx, oq) = (tx.clone(), outage.clone());
+        async move {
+            let start = Instant::now();
+            oq.start_outage();
+            let result = batch.ack_all().await;
+            let _ = tx.send((result, start.elapsed()));
+            Ok::<(), Error>(())
+        }
+    };
+    let (result, took) = tokio::select! {
+        ended = consumer.run_batch(handler) => panic!("run ended early: {ended:?}"),
+        answer = rx.recv() => answer.expect("an answer"),
+    };
+    assert_lost_not_acked(&result, &consumer, took);
+}
+
+async fn an_on_success_ack_through_an_outage_longer_than_the_timeout_is_lost_not_ok(kind: Kind) {
+    let oq = Arc::new(OutageQueue::new(kind).await);
+    oq.q.send("acked on success through an outage").await;
+    let consumer = oq.consumer().ack_mode(AckMode::OnSuccess).build().unwrap();
+    let started = Arc::new(Mutex::new(None::<Instant>));
+    let (outage, handled) = (oq.clone(), started.clone());
+    let handler = move |_d: Delivery| {
+        *handled.lock().unwrap() = Some(Instant::now());
+        outage.start_outage();
+        async { Ok::<(), Error>(()) }
+    };
+    common::run_while(&consumer, handler, async {
+        eventually("the ack's end", LIMIT, || {
+            let stats = consumer.stats();
+            stats.acked + stats.lost_acks > 0
+        })
+        .await;
+    })
+    .await;
+    let took = started.lock().unwrap().expect("handled").elapsed();
+    let stats = consumer.stats();
+    assert_eq!(
+        (stats.acked, stats.lost_acks),
+        (0, 1),
+        "{stats:?} after {took:?}"
     );
 }

@@ -205,8 +205,12 @@ fn recording(
     }
 }
 
-fn consumer_of(q: &TestQueue, s3: aws_sdk_s3::Client) -> ConsumerBuilder {
-    q.consumer().wait_time(secs(1)).s3_payloads(s3)
+/// A consumer of `q` reading payloads through `s3` from `bucket` only.
+fn consumer_of(q: &TestQueue, s3: aws_sdk_s3::Client, bucket: &str) -> ConsumerBuilder {
+    q.consumer()
+        .wait_time(secs(1))
+        .s3_payloads(s3)
+        .payload_buckets([bucket])
 }
 
 /// Pointers as each library writes them are read before the handler: the body is the
@@ -237,7 +241,7 @@ async fn pointers_as_the_java_and_python_libraries_write_them_are_read(kind: Kin
     q.send("an ordinary message").await;
     expected.push(("an ordinary message".to_owned(), None));
 
-    let consumer = consumer_of(&q, s3.clone()).build().unwrap();
+    let consumer = consumer_of(&q, s3.clone(), &bucket).build().unwrap();
     let seen = Seen::default();
     let all_seen = eventually("every message handled", secs(60), || {
         seen.lock().unwrap().len() == expected.len() && consumer.stats().acked == 5
@@ -276,7 +280,7 @@ async fn unreadable_payloads_reach_no_handler_and_meet_the_retry_policy(kind: Ki
     send_pointer(&q, Producer::Java, &bucket, "good", 4).await;
 
     // OnSuccess acks what a handler leaves: the deliveries no handler saw stay unacked.
-    let consumer = consumer_of(&q, s3.clone())
+    let consumer = consumer_of(&q, s3.clone(), &bucket)
         .max_payload_bytes(100)
         .retry_policy(RetryPolicy::ReleaseNow)
         .ack_mode(AckMode::OnSuccess)
@@ -333,7 +337,7 @@ async fn an_unreadable_payload_is_logged_once_at_error_naming_message_bucket_and
     let bucket = new_bucket(&s3).await;
     let q = TestQueue::new(Kind::Memory, 30).await;
     send_pointer(&q, Producer::Java, &bucket, "no-such-key", 10).await;
-    let consumer = consumer_of(&q, s3).build().unwrap();
+    let consumer = consumer_of(&q, s3, &bucket).build().unwrap();
     let failed = eventually("the payload failure", secs(60), || {
         consumer.stats().payload_failures == 1
     });
@@ -375,7 +379,7 @@ async fn delete_on_ack_deletes_the_object_only_after_the_sqs_delete() {
     put(&s3, &bucket, "kept", b"first").await;
     send_pointer(&q, Producer::Java, &bucket, "kept", 5).await;
     memory.fail_next(Action::DeleteMessageBatch, "AccessDenied", 1);
-    let consumer = consumer_of(&q, s3.clone())
+    let consumer = consumer_of(&q, s3.clone(), &bucket)
         .delete_payload_on_ack(true)
         .build()
         .unwrap();
@@ -387,7 +391,7 @@ async fn delete_on_ack_deletes_the_object_only_after_the_sqs_delete() {
     let q = TestQueue::new(Kind::Memory, 30).await;
     put(&s3, &bucket, "deleted", b"second").await;
     send_pointer(&q, Producer::Java, &bucket, "deleted", 6).await;
-    let consumer = consumer_of(&q, s3.clone())
+    let consumer = consumer_of(&q, s3.clone(), &bucket)
         .delete_payload_on_ack(true)
         .build()
         .unwrap();
@@ -422,7 +426,7 @@ async fn batches_and_streams_get_payloads_too(kind: Kind) {
         send_pointer(&q, Producer::Java, &bucket, &key, 9).await;
     }
     send_pointer(&q, Producer::Java, &bucket, "missing", 9).await;
-    let consumer = consumer_of(&q, s3.clone()).build().unwrap();
+    let consumer = consumer_of(&q, s3.clone(), &bucket).build().unwrap();
     let bodies: Arc<Mutex<Vec<String>>> = Arc::default();
     let seen = bodies.clone();
     let handler = move |batch: Batch| {
@@ -448,7 +452,7 @@ async fn batches_and_streams_get_payloads_too(kind: Kind) {
     // The same through a stream.
     put(&s3, &bucket, "streamed", b"by stream").await;
     send_pointer(&q, Producer::Python, &bucket, "streamed", 9).await;
-    let consumer = consumer_of(&q, s3).build().unwrap();
+    let consumer = consumer_of(&q, s3, &bucket).build().unwrap();
     let mut stream = consumer.stream();
     let d = tokio::time::timeout(secs(60), stream.next())
         .await
@@ -472,7 +476,7 @@ async fn a_failing_object_delete_is_tried_four_times_then_counted_and_left() {
     put(&s3, &bucket, "stays", b"12345").await;
     send_pointer(&q, Producer::Java, &bucket, "stays", 5).await;
     let proxy = s3_proxy(&endpoint, &["DeleteObject"], Disturb::Fail).await;
-    let consumer = consumer_of(&q, s3_client(&proxy.endpoint))
+    let consumer = consumer_of(&q, s3_client(&proxy.endpoint), &bucket)
         .delete_payload_on_ack(true)
         .build()
         .unwrap();
@@ -503,7 +507,7 @@ async fn a_pointer_read_late(
     put(&s3, &bucket, key, body.as_bytes()).await;
     send_pointer(&q, Producer::Java, &bucket, key, body.len() as u64).await;
     let proxy = s3_proxy(&endpoint, &["GetObject"], Disturb::Hold(hold)).await;
-    let builder = consumer_of(&q, s3_client(&proxy.endpoint)).request_timeout(hold * 2);
+    let builder = consumer_of(&q, s3_client(&proxy.endpoint), &bucket).request_timeout(hold * 2);
     (q, proxy, builder)
 }
 
@@ -556,7 +560,9 @@ async fn a_failing_s3_is_tried_four_times_then_the_delivery_meets_the_retry_poli
     put(&s3, &bucket, "flaky", b"never read").await;
     send_pointer(&q, Producer::Java, &bucket, "flaky", 10).await;
     let proxy = s3_proxy(&endpoint, &["GetObject"], Disturb::Fail).await;
-    let consumer = consumer_of(&q, s3_client(&proxy.endpoint)).build().unwrap();
+    let consumer = consumer_of(&q, s3_client(&proxy.endpoint), &bucket)
+        .build()
+        .unwrap();
     let seen = Seen::default();
     let failed = eventually("the payload failure", secs(60), || {
         consumer.stats().payload_failures == 1
@@ -591,7 +597,7 @@ async fn an_sns_envelope_around_a_pointer_gives_the_payload_as_its_message() {
     .to_string();
     let q = TestQueue::new(Kind::Memory, 30).await;
     q.send(&envelope).await;
-    let consumer = consumer_of(&q, s3).build().unwrap();
+    let consumer = consumer_of(&q, s3, &bucket).build().unwrap();
     let d = common::take_one(&consumer).await;
     assert_eq!(d.body(), envelope);
     assert_eq!(d.sns().unwrap().message, r#"{"id": 7}"#);
@@ -612,6 +618,7 @@ with_s3!(
     a_dead_lettered_payload_keeps_its_pointer_not_the_payload,
     a_stop_during_a_download_waits_for_it_within_the_shutdown_timeout,
     a_download_outlasting_the_shutdown_timeout_is_released_not_handled,
+    poison_payloads_meet_the_retry_policy_then_the_dead_letter_step,
 );
 
 /// A graceful stop while a payload downloads lets the download end and the handler run
@@ -684,7 +691,7 @@ async fn a_dead_lettered_payload_keeps_its_pointer_not_the_payload(kind: Kind) {
     put(&s3, &bucket, "order", payload.as_bytes()).await;
     let size = payload.len() as u64;
     send_pointer(&q, Producer::Java, &bucket, "order", size).await;
-    let consumer = consumer_of(&q, s3.clone())
+    let consumer = consumer_of(&q, s3.clone(), &bucket)
         .delete_payload_on_ack(true)
         .dead_letter(dlq.as_dead_letter(), 1)
         .build()
@@ -719,4 +726,94 @@ async fn a_dead_lettered_payload_keeps_its_pointer_not_the_payload(kind: Kind) {
     );
     assert!(attributes.contains_key("sqs-consumer.failure"));
     assert!(exists(&s3, &bucket, "order").await, "the copy points to it");
+}
+
+/// Unreadable payloads meet the failure step a failing handler's delivery meets: the retry
+/// policy with its back-off first, then, at the `dead_letter` step's receive count, the move
+/// with the payload's error as the failure. A missing object, a declared size over the
+/// limit, a malformed pointer and a pointer to a bucket not in `payload_buckets` (never
+/// read) alike; no handler sees any of them, and nothing loops.
+async fn poison_payloads_meet_the_retry_policy_then_the_dead_letter_step(kind: Kind) {
+    let endpoint = common::server_endpoint();
+    let s3 = s3_client(&endpoint);
+    let (bucket, other) = (new_bucket(&s3).await, new_bucket(&s3).await);
+    put(&s3, &other, "secret", b"another tenant's").await;
+    let (q, dlq) = (
+        TestQueue::new(kind, 30).await,
+        TestQueue::new(kind, 30).await,
+    );
+    send_pointer(&q, Producer::Java, &bucket, "missing", 10).await;
+    send_pointer(&q, Producer::Java, &bucket, "large", 200).await;
+    send_raw(&q, "not a pointer", "ExtendedPayloadSize", "3").await;
+    send_pointer(&q, Producer::Java, &other, "secret", 16).await;
+    // Counts the consumer's S3 requests.
+    let proxy = FaultProxy::start(&endpoint, Faults::none(), 1).await;
+    let consumer = consumer_of(&q, s3_client(&proxy.endpoint), &bucket)
+        .max_payload_bytes(100)
+        .retry_policy(RetryPolicy::backoff(secs(1), secs(2)))
+        .dead_letter(dlq.as_dead_letter(), 2)
+        .build()
+        .unwrap();
+    let seen = Seen::default();
+    let moved = eventually("four moves", secs(60), || {
+        consumer.stats().dead_lettered == 4
+    });
+    let start = std::time::Instant::now();
+    common::run_while(&consumer, recording(&seen), moved).await;
+    let took = start.elapsed();
+    let stats = consumer.stats();
+    assert!(seen.lock().unwrap().is_empty(), "no handler saw one");
+    assert_eq!(
+        (stats.payload_failures, stats.handler_errors, stats.acked),
+        (8, 0, 0),
+        "each failed twice: the retry policy, then the move: {stats:?}"
+    );
+    assert!(
+        (8..=10).contains(&stats.received),
+        "received twice each, no loop: {stats:?}"
+    );
+    let requests = proxy.log().requests;
+    assert_eq!(
+        requests.get("GetObject").copied(),
+        Some(2),
+        "only the missing object was asked for, once per receive: {requests:?}"
+    );
+    let mut copies = Vec::new();
+    let wait = std::time::Instant::now();
+    while copies.len() < 4 && wait.elapsed() < secs(10) {
+        copies.extend(dlq.receive_raw(secs(1)).await);
+    }
+    let mut failures: Vec<(String, serde_json::Value)> = copies
+        .iter()
+        .map(|copy| {
+            let failure = copy.message_attributes().unwrap()["sqs-consumer.failure"]
+                .string_value()
+                .unwrap();
+            (
+                copy.body().unwrap_or_default().to_owned(),
+                serde_json::from_str(failure).unwrap(),
+            )
+        })
+        .collect();
+    failures.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(failures.len(), 4, "{failures:?}");
+    for (body, failure) in &failures {
+        assert_eq!(failure["receive_count"], 2, "{body}: {failure}");
+        let error = failure["error"].as_str().unwrap_or_default();
+        assert!(error.contains("could not be read"), "{body}: {error}");
+    }
+    let error_of = |needle: &str| {
+        failures
+            .iter()
+            .find(|(body, _)| body.contains(needle))
+            .map(|(_, f)| f["error"].as_str().unwrap_or_default().to_owned())
+            .unwrap_or_else(|| panic!("no copy of {needle}: {failures:?}"))
+    };
+    assert!(error_of("\"secret\"").contains("not one of payload_buckets"));
+    assert!(error_of("\"large\"").contains("over max_payload_bytes"));
+    common::report(&format!(
+        "poison payloads ({kind:?}): 4 moved after {took:.2?}; {} receives, {} GetObject",
+        stats.received,
+        requests.get("GetObject").copied().unwrap_or(0)
+    ));
 }

@@ -149,6 +149,9 @@ async fn every_public_item(
     #[cfg(feature = "s3")]
     let builder: ConsumerBuilder = builder
         .s3_payloads(s3_client())
+        .payload_buckets(["payloads"])
+        .payload_buckets(vec![String::from("payloads")])
+        .any_payload_bucket()
         .max_payload_bytes(1)
         .delete_payload_on_ack(false);
     let consumer: Consumer = builder.build()?;

@@ -500,6 +500,31 @@ impl MemoryQueue {
         self.lock().inject(action, code, times);
     }
 
+    /// Makes every call of `action` fail with the SQS error `code` for `duration` from now
+    /// (on tokio's clock), without acting: an outage of that action. Like
+    /// [`fail_next`](MemoryQueue::fail_next), a fault for `DeleteMessage` or
+    /// `ChangeMessageVisibility` also fails the single entries of the batch calls.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), sqs_consumer::Error> {
+    /// use std::time::Duration;
+    /// use sqs_consumer::memory::{Action, MemoryQueue};
+    ///
+    /// let queue = MemoryQueue::new();
+    /// queue.fail_for(Action::DeleteMessage, "InternalError", Duration::from_secs(10));
+    /// queue.send("hello")?;
+    /// let message = queue.receive(1, Duration::ZERO).await?.remove(0);
+    /// assert!(queue.delete(message.receipt_handle().unwrap()).is_err());
+    /// tokio::time::advance(Duration::from_secs(10)).await;
+    /// assert!(queue.delete(message.receipt_handle().unwrap()).is_ok());
+    /// # Ok(()) }
+    /// ```
+    pub fn fail_for(&self, action: Action, code: &str, duration: Duration) {
+        self.lock()
+            .fail_until(action, code, tokio::time::Instant::now() + duration);
+    }
+
     /// Requests served so far, per action, and the deletes and visibility changes asked for.
     pub fn requests(&self) -> RequestCounts {
         self.lock().requests()

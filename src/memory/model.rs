@@ -43,6 +43,8 @@ pub(crate) struct QueueState {
     dedup: HashMap<String, (Instant, String)>,
     requests: RequestCounts,
     faults: HashMap<Action, VecDeque<String>>,
+    /// Per action, the error code every call fails with until the instant.
+    outages: HashMap<Action, (String, Instant)>,
     /// The random faults' generator, and what they injected.
     rng: u64,
     injected: InjectedFaults,
@@ -150,10 +152,20 @@ impl QueueState {
     }
 
     fn take_fault(&mut self, action: Action) -> Result<(), Error> {
+        if let Some((code, until)) = self.outages.get(&action) {
+            if Instant::now() < *until {
+                return Err(refuse(action, code, "injected outage"));
+            }
+        }
         match self.faults.get_mut(&action).and_then(VecDeque::pop_front) {
             Some(code) => Err(refuse(action, &code, "injected failure")),
             None => Ok(()),
         }
+    }
+
+    /// Fails every call of `action` with `code` until `until`.
+    pub(crate) fn fail_until(&mut self, action: Action, code: &str, until: Instant) {
+        self.outages.insert(action, (code.to_owned(), until));
     }
 
     pub(crate) fn inject(&mut self, action: Action, code: &str, times: usize) {

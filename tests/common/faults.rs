@@ -85,7 +85,17 @@ pub struct FaultProxy {
     pub endpoint: String,
     pub log: Arc<Mutex<FaultLog>>,
     refusals: Refusals,
+    outage: Outage,
     task: JoinHandle<()>,
+}
+
+/// The actions under an outage, and until when.
+type Outage = Arc<Mutex<Option<(&'static [&'static str], tokio::time::Instant)>>>;
+
+fn in_outage(outage: &Outage, action: &str) -> bool {
+    outage.lock().unwrap().is_some_and(|(actions, until)| {
+        actions.contains(&action) && tokio::time::Instant::now() < until
+    })
 }
 
 /// Requests to refuse before any fault is drawn: per action, the error code and how many
@@ -113,8 +123,9 @@ impl FaultProxy {
         let faults = Arc::new(faults);
         let deletes = Arc::new(tokio::sync::Mutex::new(()));
         let refusals = Refusals::default();
+        let outage = Outage::default();
         let task = {
-            let (log, refusals) = (log.clone(), refusals.clone());
+            let (log, refusals, outage) = (log.clone(), refusals.clone(), outage.clone());
             tokio::spawn(async move {
                 while let Ok((client, _)) = listener.accept().await {
                     let (log, rng, faults) = (log.clone(), rng.clone(), faults.clone());
@@ -124,6 +135,7 @@ impl FaultProxy {
                         log,
                         deletes: deletes.clone(),
                         refusals: refusals.clone(),
+                        outage: outage.clone(),
                     };
                     tokio::spawn(serve(client, upstream, shared));
                 }
@@ -133,6 +145,7 @@ impl FaultProxy {
             endpoint,
             log,
             refusals,
+            outage,
             task,
         }
     }
@@ -142,6 +155,12 @@ impl FaultProxy {
     pub fn refuse_next(&self, action: &str, code: &'static str, times: usize) {
         let mut refusals = self.refusals.lock().unwrap();
         refusals.insert(action.to_owned(), (code, times));
+    }
+
+    /// An outage of `actions` for `duration` from now: their requests are answered `500
+    /// InternalError` by the proxy itself, never forwarded.
+    pub fn outage(&self, actions: &'static [&'static str], duration: Duration) {
+        *self.outage.lock().unwrap() = Some((actions, tokio::time::Instant::now() + duration));
     }
 
     pub fn log(&self) -> FaultLog {
@@ -305,6 +324,7 @@ struct Shared {
     /// Held while a delete is forwarded: one at a time (see the module docs).
     deletes: Arc<tokio::sync::Mutex<()>>,
     refusals: Refusals,
+    outage: Outage,
 }
 
 async fn serve(mut client: TcpStream, upstream: SocketAddr, shared: Shared) {
@@ -314,6 +334,7 @@ async fn serve(mut client: TcpStream, upstream: SocketAddr, shared: Shared) {
         log,
         deletes,
         refusals,
+        outage,
     } = shared;
     let mut buf = Vec::new();
     let mut throttles = 0u64;
@@ -339,11 +360,15 @@ async fn serve(mut client: TcpStream, upstream: SocketAddr, shared: Shared) {
             }
             continue;
         }
-        let fault = faults
-            .actions
-            .contains(&action.as_str())
-            .then(|| pick(&faults, &rng))
-            .flatten();
+        let fault = if in_outage(&outage, &action) {
+            Some(Fault::InternalError)
+        } else {
+            faults
+                .actions
+                .contains(&action.as_str())
+                .then(|| pick(&faults, &rng))
+                .flatten()
+        };
         {
             let mut log = log.lock().unwrap();
             *log.requests.entry(action.clone()).or_default() += 1;
