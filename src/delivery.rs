@@ -329,12 +329,21 @@ impl Delivery {
     /// When the message's current visibility timeout ends, as far as this consumer knows, to
     /// the millisecond (rounded down, so never later).
     ///
-    /// It starts as the visibility timeout counted from when the receive's answer arrived;
-    /// the heartbeat moves it forward with every extension. After it passes without an
-    /// extension, the delivery is lost. With a visibility timeout of 0 there is no deadline to
-    /// keep and it stays at that arrival.
+    /// It starts as the visibility timeout counted from when the receive's answer left SQS
+    /// (SQS starts the timeout when it hands the message out): the answer's arrival, less
+    /// the time the consumer allows for any call's way (a quarter of the timeout, at most
+    /// 1 s, and never before the request). The heartbeat moves it forward with every
+    /// extension. After it passes without an extension, the delivery is lost. With a
+    /// visibility timeout of 0 there is no deadline to keep.
     pub fn deadline(&self) -> Instant {
         self.lease.deadline()
+    }
+
+    /// The visibility timeout the receive applied (the builder's, the queue's own, or the
+    /// estimate of [`adaptive_visibility`](crate::ConsumerBuilder::adaptive_visibility)):
+    /// each extension hides the message this long again.
+    pub fn visibility_timeout(&self) -> Duration {
+        Duration::from_secs(u64::from(self.lease.timeout()))
     }
 
     /// The receive plus 12 hours: SQS's limit on how long this message can stay hidden.

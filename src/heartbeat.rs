@@ -20,7 +20,7 @@ use crate::call_retries::{self, EXTENSION_MIN_WAIT};
 use crate::error::{Error, ErrorKind, LostReason};
 use crate::lease::Lease;
 use crate::lease_thread::{Mailbox, Runner};
-use crate::limits::extension_limit;
+use crate::limits::{call_margin, extension_limit};
 use crate::stats::Counter;
 
 /// One planned `ChangeMessageVisibility` call.
@@ -94,11 +94,6 @@ fn warn_late(lease: &Lease, late: Duration, timeout: Duration) {
 /// that deliveries received apart share requests; never more than an eighth of the timeout,
 /// so a round sent early gains (nearly) a whole timeout still.
 pub(crate) const COALESCE_WINDOW: Duration = Duration::from_millis(250);
-
-/// No attempt is sent later than this before the current deadline (a quarter of the timeout,
-/// if less): SQS answers a visibility change that reaches it after the deadline with success
-/// and does nothing, so a late try could pass for an extension.
-pub(crate) const SEND_MARGIN: Duration = Duration::from_secs(1);
 
 /// Keeps the deliveries of one consumer hidden: a timer queue of held deliveries keyed by
 /// their next extension, which sends each round's due extensions together (one request for
@@ -675,7 +670,7 @@ impl KeeperTask {
     /// more, its loss or its last timer.
     fn plan_extension(&mut self, id: u64, lease: Arc<Lease>, due: Instant, now: Instant) -> Step {
         let t = Duration::from_secs(u64::from(lease.timeout()));
-        if now + (t / 4).min(SEND_MARGIN) > lease.deadline() {
+        if now + call_margin(t) > lease.deadline() {
             // Too late to send (the runtime was held up): the call could reach SQS after the
             // deadline, which it answers with success and nothing done. The message may be
             // another consumer's already.
@@ -813,7 +808,7 @@ impl KeeperTask {
         };
         let deadline = lease.deadline();
         let t = Duration::from_secs(u64::from(lease.timeout()));
-        let last_send = deadline.checked_sub((t / 4).min(SEND_MARGIN));
+        let last_send = deadline.checked_sub(call_margin(t));
         let remaining = deadline.saturating_duration_since(now);
         // A quarter of what is left, so several tries fit before the deadline, but never less
         // than EXTENSION_MIN_WAIT: close to the deadline a quarter shrinks towards nothing, and

@@ -60,7 +60,7 @@ use tracing::{Instrument, Span};
 use crate::batch::Cohort;
 use crate::context::{Context, SettleHooks};
 use crate::error::{Error, ErrorKind, LostReason};
-use crate::limits::{extension_limit, MAX_VISIBILITY_SECS};
+use crate::limits::{call_margin, extension_limit, MAX_VISIBILITY_SECS};
 use crate::millis::{millis_after, Millis};
 use crate::stats::Counter;
 use crate::unfinished_deletes::Unfinished;
@@ -186,7 +186,13 @@ impl Lease {
         span: Span,
     ) -> Self {
         let received = ctx.epoch().millis(received_at);
-        let deadline = handed_out + Duration::from_secs(u64::from(timeout));
+        // SQS started the timeout when the answer left it: its time in flight (up to the
+        // margin kept for any call) is taken off, never back before the request.
+        let t = Duration::from_secs(u64::from(timeout));
+        let left_sqs = handed_out
+            .checked_sub(call_margin(t))
+            .map_or(received_at, |left| left.max(received_at));
+        let deadline = left_sqs + t;
         let status = Mutex::new(Status {
             deadline_ms: millis_after(ctx.epoch().instant(received), deadline),
             state: State::Held,
@@ -747,6 +753,34 @@ mod tests {
         assert_eq!(l.drop_delivery(), Dropped::Settled);
         assert_eq!(l.ended().await, End::Acked);
         assert_eq!(l.context().stats(0).lost, 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_first_deadline_allows_for_the_answers_way_back_never_before_the_request() {
+        let ctx = Arc::new(Context::new(
+            &Queue::new(MemoryQueue::new()),
+            RetryPolicy::Leave,
+            Runner::Caller,
+        ));
+        let t0 = Instant::now();
+        let at = |request: u64, answer: u64, timeout: u32| {
+            let lease = Lease::new(
+                ctx.clone(),
+                Message::builder().receipt_handle("r").build(),
+                t0 + Duration::from_millis(request),
+                t0 + Duration::from_millis(answer),
+                timeout,
+                1,
+                Span::none(),
+            );
+            (lease.deadline() - t0).as_millis()
+        };
+        // A long poll answered 10 s after its request: 1 s (at most) for the way back.
+        assert_eq!(at(0, 10_000, 30), 39_000);
+        // A quarter of a short timeout.
+        assert_eq!(at(0, 10_000, 2), 11_500);
+        // Never before the request: an answer 200 ms after it.
+        assert_eq!(at(0, 200, 30), 30_000);
     }
 
     #[tokio::test(start_paused = true)]

@@ -23,6 +23,15 @@ pub(crate) const HARD_LIMIT: Duration = Duration::from_secs(MAX_VISIBILITY_SECS 
 /// 43,200 s for the same reason.
 pub(crate) const CAP_MARGIN: Duration = Duration::from_secs(5);
 
+/// How long a call to SQS may take to get there or back, as the crate allows for it at a
+/// visibility timeout of `timeout`: a quarter of it, at most 1 s. No extension is sent later
+/// than this before the deadline (SQS answers one that reaches it after the deadline with
+/// success and does nothing), and a receive's answer is taken to have left SQS this long
+/// before it arrived (SQS starts the timeout when it hands the message out).
+pub(crate) fn call_margin(timeout: Duration) -> Duration {
+    (timeout / 4).min(Duration::from_secs(1))
+}
+
 /// The longest long poll (`WaitTimeSeconds`), in seconds.
 pub(crate) const MAX_WAIT_SECS: u64 = 20;
 

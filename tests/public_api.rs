@@ -223,6 +223,7 @@ async fn every_public_item(
         delivery.deadline(),
         delivery.hard_deadline(),
     ];
+    let _: Duration = delivery.visibility_timeout();
     let _: bool = delivery.is_lost();
     let _: LostReason = delivery.lost().await;
     #[cfg(feature = "s3")]

@@ -553,9 +553,12 @@ async fn a_message_sent_during_a_long_poll_is_handled_at_once(kind: Kind) {
 
 /// How long the delivery's visibility has left, in whole seconds rounded up: the timeout its
 /// receive asked for, when taken at once.
+/// The visibility timeout the delivery's receive applied, seconds; its deadline is at most
+/// that far away.
 fn visibility_left(d: &Delivery) -> u64 {
-    let left = d.deadline().saturating_duration_since(Instant::now());
-    left.as_secs() + u64::from(left.subsec_nanos() > 0)
+    let applied = d.visibility_timeout();
+    assert!(d.deadline() <= Instant::now() + applied);
+    applied.as_secs()
 }
 
 async fn adaptive_visibility_follows_the_holds_within_its_bounds_and_the_keeper_extends_the_rest(

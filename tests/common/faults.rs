@@ -89,13 +89,28 @@ pub struct FaultProxy {
     task: JoinHandle<()>,
 }
 
-/// The actions under an outage, and until when.
-type Outage = Arc<Mutex<Option<(&'static [&'static str], tokio::time::Instant)>>>;
+/// What an outage or a storm does to each request of its actions.
+#[derive(Debug, Clone, Copy)]
+enum Disturbance {
+    Fail,
+    Delay(Duration),
+}
 
-fn in_outage(outage: &Outage, action: &str) -> bool {
-    outage.lock().unwrap().is_some_and(|(actions, until)| {
-        actions.contains(&action) && tokio::time::Instant::now() < until
-    })
+/// The actions under an outage or a storm, and until when.
+#[derive(Debug, Clone, Copy)]
+struct Disturbed {
+    actions: &'static [&'static str],
+    what: Disturbance,
+    until: tokio::time::Instant,
+}
+
+type Outage = Arc<Mutex<Option<Disturbed>>>;
+
+/// What the outage or storm under way does to a request of `action`, if any.
+fn disturbance(outage: &Outage, action: &str) -> Option<Disturbance> {
+    let disturbed = (*outage.lock().unwrap())?;
+    let on = disturbed.actions.contains(&action) && tokio::time::Instant::now() < disturbed.until;
+    on.then_some(disturbed.what)
 }
 
 /// Requests to refuse before any fault is drawn: per action, the error code and how many
@@ -160,7 +175,22 @@ impl FaultProxy {
     /// An outage of `actions` for `duration` from now: their requests are answered `500
     /// InternalError` by the proxy itself, never forwarded.
     pub fn outage(&self, actions: &'static [&'static str], duration: Duration) {
-        *self.outage.lock().unwrap() = Some((actions, tokio::time::Instant::now() + duration));
+        self.disturb(actions, Disturbance::Fail, duration);
+    }
+
+    /// A delay storm on `actions` for `duration` from now: every request is forwarded, and
+    /// its answer held `hold` (then the connection dropped, as for a `Delay` fault).
+    pub fn storm(&self, actions: &'static [&'static str], duration: Duration, hold: Duration) {
+        self.disturb(actions, Disturbance::Delay(hold), duration);
+    }
+
+    fn disturb(&self, actions: &'static [&'static str], what: Disturbance, duration: Duration) {
+        let until = tokio::time::Instant::now() + duration;
+        *self.outage.lock().unwrap() = Some(Disturbed {
+            actions,
+            what,
+            until,
+        });
     }
 
     pub fn log(&self) -> FaultLog {
@@ -360,14 +390,18 @@ async fn serve(mut client: TcpStream, upstream: SocketAddr, shared: Shared) {
             }
             continue;
         }
-        let fault = if in_outage(&outage, &action) {
-            Some(Fault::InternalError)
-        } else {
-            faults
+        let mut delay_for = faults.delay_for;
+        let fault = match disturbance(&outage, &action) {
+            Some(Disturbance::Fail) => Some(Fault::InternalError),
+            Some(Disturbance::Delay(hold)) => {
+                delay_for = hold;
+                Some(Fault::Delay)
+            }
+            None => faults
                 .actions
                 .contains(&action.as_str())
                 .then(|| pick(&faults, &rng))
-                .flatten()
+                .flatten(),
         };
         {
             let mut log = log.lock().unwrap();
@@ -425,7 +459,7 @@ async fn serve(mut client: TcpStream, upstream: SocketAddr, shared: Shared) {
                         .extend(message_ids(answer.body()));
                 }
                 if fault == Some(Fault::Delay) {
-                    tokio::time::sleep(faults.delay_for).await;
+                    tokio::time::sleep(delay_for).await;
                     let _ = client.write_all(&answer.raw).await;
                 }
                 let _ = client.set_zero_linger();

@@ -1,0 +1,639 @@
+//! The soak: worker processes consuming one queue of the test server through a
+//! fault-injecting proxy, while a producer sends at a steady rate and, every few seconds, a
+//! worker is killed (SIGKILL) or stopped (SIGTERM, then started again), the proxy fails
+//! every call for a while (an outage), or holds every answer (a delay storm). At the end it
+//! checks that nothing was lost (every message sent was handled, the queue is empty), that
+//! no ack returned `Ok` for a message another worker received before that ack returned (a
+//! stale ack), and that a worker running the whole time kept its memory flat.
+//!
+//! `scripts/soak.sh [SECONDS]` runs it on both test servers; one server:
+//! `SOAK_SECS=600 scripts/with-sqs-server.sh cargo bench --bench soak`. Exits non-zero on a
+//! lost message, a stale `Ok` or a queue left with messages. Settings: `SOAK_SECS` (600),
+//! `SOAK_WORKERS` (4), `SOAK_RATE` (messages per second, 30).
+
+#[path = "../tests/common/faults.rs"]
+#[allow(dead_code, unreachable_pub)]
+mod faults;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use aws_sdk_sqs::types::{QueueAttributeName, SendMessageBatchRequestEntry};
+use faults::{Fault, FaultProxy, Faults};
+use sqs_consumer::{BoxError, Consumer, Delivery};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::time::{sleep, Instant};
+
+/// The queue's visibility timeout, seconds: short, so that every fault meets a deadline.
+const T: u64 = 3;
+/// How often a chaos event comes.
+const EVERY: Duration = Duration::from_secs(12);
+/// How long an outage lasts: longer than the visibility timeout.
+const OUTAGE: Duration = Duration::from_secs(8);
+/// A delay storm: every answer held this long, for this long.
+const STORM: (Duration, Duration) = (Duration::from_secs(5), Duration::from_secs(1));
+/// Memory is read after this warm-up.
+const WARM_UP: Duration = Duration::from_secs(30);
+
+/// Every SQS call a worker makes.
+const ACTIONS: &[&str] = &[
+    "ReceiveMessage",
+    "DeleteMessage",
+    "DeleteMessageBatch",
+    "ChangeMessageVisibility",
+    "ChangeMessageVisibilityBatch",
+    "GetQueueAttributes",
+];
+
+fn main() {
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    if args.first().map(String::as_str) == Some("worker") {
+        runtime.block_on(worker(&args[1], &args[2], &args[3]));
+        return;
+    }
+    let Ok(endpoint) = std::env::var("SQS_TEST_ENDPOINT") else {
+        eprintln!("soak: needs a test server (scripts/soak.sh starts both in turn)");
+        std::process::exit(2);
+    };
+    let clean = runtime.block_on(coordinate(&endpoint));
+    std::process::exit(if clean { 0 } else { 1 });
+}
+
+fn client_for(endpoint: &str) -> aws_sdk_sqs::Client {
+    let config = aws_sdk_sqs::Config::builder()
+        .behavior_version(aws_sdk_sqs::config::BehaviorVersion::latest())
+        .region(aws_sdk_sqs::config::Region::new("us-east-1"))
+        .credentials_provider(aws_sdk_sqs::config::Credentials::new(
+            "test", "test", None, None, "soak",
+        ))
+        .endpoint_url(endpoint)
+        .build();
+    aws_sdk_sqs::Client::from_conf(config)
+}
+
+/// Milliseconds since the Unix epoch: the one clock the processes share.
+fn wall_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+// ---- a worker ----
+
+/// One worker process: consumes through the proxy until SIGTERM, printing a line per
+/// delivery once its ack returned (`D id body receive_count request_ms done_ms outcome`),
+/// and its resident memory every 5 s (`M id rss_kib`).
+async fn worker(endpoint: &str, url: &str, id: &str) {
+    let consumer = Consumer::builder(client_for(endpoint), url)
+        .visibility_timeout(Duration::from_secs(T))
+        .wait_time(Duration::from_secs(1))
+        .shutdown_timeout(Duration::from_secs(5))
+        .build()
+        .expect("a consumer");
+    let me = id.to_owned();
+    let handler = move |d: Delivery| {
+        let id = me.clone();
+        async move {
+            let (body, count) = (d.body().to_owned(), d.receive_count());
+            // The request's instant on the shared clock: the receive began no earlier.
+            let request_ms = wall_ms().saturating_sub(d.received_at().elapsed().as_millis() as u64);
+            let answered_ms = wall_ms();
+            // 0 to 4 s of work, from the body: some hold the message past its timeout.
+            let work = body
+                .bytes()
+                .fold(7u64, |h, b| h.wrapping_mul(31) ^ u64::from(b))
+                % 4000;
+            sleep(Duration::from_millis(work)).await;
+            let deadline_ms = wall_ms()
+                + d.deadline()
+                    .saturating_duration_since(Instant::now())
+                    .as_millis() as u64;
+            let ack_ms = wall_ms();
+            let outcome = match d.ack().await {
+                Ok(()) => "ok",
+                Err(err) if err.is_lost() => "lost",
+                Err(_) => "failed",
+            };
+            println!("D {id} {body} {count} {request_ms} {} {outcome} {answered_ms} {ack_ms} {deadline_ms}", wall_ms());
+            Ok::<(), BoxError>(())
+        }
+    };
+    let memory = {
+        let id = id.to_owned();
+        tokio::spawn(async move {
+            loop {
+                println!("M {id} {}", rss_kib());
+                sleep(Duration::from_secs(5)).await;
+            }
+        })
+    };
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("a SIGTERM handler");
+    let stopped = async move {
+        term.recv().await;
+    };
+    let result = consumer.run_until(handler, stopped).await;
+    memory.abort();
+    println!("S {id} {:?} {result:?}", consumer.stats());
+}
+
+/// This process's resident memory, KiB.
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+// ---- the coordinator ----
+
+/// What the workers printed, in order.
+type Lines = Arc<Mutex<Vec<String>>>;
+
+/// A running worker process and the lines it prints.
+struct Worker {
+    id: String,
+    child: Child,
+}
+
+fn start_worker(id: String, proxy: &str, url: &str, lines: &Lines) -> Worker {
+    let exe = std::env::current_exe().expect("this bench's path");
+    let mut child = Command::new(exe)
+        .args(["worker", proxy, url, &id])
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("a worker process");
+    let stdout = child.stdout.take().expect("its stdout");
+    let lines = lines.clone();
+    tokio::spawn(async move {
+        let mut reader = BufReader::new(stdout).lines();
+        while let Ok(Some(line)) = reader.next_line().await {
+            lines.lock().unwrap().push(line);
+        }
+    });
+    Worker { id, child }
+}
+
+/// Sends SIGTERM to `worker` (by its PID) and waits for it to end, at most 30 s.
+async fn stop_worker(worker: &mut Worker) {
+    if let Some(pid) = worker.child.id() {
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status();
+    }
+    if tokio::time::timeout(Duration::from_secs(30), worker.child.wait())
+        .await
+        .is_err()
+    {
+        eprintln!(
+            "soak: worker {} did not stop within 30 s; killed",
+            worker.id
+        );
+        let _ = worker.child.kill().await;
+    }
+}
+
+/// The chaos events, in turn.
+#[derive(Debug, Default)]
+struct Chaos {
+    kills: u64,
+    terms: u64,
+    outages: u64,
+    storms: u64,
+}
+
+async fn coordinate(endpoint: &str) -> bool {
+    let secs = env_u64("SOAK_SECS", 600);
+    let workers_n = env_u64("SOAK_WORKERS", 4).max(2) as usize;
+    let rate = env_u64("SOAK_RATE", 30).max(1);
+    let server = std::env::var("SQS_TEST_SERVER").unwrap_or_else(|_| "server".into());
+    let direct = client_for(endpoint);
+    let name = format!("soak-{}-{}", std::process::id(), wall_ms());
+    let url = direct
+        .create_queue()
+        .queue_name(&name)
+        .attributes(QueueAttributeName::VisibilityTimeout, T.to_string())
+        .send()
+        .await
+        .expect("CreateQueue")
+        .queue_url()
+        .expect("a queue URL")
+        .to_owned();
+    let proxy = FaultProxy::start(
+        endpoint,
+        Faults {
+            internal_error: 0.05,
+            throttle: 0.0,
+            reset_before: 0.01,
+            drop_after: 0.01,
+            delay: 0.03,
+            delay_for: Duration::from_secs(1),
+            actions: ACTIONS,
+        },
+        0x50a4,
+    )
+    .await;
+    let lines = Lines::default();
+    let mut workers: Vec<Worker> = (0..workers_n)
+        .map(|i| start_worker(format!("w{i}"), &proxy.endpoint, &url, &lines))
+        .collect();
+    let started = Instant::now();
+    println!(
+        "soak ({server}): {secs} s, {workers_n} workers, {rate} messages/s, T = {T} s; chaos \
+         every {EVERY:?}: SIGKILL, an outage of {OUTAGE:?}, SIGTERM, a storm of {:?} holding \
+         every answer {:?}",
+        STORM.0, STORM.1
+    );
+
+    let sent = Arc::new(Mutex::new(Vec::<String>::new()));
+    let producing = {
+        let (direct, url, sent) = (direct.clone(), url.clone(), sent.clone());
+        let until = started + Duration::from_secs(secs);
+        tokio::spawn(produce(direct, url, sent, rate, until))
+    };
+
+    let mut chaos = Chaos::default();
+    let mut generation = 1;
+    let mut turn = 0u64;
+    while started.elapsed() + EVERY <= Duration::from_secs(secs) {
+        sleep(EVERY).await;
+        // Worker 0 runs the whole time: its memory is the one watched.
+        let victim = 1 + (turn / 4) as usize % (workers_n - 1);
+        match turn % 4 {
+            0 => {
+                let _ = workers[victim].child.kill().await;
+                chaos.kills += 1;
+            }
+            1 => {
+                proxy.outage(ACTIONS, OUTAGE);
+                chaos.outages += 1;
+            }
+            2 => {
+                stop_worker(&mut workers[victim]).await;
+                chaos.terms += 1;
+            }
+            _ => {
+                proxy.storm(ACTIONS, STORM.0, STORM.1);
+                chaos.storms += 1;
+            }
+        }
+        if matches!(turn % 4, 0 | 2) {
+            let id = format!("w{victim}.{generation}");
+            generation += 1;
+            workers[victim] = start_worker(id, &proxy.endpoint, &url, &lines);
+        }
+        turn += 1;
+    }
+    producing.await.expect("the producer");
+    let production_ended = started.elapsed();
+
+    // The workers finish what is queued, then stop.
+    let drained = wait_until_empty(&direct, &url, Duration::from_secs(120)).await;
+    for worker in &mut workers {
+        stop_worker(worker).await;
+    }
+    sleep(Duration::from_millis(500)).await;
+    // What is left (a lease lapsing as the workers stopped) is taken directly, and counted.
+    let leftovers = take_leftovers(&direct, &url).await;
+    let (visible, hidden) = counts(&direct, &url).await;
+
+    let lines = lines.lock().unwrap().clone();
+    if let Ok(path) = std::env::var("SOAK_KEEP_LINES") {
+        let _ = std::fs::write(path, lines.join("\n"));
+    }
+    let sent = sent.lock().unwrap().clone();
+    let report = Report::new(&lines, &sent, &leftovers);
+    let log = proxy.log();
+    println!(
+        "soak ({server}): produced for {production_ended:.0?}; {} sent, {} handled, {} lost; \
+         {} deliveries ({} acked ok, {} ack lost, {} ack failed), {} messages handled more \
+         than once: {}; {} left over after the stop (taken directly); queue at the end: {} \
+         visible, {} hidden; drained: {drained}",
+        sent.len(),
+        report.handled,
+        report.lost.len(),
+        report.deliveries,
+        report.outcomes.get("ok").copied().unwrap_or(0),
+        report.outcomes.get("lost").copied().unwrap_or(0),
+        report.outcomes.get("failed").copied().unwrap_or(0),
+        report.repeated,
+        report.repeats_why(),
+        leftovers.len(),
+        visible,
+        hidden,
+    );
+    println!(
+        "soak ({server}): stale Ok {} (the message received again, at a higher receive count \
+         and a timeout or more after the Ok's receive, before the Ok returned); server \
+         duplicates {} (handed out again within a timeout of the receive, while held); Ok \
+         acks redelivered afterwards {}",
+        report.stale.len(),
+        report.duplicates,
+        report.after_ok.len(),
+    );
+    for stale in report.stale.iter().take(5) {
+        println!("  stale: {stale}");
+    }
+    println!(
+        "soak ({server}): chaos {chaos:?}; proxy requests {}, injected 500 {}, reset {}, \
+         dropped after {}, delayed {}",
+        log.requests.values().sum::<u64>(),
+        log.count(Fault::InternalError),
+        log.count(Fault::ResetBefore),
+        log.count(Fault::DropAfter),
+        log.count(Fault::Delay),
+    );
+    let memory = report.memory("w0");
+    println!(
+        "soak ({server}): worker w0's resident memory (KiB, every 5 s after {WARM_UP:?}): {memory}"
+    );
+    report.lost.is_empty() && report.stale.is_empty() && visible + hidden == 0
+}
+
+/// Sends `rate` messages a second (batches of up to 10, every 100 ms) until `until`.
+async fn produce(
+    client: aws_sdk_sqs::Client,
+    url: String,
+    sent: Arc<Mutex<Vec<String>>>,
+    rate: u64,
+    until: Instant,
+) {
+    let mut seq = 0u64;
+    let mut due = 0f64;
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    while Instant::now() < until {
+        tick.tick().await;
+        due += rate as f64 / 10.0;
+        while due >= 1.0 {
+            let n = (due as u64).min(10);
+            due -= n as f64;
+            let bodies: Vec<String> = (0..n).map(|i| format!("m{:07}", seq + i)).collect();
+            seq += n;
+            let entries = bodies.iter().enumerate().map(|(i, body)| {
+                SendMessageBatchRequestEntry::builder()
+                    .id(i.to_string())
+                    .message_body(body)
+                    .build()
+                    .expect("an entry")
+            });
+            match client
+                .send_message_batch()
+                .queue_url(&url)
+                .set_entries(Some(entries.collect()))
+                .send()
+                .await
+            {
+                Ok(out) if out.failed().is_empty() => sent.lock().unwrap().extend(bodies),
+                Ok(out) => eprintln!("soak: {} sends failed", out.failed().len()),
+                Err(err) => eprintln!("soak: a send failed: {err}"),
+            }
+        }
+    }
+}
+
+/// (visible, hidden) messages of the queue.
+async fn counts(client: &aws_sdk_sqs::Client, url: &str) -> (u64, u64) {
+    let out = client
+        .get_queue_attributes()
+        .queue_url(url)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
+        .send()
+        .await
+        .expect("GetQueueAttributes");
+    let get = |name: QueueAttributeName| {
+        out.attributes()
+            .and_then(|a| a.get(&name))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    (
+        get(QueueAttributeName::ApproximateNumberOfMessages),
+        get(QueueAttributeName::ApproximateNumberOfMessagesNotVisible),
+    )
+}
+
+async fn wait_until_empty(client: &aws_sdk_sqs::Client, url: &str, limit: Duration) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if counts(client, url).await == (0, 0) {
+            return true;
+        }
+        sleep(Duration::from_millis(500)).await;
+    }
+    false
+}
+
+/// Receives and deletes what is still in the queue (messages whose leases lapsed as their
+/// workers stopped come back within a timeout), for at most 30 s: the bodies taken.
+async fn take_leftovers(client: &aws_sdk_sqs::Client, url: &str) -> Vec<String> {
+    let start = Instant::now();
+    let mut taken = Vec::new();
+    while start.elapsed() < Duration::from_secs(30) {
+        let out = client
+            .receive_message()
+            .queue_url(url)
+            .max_number_of_messages(10)
+            .wait_time_seconds(1)
+            .send()
+            .await
+            .expect("ReceiveMessage");
+        for m in out.messages() {
+            taken.push(m.body().unwrap_or_default().to_owned());
+            client
+                .delete_message()
+                .queue_url(url)
+                .receipt_handle(m.receipt_handle().unwrap_or_default())
+                .send()
+                .await
+                .expect("DeleteMessage");
+        }
+        if out.messages().is_empty() && counts(client, url).await == (0, 0) {
+            break;
+        }
+    }
+    taken
+}
+
+/// One delivery, as its worker printed it.
+#[derive(Debug, Clone)]
+struct Handled {
+    worker: String,
+    count: u32,
+    request_ms: u64,
+    done_ms: u64,
+    /// When its handler started: the receive's answer had arrived.
+    answered_ms: u64,
+    outcome: String,
+}
+
+/// What the lines say.
+struct Report {
+    deliveries: usize,
+    handled: usize,
+    lost: Vec<String>,
+    outcomes: BTreeMap<String, u64>,
+    repeated: usize,
+    /// Per kind of explanation, how many later deliveries it explains.
+    why: BTreeMap<&'static str, u64>,
+    stale: Vec<String>,
+    duplicates: u64,
+    after_ok: Vec<String>,
+    memory: BTreeMap<String, Vec<u64>>,
+}
+
+impl Report {
+    fn new(lines: &[String], sent: &[String], leftovers: &[String]) -> Self {
+        let mut by_body: BTreeMap<String, Vec<Handled>> = BTreeMap::new();
+        let mut outcomes = BTreeMap::new();
+        let mut memory: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+        for line in lines {
+            let f: Vec<&str> = line.split(' ').collect();
+            match f.as_slice() {
+                ["D", worker, body, count, request_ms, done_ms, outcome, answered_ms, ..] => {
+                    *outcomes.entry((*outcome).to_owned()).or_insert(0) += 1;
+                    by_body
+                        .entry((*body).to_owned())
+                        .or_default()
+                        .push(Handled {
+                            worker: (*worker).to_owned(),
+                            count: count.parse().unwrap_or(0),
+                            request_ms: request_ms.parse().unwrap_or(0),
+                            done_ms: done_ms.parse().unwrap_or(0),
+                            answered_ms: answered_ms.parse().unwrap_or(0),
+                            outcome: (*outcome).to_owned(),
+                        });
+                }
+                ["M", worker, kib] => memory
+                    .entry((*worker).to_owned())
+                    .or_default()
+                    .push(kib.parse().unwrap_or(0)),
+                _ => {}
+            }
+        }
+        let seen: BTreeSet<&str> = by_body
+            .keys()
+            .map(String::as_str)
+            .chain(leftovers.iter().map(String::as_str))
+            .collect();
+        let lost = sent
+            .iter()
+            .filter(|b| !seen.contains(b.as_str()))
+            .cloned()
+            .collect();
+        let mut report = Report {
+            deliveries: by_body.values().map(Vec::len).sum(),
+            handled: by_body.len(),
+            lost,
+            outcomes,
+            repeated: by_body.values().filter(|d| d.len() > 1).count(),
+            why: BTreeMap::new(),
+            stale: Vec::new(),
+            duplicates: 0,
+            after_ok: Vec::new(),
+            memory,
+        };
+        for (body, deliveries) in &mut by_body {
+            deliveries.sort_by_key(|d| (d.count, d.request_ms));
+            report.judge(body, deliveries);
+        }
+        report
+    }
+
+    /// Each Ok ack against every other delivery of the same message.
+    fn judge(&mut self, body: &str, deliveries: &[Handled]) {
+        for (i, a) in deliveries.iter().enumerate() {
+            if i > 0 {
+                let before = &deliveries[i - 1];
+                let why = match before.outcome.as_str() {
+                    _ if a.answered_ms < before.request_ms + T * 1000 => {
+                        "the server handed it out twice"
+                    }
+                    "lost" => "the ack before said lost",
+                    "failed" => "the ack before failed",
+                    _ => "the ack before said ok",
+                };
+                *self.why.entry(why).or_insert(0) += 1;
+            }
+            if i == 0 && a.count > 1 {
+                // A receive before it printed nothing: a worker killed or stopped with it,
+                // or an answer the proxy dropped.
+                *self
+                    .why
+                    .entry("an earlier receive ended unhandled")
+                    .or_insert(0) += 1;
+            }
+            if a.outcome != "ok" {
+                continue;
+            }
+            for b in deliveries.iter().filter(|b| !std::ptr::eq(*b, a)) {
+                // Handed out before A's lease could have lapsed (a timeout after A's request):
+                // the server gave a message held to two receives (moto's receives are not
+                // atomic; SQS's standard queues may do it too, rarely). No lease can help.
+                let while_held = b.answered_ms < a.request_ms + T * 1000;
+                if b.count == a.count || (b.count > a.count && while_held) {
+                    self.duplicates += 1;
+                } else if b.count > a.count {
+                    let line =
+                        format!(
+                        "{body}: {} acked ok at {} (receive {}, requested at {}); {} received it \
+                         (receive {}) by a request at {}, its ack {}",
+                        a.worker, a.done_ms, a.count, a.request_ms, b.worker, b.count,
+                        b.request_ms, b.outcome
+                    );
+                    if b.request_ms < a.done_ms {
+                        self.stale.push(line);
+                    } else {
+                        self.after_ok.push(line);
+                    }
+                }
+            }
+        }
+    }
+
+    fn repeats_why(&self) -> String {
+        let parts: Vec<String> = self.why.iter().map(|(w, n)| format!("{n} {w}")).collect();
+        parts.join(", ")
+    }
+
+    /// `worker`'s memory after the warm-up: first, last, least and most.
+    fn memory(&self, worker: &str) -> String {
+        let Some(samples) = self.memory.get(worker) else {
+            return "no samples".into();
+        };
+        let skip = (WARM_UP.as_secs() / 5) as usize;
+        let kept: Vec<u64> = samples.iter().skip(skip).copied().collect();
+        match (kept.first(), kept.last()) {
+            (Some(first), Some(last)) => format!(
+                "{first} at the start, {last} at the end, {} to {} ({} samples)",
+                kept.iter().min().unwrap_or(first),
+                kept.iter().max().unwrap_or(last),
+                kept.len()
+            ),
+            _ => "too few samples".into(),
+        }
+    }
+}
