@@ -40,10 +40,12 @@
 //! covering it is lost (`lapsed`), an ack or release under way or waiting between its tries
 //! included, and a delete answered after the deadline is no ack (the message may have gone
 //! to another consumer before the delete reached SQS, which then answers with success). An
-//! ack says `Ok` only when the lease held until its delete was answered. While its handler runs, a delivery dropped unsettled waits for the
-//! handler's outcome (`AckMode::OnSuccess` acks it on `Ok`), and the keeper keeps it hidden
-//! meanwhile: a slow handler's `Ok` then acks a message that is still this consumer's, never
-//! one handed to someone else. The handler's guard settles it. A delete that succeeds for a
+//! ack says `Ok` only when the lease held until its delete was answered.
+//!
+//! While its handler runs, a delivery dropped unsettled waits for the handler's outcome
+//! (`AckMode::OnSuccess` acks it on `Ok`), and the keeper keeps it hidden meanwhile: a slow
+//! handler's `Ok` then acks a message that is still this consumer's, never one handed to
+//! someone else. The handler's guard settles it. A delete that succeeds for a
 //! delivery already lost is not an ack: it is never counted in `acked`.
 
 use std::future::Future;
@@ -456,6 +458,7 @@ impl Lease {
 
     /// The delete succeeded: the message is gone, counted in `counter` (an ack, or a move to
     /// the dead-letter queue), as [`acked`](Lease::acked) says.
+    ///
     /// A delete answered after the deadline is no ack either: with no extension covering
     /// it, the message may have been handed out again before the delete reached SQS.
     fn deleted(&self, counter: Counter) -> bool {
