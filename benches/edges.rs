@@ -66,28 +66,6 @@ async fn send(client: &Client, url: &str, n: usize) {
     }
 }
 
-/// (visible, hidden) as the queue reports them.
-async fn counts(client: &Client, url: &str) -> (u64, u64) {
-    let out = client
-        .get_queue_attributes()
-        .queue_url(url)
-        .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
-        .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
-        .send()
-        .await
-        .expect("GetQueueAttributes");
-    let get = |name| {
-        out.attributes()
-            .and_then(|a| a.get(&name))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    };
-    (
-        get(QueueAttributeName::ApproximateNumberOfMessages),
-        get(QueueAttributeName::ApproximateNumberOfMessagesNotVisible),
-    )
-}
-
 /// The receive counts of every message received (and deleted) within `limit`.
 async fn drain(client: &Client, url: &str, limit: Duration) -> Vec<u32> {
     let start = Instant::now();
@@ -153,7 +131,7 @@ async fn stop(client: &Client) {
     let (result, ()) = tokio::join!(consumer.run_until(acking(&handled), signal), sender);
     result.expect("run_until");
     sleep(Duration::from_secs(1)).await;
-    let (visible, hidden) = counts(client, &url).await;
+    let (visible, hidden) = common::counts(client, &url).await;
     let next = drain(client, &url, WAIT + Duration::from_secs(1)).await;
     println!(
         "stop:  acked by the stopping run {}, 1 s after the stop: hidden {hidden}, visible \
@@ -181,7 +159,7 @@ async fn pause(client: &Client) {
     consumer.pause();
     send(client, &url, 10).await;
     sleep(WAIT + Duration::from_secs(1)).await;
-    let (visible, hidden) = counts(client, &url).await;
+    let (visible, hidden) = common::counts(client, &url).await;
     println!(
         "pause: after the wait time + 1 s: handled {}, hidden {hidden}, visible {visible}",
         handled.load(Ordering::SeqCst)
@@ -240,7 +218,7 @@ async fn drop_in_handler(client: &Client) {
         .run_until(handler, sleep(Duration::from_secs(7)))
         .await
         .expect("run_until");
-    let (visible, hidden) = counts(client, &url).await;
+    let (visible, hidden) = common::counts(client, &url).await;
     println!(
         "drop in handler: handler calls {} for 1 message, acked {}, lost {}, left on the queue {}",
         calls.load(Ordering::SeqCst),
@@ -277,7 +255,7 @@ async fn batch_drop(client: &Client) {
         .run_batch_until(handler, sleep(Duration::from_secs(7)))
         .await
         .expect("run_batch_until");
-    let (visible, hidden) = counts(client, &url).await;
+    let (visible, hidden) = common::counts(client, &url).await;
     println!(
         "batch drop: deliveries handed out {} for 10 messages, acked {}, deleted {}",
         calls.load(Ordering::SeqCst),

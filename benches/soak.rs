@@ -11,6 +11,8 @@
 //! lost message, a stale `Ok` or a queue left with messages. Settings: `SOAK_SECS` (600),
 //! `SOAK_WORKERS` (4), `SOAK_RATE` (messages per second, 30).
 
+mod common;
+
 #[path = "../tests/common/faults.rs"]
 #[allow(dead_code, unreachable_pub)]
 mod faults;
@@ -70,18 +72,6 @@ fn main() {
     std::process::exit(if clean { 0 } else { 1 });
 }
 
-fn client_for(endpoint: &str) -> aws_sdk_sqs::Client {
-    let config = aws_sdk_sqs::Config::builder()
-        .behavior_version(aws_sdk_sqs::config::BehaviorVersion::latest())
-        .region(aws_sdk_sqs::config::Region::new("us-east-1"))
-        .credentials_provider(aws_sdk_sqs::config::Credentials::new(
-            "test", "test", None, None, "soak",
-        ))
-        .endpoint_url(endpoint)
-        .build();
-    aws_sdk_sqs::Client::from_conf(config)
-}
-
 /// Milliseconds since the Unix epoch: the one clock the processes share.
 fn wall_ms() -> u64 {
     SystemTime::now()
@@ -102,7 +92,7 @@ fn env_u64(name: &str, default: u64) -> u64 {
 /// delivery once its ack returned (`D id body receive_count request_ms done_ms outcome`),
 /// and its resident memory every 5 s (`M id rss_kib`).
 async fn worker(endpoint: &str, url: &str, id: &str) {
-    let consumer = Consumer::builder(client_for(endpoint), url)
+    let consumer = Consumer::builder(common::plain_client(endpoint), url)
         .visibility_timeout(Duration::from_secs(T))
         .wait_time(Duration::from_secs(1))
         .shutdown_timeout(Duration::from_secs(5))
@@ -113,6 +103,7 @@ async fn worker(endpoint: &str, url: &str, id: &str) {
         let id = me.clone();
         async move {
             let (body, count) = (d.body().to_owned(), d.receive_count());
+            println!("H {id} {body} {count}");
             // The request's instant on the shared clock: the receive began no earlier.
             let request_ms = wall_ms().saturating_sub(d.received_at().elapsed().as_millis() as u64);
             let answered_ms = wall_ms();
@@ -230,7 +221,7 @@ async fn coordinate(endpoint: &str) -> bool {
     let workers_n = env_u64("SOAK_WORKERS", 4).max(2) as usize;
     let rate = env_u64("SOAK_RATE", 30).max(1);
     let server = std::env::var("SQS_TEST_SERVER").unwrap_or_else(|_| "server".into());
-    let direct = client_for(endpoint);
+    let direct = common::plain_client(endpoint);
     let name = format!("soak-{}-{}", std::process::id(), wall_ms());
     let url = direct
         .create_queue()
@@ -318,7 +309,7 @@ async fn coordinate(endpoint: &str) -> bool {
     sleep(Duration::from_millis(500)).await;
     // What is left (a lease lapsing as the workers stopped) is taken directly, and counted.
     let leftovers = take_leftovers(&direct, &url).await;
-    let (visible, hidden) = counts(&direct, &url).await;
+    let (visible, hidden) = common::counts(&direct, &url).await;
 
     let lines = lines.lock().unwrap().clone();
     if let Ok(path) = std::env::var("SOAK_KEEP_LINES") {
@@ -414,32 +405,10 @@ async fn produce(
     }
 }
 
-/// (visible, hidden) messages of the queue.
-async fn counts(client: &aws_sdk_sqs::Client, url: &str) -> (u64, u64) {
-    let out = client
-        .get_queue_attributes()
-        .queue_url(url)
-        .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
-        .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
-        .send()
-        .await
-        .expect("GetQueueAttributes");
-    let get = |name: QueueAttributeName| {
-        out.attributes()
-            .and_then(|a| a.get(&name))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    };
-    (
-        get(QueueAttributeName::ApproximateNumberOfMessages),
-        get(QueueAttributeName::ApproximateNumberOfMessagesNotVisible),
-    )
-}
-
 async fn wait_until_empty(client: &aws_sdk_sqs::Client, url: &str, limit: Duration) -> bool {
     let start = Instant::now();
     while start.elapsed() < limit {
-        if counts(client, url).await == (0, 0) {
+        if common::counts(client, url).await == (0, 0) {
             return true;
         }
         sleep(Duration::from_millis(500)).await;
@@ -471,7 +440,7 @@ async fn take_leftovers(client: &aws_sdk_sqs::Client, url: &str) -> Vec<String> 
                 .await
                 .expect("DeleteMessage");
         }
-        if out.messages().is_empty() && counts(client, url).await == (0, 0) {
+        if out.messages().is_empty() && common::counts(client, url).await == (0, 0) {
             break;
         }
     }
@@ -510,6 +479,9 @@ impl Report {
         let mut by_body: BTreeMap<String, Vec<Handled>> = BTreeMap::new();
         let mut outcomes = BTreeMap::new();
         let mut memory: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+        // Messages a handler started on: a worker killed before its ack returned printed
+        // no `D` line for them, but they were not lost.
+        let mut started: BTreeSet<String> = BTreeSet::new();
         for line in lines {
             let f: Vec<&str> = line.split(' ').collect();
             match f.as_slice() {
@@ -527,6 +499,9 @@ impl Report {
                             outcome: (*outcome).to_owned(),
                         });
                 }
+                ["H", _, body, _] => {
+                    started.insert((*body).to_owned());
+                }
                 ["M", worker, kib] => memory
                     .entry((*worker).to_owned())
                     .or_default()
@@ -536,6 +511,7 @@ impl Report {
         }
         let seen: BTreeSet<&str> = by_body
             .keys()
+            .chain(started.iter())
             .map(String::as_str)
             .chain(leftovers.iter().map(String::as_str))
             .collect();
@@ -546,7 +522,7 @@ impl Report {
             .collect();
         let mut report = Report {
             deliveries: by_body.values().map(Vec::len).sum(),
-            handled: by_body.len(),
+            handled: started.len(),
             lost,
             outcomes,
             repeated: by_body.values().filter(|d| d.len() > 1).count(),

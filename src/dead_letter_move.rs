@@ -52,7 +52,7 @@ pub(crate) async fn move_to_dead_letter(
             return Moved::NotSent(err);
         }
         match holder {
-            Holder::Guard => lease.begin_settle(),
+            Holder::Guard => lease.begin_delete(),
             Holder::HandlerOutcome => _ = lease.begin_abandoned_ack(),
         }
         let lost_before = lease.lost_reason();

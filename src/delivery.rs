@@ -453,7 +453,7 @@ impl Delivery {
     /// Starts an ack: from now on the delete's outcome decides. Returns the reason the
     /// delivery was lost before, if it was.
     fn begin_ack(&self) -> Option<LostReason> {
-        self.lease.begin_settle();
+        self.lease.begin_delete();
         self.lease.lost_reason()
     }
 
@@ -1311,6 +1311,36 @@ mod tests {
         assert!(Instant::now() >= r + secs(6), "the answer was awaited");
         let stats = ctx.stats(0);
         assert_eq!((stats.acked, stats.lost_acks, stats.lost), (0, 1, 1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_delete_still_under_way_at_the_last_safe_moment_is_extended_then() {
+        // T = 10 s; the delete's answer comes 9.5 s after it was sent. The keeper holds back
+        // the extension due at 5 s while the delete is under way, and sends it only at the
+        // last moment one can reach SQS before the deadline (1 s before it).
+        let q = MemoryQueue::builder()
+            .visibility_timeout(secs(10))
+            .faults(
+                crate::memory::Faults::new(1)
+                    .held_answer(1.0, Duration::from_millis(9_500))
+                    .actions([Action::DeleteMessageBatch]),
+            )
+            .build()
+            .expect("valid queue");
+        q.send("m").unwrap();
+        let d = hold(&q, None).await;
+        let deadline = d.deadline();
+        let ack = tokio::spawn(d.ack());
+        sleep_until(deadline - Duration::from_millis(1_020)).await;
+        assert_eq!(
+            extensions(&q),
+            0,
+            "held back while the delete may still be answered"
+        );
+        sleep_until(deadline - secs(1)).await;
+        assert_eq!(extensions(&q), 1, "sent at the last safe moment");
+        ack.await.unwrap().expect("answered before the deadline");
+        assert_eq!(extensions(&q), 1);
     }
 
     #[tokio::test(start_paused = true)]

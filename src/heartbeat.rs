@@ -627,6 +627,10 @@ impl KeeperTask {
                 self.at_deadline(id, &lease, next, LostReason::ExtensionFailed, now)
             }
             Next::Extend | Next::Retry => {
+                if let Some(later) = self.put_off_for_delete(&lease, now) {
+                    self.schedule(id, Next::Retry, later);
+                    return Step::Skip;
+                }
                 let due = if next == Next::Extend {
                     note_lateness(&lease, now.saturating_duration_since(at));
                     at
@@ -637,6 +641,23 @@ impl KeeperTask {
             }
         }
         Step::Skip
+    }
+
+    /// When a lease whose ack's delete is under way should be looked at again instead of
+    /// extended now: the last moment an extension can still reach SQS before the deadline.
+    /// The delete is usually answered long before, and then no extension is needed; one
+    /// still unanswered then is extended, so the lease holds until its answer. `None`: extend
+    /// now as usual.
+    fn put_off_for_delete(&self, lease: &Lease, now: Instant) -> Option<Instant> {
+        if !lease.is_deleting() {
+            return None;
+        }
+        let t = Duration::from_secs(u64::from(lease.timeout()));
+        // A little before the last send, which the timer's rounding up must not pass.
+        let last = lease
+            .deadline()
+            .checked_sub(call_margin(t) + Duration::from_millis(10))?;
+        (last > now).then_some(last)
     }
 
     /// A lease whose deadline timer fired (no extension possible, or its answer missing):
@@ -779,8 +800,9 @@ impl KeeperTask {
                 tracing::warn!(parent: lease.span(), %reason, error = %err.chain(), "delivery lost");
                 self.forget(id);
             } else if lease.is_settling_or_waiting() {
-                // Gone, perhaps because an earlier try of the ack deleted it: proof of
-                // nothing either way. Its deadline still binds it.
+                // Gone, perhaps because the ack's delete (or an earlier try of it) deleted
+                // it: proof of nothing either way. Its deadline still binds it.
+                let reason = LostReason::LapsedBeforeAnswer;
                 self.schedule(id, Next::Expire(reason), lease.deadline());
             } else {
                 self.forget(id);

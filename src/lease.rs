@@ -25,7 +25,7 @@
 //! | move | method | called by |
 //! |---|---|---|
 //! | Held -> InHandler -> Held (or what the handler left) | `enter_handler`, `leave_handler` | the handler runner, `handling.rs` |
-//! | -> Settling | `begin_settle` | `Delivery::ack`, `release`, `release_after`, `fail` and the batch settles, `delivery.rs` |
+//! | -> Settling | `begin_delete`, `begin_settle` | `Delivery::ack` and the batch acks (a delete: extended while it is under way), `release`, `release_after`, `fail` and the batch releases (not extended), `delivery.rs` |
 //! | Abandoned -> Settling | `begin_abandoned_ack` | the handler's `OnSuccess` outcome, `handling.rs` |
 //! | Settling <-> SettleWaiting | `waiting_to_retry`, `retrying` | a settle call between its tries, `context.rs` |
 //! | -> Lost, -> AbandonedLost | `heartbeat_lost` | the keeper, on an extension's answer "gone" while held, `heartbeat.rs` |
@@ -82,7 +82,7 @@ pub(crate) enum State {
     /// only ends it.
     AbandonedLost(LostReason),
     /// `ack`, `release` or `release_after` is under way: queued or sent, not answered. The
-    /// keeper does not extend it.
+    /// keeper goes on extending a delete's (see `Lease::is_extendable`), not a release's.
     Settling,
     /// A try of the ack or release failed and the next one waits: the keeper extends it
     /// meanwhile, so the message stays hidden through the retries.
@@ -168,6 +168,10 @@ pub(crate) struct Lease {
     keeper_slot: AtomicU32,
     /// Set once the keeper was told to let go of it.
     let_go: AtomicBool,
+    /// Set when its settle call is a delete (an ack, or a move's): the keeper goes on
+    /// extending it while a try is under way, since an extension that lands after the delete
+    /// only fails. (A release's visibility change it could undo, so a release is not.)
+    deleting: AtomicBool,
     /// Where the payload read from S3 came from (to delete it after the ack, if asked); the
     /// payload itself is the `Delivery`'s, freed with it (the keeper may hold a lease a while
     /// longer). Boxed: a lease of an ordinary message stays small.
@@ -215,6 +219,7 @@ impl Lease {
             left: AtomicBool::new(false),
             keeper_slot: AtomicU32::new(u32::MAX),
             let_go: AtomicBool::new(false),
+            deleting: AtomicBool::new(false),
             #[cfg(feature = "s3")]
             payload_location: std::sync::OnceLock::new(),
         }
@@ -284,18 +289,21 @@ impl Lease {
         &self.span
     }
 
-    /// `true` while the keeper may extend it: held, or between the tries of a settle call.
+    /// `true` while the keeper may extend it: held, between the tries of a settle call, or
+    /// while a delete's try is under way (the lease must hold until the delete is answered).
     pub(crate) fn is_extendable(&self) -> bool {
-        matches!(
-            self.state(),
-            State::Held | State::InHandler | State::Abandoned | State::SettleWaiting
-        )
+        match self.state() {
+            State::Held | State::InHandler | State::Abandoned | State::SettleWaiting => true,
+            State::Settling => self.deleting.load(AtomicOrdering::Relaxed),
+            _ => false,
+        }
     }
 
-    /// `true` while a settle call's request is queued or under way: not extended, not
-    /// forgotten either (it may fail and wait to try again).
+    /// `true` while a release's request is queued or under way: not extended (an extension
+    /// landing after it would hide the message again), not forgotten either (it may fail
+    /// and wait to try again).
     pub(crate) fn is_settling(&self) -> bool {
-        self.state() == State::Settling
+        self.state() == State::Settling && !self.deleting.load(AtomicOrdering::Relaxed)
     }
 
     pub(crate) fn context(&self) -> &Arc<Context> {
@@ -394,14 +402,22 @@ impl Lease {
         }
     }
 
-    /// An ack or release starts: from now on its outcome decides.
+    /// A release starts: from now on its outcome decides.
     pub(crate) fn begin_settle(&self) {
         self.transition(held, |_| State::Settling);
+    }
+
+    /// An ack (or a move's delete) starts: from now on the delete decides, and the keeper
+    /// keeps the lease until it is answered.
+    pub(crate) fn begin_delete(&self) {
+        self.deleting.store(true, AtomicOrdering::Relaxed);
+        self.begin_settle();
     }
 
     /// The handler's outcome acks a delivery it dropped: from now on the delete decides.
     /// `false` if it is no longer abandoned (lost meanwhile).
     pub(crate) fn begin_abandoned_ack(&self) -> bool {
+        self.deleting.store(true, AtomicOrdering::Relaxed);
         self.transition(|s| s == State::Abandoned, |_| State::Settling)
     }
 
@@ -419,6 +435,11 @@ impl Lease {
         self.lose(reason, |s| {
             held(s) || matches!(s, State::Abandoned | State::Settling | State::SettleWaiting)
         })
+    }
+
+    /// `true` while a try of an ack's (or a move's) delete is queued or under way.
+    pub(crate) fn is_deleting(&self) -> bool {
+        self.state() == State::Settling && self.deleting.load(AtomicOrdering::Relaxed)
     }
 
     /// `true` while an ack or release is under way, between its tries included.

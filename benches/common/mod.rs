@@ -132,3 +132,26 @@ pub fn server_runs() -> usize {
 pub fn server_name() -> String {
     std::env::var("SQS_TEST_SERVER").unwrap_or_else(|_| "unnamed".to_owned())
 }
+
+/// (visible, hidden) as the queue reports them.
+pub async fn counts(client: &aws_sdk_sqs::Client, url: &str) -> (u64, u64) {
+    use aws_sdk_sqs::types::QueueAttributeName;
+    let out = client
+        .get_queue_attributes()
+        .queue_url(url)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
+        .send()
+        .await
+        .expect("GetQueueAttributes");
+    let get = |name| {
+        out.attributes()
+            .and_then(|a| a.get(&name))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    (
+        get(QueueAttributeName::ApproximateNumberOfMessages),
+        get(QueueAttributeName::ApproximateNumberOfMessagesNotVisible),
+    )
+}
