@@ -71,29 +71,13 @@ async fn drain(client: &Client, url: &str, limit: Duration) -> Vec<u32> {
     let start = Instant::now();
     let mut seen = Vec::new();
     while start.elapsed() < limit {
-        let out = client
-            .receive_message()
-            .queue_url(url)
-            .max_number_of_messages(10)
-            .wait_time_seconds(1)
-            .message_system_attribute_names(MessageSystemAttributeName::ApproximateReceiveCount)
-            .send()
-            .await
-            .expect("ReceiveMessage");
-        for m in out.messages() {
+        for m in common::receive_and_delete(client, url).await {
             let count = m
                 .attributes()
                 .and_then(|a| a.get(&MessageSystemAttributeName::ApproximateReceiveCount))
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(0);
             seen.push(count);
-            client
-                .delete_message()
-                .queue_url(url)
-                .receipt_handle(m.receipt_handle().unwrap_or_default())
-                .send()
-                .await
-                .expect("DeleteMessage");
         }
     }
     seen.sort_unstable();

@@ -428,25 +428,13 @@ async fn take_leftovers(client: &aws_sdk_sqs::Client, url: &str) -> Vec<String> 
     let start = Instant::now();
     let mut taken = Vec::new();
     while start.elapsed() < Duration::from_secs(30) {
-        let out = client
-            .receive_message()
-            .queue_url(url)
-            .max_number_of_messages(10)
-            .wait_time_seconds(1)
-            .send()
-            .await
-            .expect("ReceiveMessage");
-        for m in out.messages() {
-            taken.push(m.body().unwrap_or_default().to_owned());
-            client
-                .delete_message()
-                .queue_url(url)
-                .receipt_handle(m.receipt_handle().unwrap_or_default())
-                .send()
-                .await
-                .expect("DeleteMessage");
-        }
-        if out.messages().is_empty() && common::counts(client, url).await == (0, 0) {
+        let brought = common::receive_and_delete(client, url).await;
+        taken.extend(
+            brought
+                .iter()
+                .map(|m| m.body().unwrap_or_default().to_owned()),
+        );
+        if brought.is_empty() && common::counts(client, url).await == (0, 0) {
             break;
         }
     }

@@ -155,3 +155,31 @@ pub async fn counts(client: &aws_sdk_sqs::Client, url: &str) -> (u64, u64) {
         get(QueueAttributeName::ApproximateNumberOfMessagesNotVisible),
     )
 }
+
+/// One receive of up to 10 messages (a 1 s long poll, their receive counts asked for), each
+/// deleted at once: what it brought.
+pub async fn receive_and_delete(
+    client: &aws_sdk_sqs::Client,
+    url: &str,
+) -> Vec<aws_sdk_sqs::types::Message> {
+    use aws_sdk_sqs::types::MessageSystemAttributeName;
+    let out = client
+        .receive_message()
+        .queue_url(url)
+        .max_number_of_messages(10)
+        .wait_time_seconds(1)
+        .message_system_attribute_names(MessageSystemAttributeName::ApproximateReceiveCount)
+        .send()
+        .await
+        .expect("ReceiveMessage");
+    for m in out.messages() {
+        client
+            .delete_message()
+            .queue_url(url)
+            .receipt_handle(m.receipt_handle().unwrap_or_default())
+            .send()
+            .await
+            .expect("DeleteMessage");
+    }
+    out.messages.unwrap_or_default()
+}
