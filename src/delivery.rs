@@ -1278,19 +1278,25 @@ mod tests {
         assert_eq!(ctx.stats(0).lost, 0, "not counted as lost either");
     }
 
+    /// A queue of timeout `t` seconds whose deletes take effect at once and are answered
+    /// `hold` later.
+    fn holding_delete_answers(t: u64, hold: Duration) -> MemoryQueue {
+        MemoryQueue::builder()
+            .visibility_timeout(secs(t))
+            .faults(
+                crate::memory::Faults::new(1)
+                    .held_answer(1.0, hold)
+                    .actions([Action::DeleteMessageBatch]),
+            )
+            .build()
+            .expect("valid queue")
+    }
+
     #[tokio::test(start_paused = true)]
     async fn an_ack_unanswered_at_its_deadline_is_lost_there_and_reported_lost() {
         // The delete takes effect, but its answer comes 6 s late: after the 4 s deadline,
         // which nothing extends while the delete is under way.
-        let q = MemoryQueue::builder()
-            .visibility_timeout(secs(4))
-            .faults(
-                crate::memory::Faults::new(1)
-                    .held_answer(1.0, secs(6))
-                    .actions([Action::DeleteMessageBatch]),
-            )
-            .build()
-            .expect("valid queue");
+        let q = holding_delete_answers(4, secs(6));
         q.send("m").unwrap();
         let d = hold(&q, None).await;
         let (r, deadline) = (d.received_at(), d.deadline());
@@ -1318,15 +1324,7 @@ mod tests {
         // T = 10 s; the delete's answer comes 9.5 s after it was sent. The keeper holds back
         // the extension due at 5 s while the delete is under way, and sends it only at the
         // last moment one can reach SQS before the deadline (1 s before it).
-        let q = MemoryQueue::builder()
-            .visibility_timeout(secs(10))
-            .faults(
-                crate::memory::Faults::new(1)
-                    .held_answer(1.0, Duration::from_millis(9_500))
-                    .actions([Action::DeleteMessageBatch]),
-            )
-            .build()
-            .expect("valid queue");
+        let q = holding_delete_answers(10, Duration::from_millis(9_500));
         q.send("m").unwrap();
         let d = hold(&q, None).await;
         let deadline = d.deadline();
@@ -1345,15 +1343,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn an_ack_answered_just_before_its_deadline_is_an_ack() {
-        let q = MemoryQueue::builder()
-            .visibility_timeout(secs(4))
-            .faults(
-                crate::memory::Faults::new(1)
-                    .held_answer(1.0, Duration::from_millis(3_900))
-                    .actions([Action::DeleteMessageBatch]),
-            )
-            .build()
-            .expect("valid queue");
+        let q = holding_delete_answers(4, Duration::from_millis(3_900));
         q.send("m").unwrap();
         let d = hold(&q, None).await;
         let ctx = d.context().clone();
