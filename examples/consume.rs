@@ -1,12 +1,14 @@
-//! Consumes a real queue (AWS, or any SQS-compatible server) until Ctrl-C, then shuts down
-//! gracefully: receiving stops at once, running handlers get up to 30 s to finish, whatever
-//! is still held after that is released for another consumer. On the way out it prints what
-//! it did:
+//! Consumes a real queue (AWS, or any SQS-compatible server) until SIGTERM or Ctrl-C, then
+//! stops gracefully: no receive starts, the one under way is awaited, running handlers get
+//! up to 25 s (the default `shutdown_timeout`) to finish, and whatever is still held after
+//! that is released for another consumer: within 28 s of the signal, inside the 30 s that
+//! Kubernetes, ECS and systemd wait before they kill the process. On the way out it prints
+//! what it did:
 //!
 //! ```text
 //! QUEUE_URL=https://sqs.eu-west-1.amazonaws.com/123456789012/jobs cargo run --example consume
 //! ...
-//! stopped: 120 received, 120 acked, 0 released, 0 extensions, 0 lost, 0 handler errors
+//! stopped: 120 received, 120 acked, 0 released, 0 extensions, 0 lost, 0 handler errors, 0 receive failures
 //! ```
 //!
 //! Credentials and region come from the usual AWS environment and config files. For a local
@@ -38,7 +40,6 @@ pub async fn run(
 ) -> Result<Stats, BoxError> {
     let consumer = consumer
         .max_in_flight(16)
-        .shutdown_timeout(Duration::from_secs(30))
         .retry_policy(RetryPolicy::backoff(
             Duration::from_secs(5),
             Duration::from_secs(300),
@@ -60,8 +61,9 @@ pub async fn run(
     let s = consumer.stats();
     writeln!(
         out,
-        "stopped: {} received, {} acked, {} released, {} extensions, {} lost, {} handler errors",
-        s.received, s.acked, s.released, s.extended, s.lost, s.handler_errors
+        "stopped: {} received, {} acked, {} released, {} extensions, {} lost, {} handler errors, \
+         {} receive failures",
+        s.received, s.acked, s.released, s.extended, s.lost, s.handler_errors, s.receive_failures
     )?;
     Ok(s)
 }
@@ -85,10 +87,12 @@ async fn main() -> Result<(), BoxError> {
 
     // Credentials, region and endpoint (AWS_ENDPOINT_URL_SQS) the standard AWS way.
     let consumer = Consumer::from_env(queue_url).await;
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-        tracing::info!("Ctrl-C: shutting down");
-    };
-    run(consumer, hold, ctrl_c, &mut std::io::stdout()).await?;
+    run(
+        consumer,
+        hold,
+        sqs_consumer::shutdown_signal(),
+        &mut std::io::stdout(),
+    )
+    .await?;
     Ok(())
 }

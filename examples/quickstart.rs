@@ -10,9 +10,12 @@
 //! requests: 15 in all: 2 ReceiveMessage, 8 ChangeMessageVisibilityBatch carrying 12 extensions, 1 DeleteMessageBatch carrying 3 deletes
 //! ```
 //!
-//! The request counts vary a little with timing (the second receive is the long poll the
-//! shutdown abandons); every number printed is read from the queue and the consumer, and
-//! `tests/examples.rs` checks them against what happened.
+//! The second receive is the long poll under way when the queue is empty: the stop waits
+//! for it (a stop never abandons a poll, which SQS would still hand a message), and the log
+//! says so ("waiting for 1 receive under way, up to 2s"). Its `wait_time` of 2 s keeps that
+//! short; the default is 20 s. The request counts vary a little with timing; every number
+//! printed is read from the queue and the consumer, and `tests/examples.rs` checks them
+//! against what happened.
 
 use std::io::Write;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -32,7 +35,10 @@ pub async fn run(out: &mut impl Write) -> Result<Stats, BoxError> {
         queue.send(job)?;
     }
 
-    let consumer = Consumer::in_memory(&queue).max_in_flight(3).build()?;
+    let consumer = Consumer::in_memory(&queue)
+        .max_in_flight(3)
+        .wait_time(Duration::from_secs(2))
+        .build()?;
     let calls = Arc::new(AtomicUsize::new(0));
     let counter = calls.clone();
     let handler = move |delivery: Delivery| {

@@ -30,7 +30,13 @@ const DEFAULT_BATCH_SIZE: u32 = 10;
 // A multiple of the batch size: receives of 10 fill the slots exactly, and so do the
 // extension and delete batches of the deliveries they bring.
 const DEFAULT_MAX_IN_FLIGHT: usize = 40;
-const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
+// With the final flush's few seconds (`dispatch::FINAL_FLUSH`), a stop fits in 28 s: inside
+// the 30 s grace period Kubernetes, ECS and systemd give by default before SIGKILL.
+const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(25);
+// Long enough to ride out SQS's brief failures and a credentials provider's restart; short
+// enough that a worker whose credentials or network are broken for good stops, and its
+// supervisor restarts it (with the credentials chain read anew) and shows the failure.
+const DEFAULT_GIVE_UP_AFTER: Duration = Duration::from_secs(300);
 const DEFAULT_MAX_CONCURRENT_RECEIVES: usize = 8;
 /// The most deliveries in one batch of a batch handler (Lambda's limit for SQS).
 const MAX_BATCH_DELIVERIES: usize = 10_000;
@@ -167,6 +173,7 @@ pub struct ConsumerBuilder {
     batch_size: u32,
     max_in_flight: usize,
     shutdown_timeout: Duration,
+    give_up_after: Duration,
     retry_policy: RetryPolicy,
     max_concurrent_receives: usize,
     request_timeout: Duration,
@@ -220,6 +227,7 @@ impl ConsumerBuilder {
             batch_size: DEFAULT_BATCH_SIZE,
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
+            give_up_after: DEFAULT_GIVE_UP_AFTER,
             retry_policy: RetryPolicy::Leave,
             max_concurrent_receives: DEFAULT_MAX_CONCURRENT_RECEIVES,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
@@ -321,10 +329,37 @@ impl ConsumerBuilder {
         self
     }
 
-    /// How long a graceful shutdown ([`Consumer::run_until`]) lets running handlers finish
-    /// before it releases their messages and cancels them. Defaults to 30 s.
+    /// How long a graceful stop ([`Consumer::run_until`], [`ConsumerHandle::shutdown`](crate::ConsumerHandle::shutdown))
+    /// lets running handlers finish, counted from the signal, before it cancels them and
+    /// releases their messages. The receives under way at the signal end meanwhile (within
+    /// their [`wait_time`](ConsumerBuilder::wait_time)). After it, the releases and the acks
+    /// still under way get at most 3 s more, so a stop takes at most this plus 3 s.
+    ///
+    /// Defaults to 25 s: a stop then ends within 28 s, inside the 30 s that Kubernetes, ECS
+    /// and systemd wait after SIGTERM before they kill the process. With a longer grace period
+    /// (`terminationGracePeriodSeconds`, ECS's `stopTimeout`, systemd's `TimeoutStopSec`),
+    /// set this to that period less 5 s. See the guide's
+    /// [shutdown](crate::guide::shutdown#running-in-kubernetes-ecs-and-systemd) page.
     pub fn shutdown_timeout(mut self, timeout: Duration) -> Self {
         self.shutdown_timeout = timeout;
+        self
+    }
+
+    /// How long receives may keep failing, with no receive answered between, before `run`
+    /// (or a stream) ends with the last error, at least 1 s; [`Duration::MAX`] retries for
+    /// ever. Every transient failure counts: SQS unavailable or throttling, the network, and
+    /// credentials of every kind (none found, a provider failing, an expired token). Failures
+    /// that retrying cannot mend (a missing queue, access denied) end `run` at once, as
+    /// before. Each failure is retried with back-off (up to 20 s between tries), so `run`
+    /// ends within this plus one back-off and one request.
+    ///
+    /// Defaults to 5 minutes: long enough to ride out SQS's brief failures and a credentials
+    /// provider's restart, short enough that a worker whose credentials or network are broken
+    /// for good stops, and its supervisor restarts it (reading the credentials chain anew)
+    /// and shows the failure. [`Stats::consecutive_receive_failures`](crate::Stats) and
+    /// [`Stats::since_last_receive`](crate::Stats) tell a health check the same earlier.
+    pub fn give_up_after(mut self, after: Duration) -> Self {
+        self.give_up_after = after;
         self
     }
 
@@ -830,6 +865,12 @@ impl ConsumerBuilder {
             in_flight_limit: self.in_flight_limit.take(),
             rate_limits,
             adaptive,
+            give_up_after: limits::in_range(
+                "give_up_after",
+                self.give_up_after,
+                Duration::from_secs(1)..=Duration::MAX,
+                "at least 1 s (Duration::MAX: never)",
+            )?,
         })
     }
 
@@ -1295,6 +1336,12 @@ mod tests {
                 "request_timeout",
                 "100 ms..=300 s",
             );
+        }
+        for t in [Duration::ZERO, Duration::from_millis(999)] {
+            refused(builder().give_up_after(t), "give_up_after", "at least 1 s");
+        }
+        for t in [Duration::from_secs(1), Duration::MAX] {
+            assert!(builder().give_up_after(t).build().is_ok(), "{t:?}");
         }
         for t in [Duration::ZERO, Duration::from_secs(43_201)] {
             refused(

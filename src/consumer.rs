@@ -217,10 +217,17 @@ impl Consumer {
     /// 3. FIFO deliveries still waiting their turn are released (visible again at once);
     /// 4. running handlers may finish, until
     ///    [`shutdown_timeout`](crate::ConsumerBuilder::shutdown_timeout) after the signal
-    ///    (or until the receives are in, if that is later), their deliveries still kept
-    ///    hidden by their heartbeats; a delivery a handler drops now is released at once;
+    ///    (25 s by default; or until the receives are in, if that is later), their
+    ///    deliveries still kept hidden by their heartbeats; a delivery a handler drops now
+    ///    is released at once;
     /// 5. handlers still running then are cancelled and their messages released;
-    /// 6. the acks and releases under way are waited for; then `run_until` returns.
+    /// 6. the acks and releases under way are waited for, 3 s at most; then `run_until`
+    ///    returns: **with the defaults, at most 28 s after the signal**, inside the 30 s
+    ///    grace period of Kubernetes, ECS and systemd. Each step says at `info` what it
+    ///    waits for and for how long at most.
+    ///
+    /// [`shutdown_signal`](crate::shutdown_signal) (default feature `signal`) is the
+    /// signal a process gets: SIGTERM or Ctrl-C.
     ///
     /// A shorter `wait_time` makes the stop quicker at the cost of more receive requests on
     /// a quiet queue (one every `wait_time`).
@@ -244,10 +251,12 @@ impl Consumer {
     ///
     /// # Errors
     ///
-    /// A fatal error, at once: the queue does not exist, access is denied, no credentials or
-    /// region, or (with no `visibility_timeout` set) a queue whose own timeout is 0
-    /// ([`Error::InvalidConfig`]). Transient failures are retried and never end it; see the
-    /// guide's [errors](crate::guide::errors) page.
+    /// A fatal error, at once: the queue does not exist, access is denied, no region, an
+    /// invalid credentials configuration, or (with no `visibility_timeout` set) a queue
+    /// whose own timeout is 0 ([`Error::InvalidConfig`]). Transient failures (credentials
+    /// that cannot be had included) are retried, and end it with the last of them once they
+    /// have gone on for [`give_up_after`](crate::ConsumerBuilder::give_up_after) with no
+    /// receive answered; see the guide's [errors](crate::guide::errors) page.
     pub async fn run_until<H, S>(&self, handler: H, signal: S) -> Result<(), Error>
     where
         H: Handler,

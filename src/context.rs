@@ -22,6 +22,7 @@ use crate::error::Error;
 use crate::lease_thread::Runner;
 use crate::millis::Epoch;
 use crate::queue::Queue;
+use crate::readable::Secs;
 use crate::redelivery::RetryPolicy;
 use crate::stats::{Counter, Counters, Measure, Stats};
 use crate::unfinished_deletes::{Unfinished, UnfinishedDeletes};
@@ -337,6 +338,11 @@ impl Context {
         }
     }
 
+    /// How the consumer's receives fare, shared with its receive loop.
+    pub(crate) fn receive_health(&self) -> crate::stats::ReceiveHealth {
+        self.counters.receive_health()
+    }
+
     /// The count of releases at once that have started, shared.
     pub(crate) fn releases_at_once(&self) -> ReleasesAtOnce {
         self.releases_at_once.clone()
@@ -471,7 +477,7 @@ impl Context {
                 return Err(err);
             }
             let wait = backoff.next_delay();
-            tracing::warn!(operation = call.operation(), error = %err.chain(), retry_in = ?wait, "settle call failed; retrying");
+            tracing::warn!(operation = call.operation(), error = %err.chain(), retry_in = %Secs(wait), "settle call failed; retrying");
             // The keeper extends the delivery while the next try waits.
             hooks.waiting_to_retry();
             sleep(wait).await;
@@ -515,10 +521,12 @@ impl Context {
             .spawn_on(settle.with_current_subscriber(), runtime);
     }
 
-    /// Waits until every settle call sent so far has finished.
-    pub(crate) async fn flush_settles(&self) {
+    /// Waits until every settle call sent so far has finished, or until `end`: how many are
+    /// still under way then (they go on while their runtime does).
+    pub(crate) async fn flush_settles(&self, end: Instant) -> usize {
         self.settles.close();
-        self.settles.wait().await;
+        let _ = tokio::time::timeout_at(end, self.settles.wait()).await;
         self.settles.reopen();
+        self.settles.len()
     }
 }

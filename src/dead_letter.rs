@@ -9,6 +9,7 @@ use aws_sdk_sqs::types::{Message, MessageAttributeValue, MessageSystemAttributeN
 
 use crate::error::Error;
 use crate::queue::{NewMessage, Queue};
+use crate::readable::Secs;
 
 /// The message attribute the copy carries the failure in, as JSON.
 pub(crate) const FAILURE_ATTRIBUTE: &str = "sqs-consumer.failure";
@@ -56,7 +57,7 @@ impl Failure {
         match self {
             Failure::Error(chain) => chain.clone(),
             Failure::Panic(message) => format!("handler panicked: {message}"),
-            Failure::Timeout(limit) => format!("handler timed out after {limit:?}"),
+            Failure::Timeout(limit) => format!("handler timed out after {}", Secs(*limit)),
             Failure::Reason(reason) => reason.clone(),
         }
     }

@@ -14,6 +14,7 @@ use crate::dead_letter::{DeadLetter, Failure};
 use crate::error::Error;
 use crate::heartbeat::Keeper;
 use crate::lease::Lease;
+use crate::readable::Secs;
 
 /// Who holds the delivery while its copy is sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,6 +90,7 @@ async fn send_copy(
     let lost = |reason| Error::Lost {
         message_id: message_id.to_owned(),
         reason,
+        source: None,
     };
     if let Some(reason) = lease.lost_reason() {
         return Err(lost(reason));
@@ -119,7 +121,7 @@ async fn send_copy(
             return Err(err);
         }
         let wait = backoff.next_delay();
-        tracing::warn!(%message_id, error = %err.chain(), retry_in = ?wait, "sending the dead-letter copy failed; retrying");
+        tracing::warn!(%message_id, error = %err.chain(), retry_in = %Secs(wait), "sending the dead-letter copy failed; retrying");
         sleep(wait).await;
     }
 }

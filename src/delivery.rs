@@ -694,6 +694,7 @@ impl Delivery {
             return Err(Error::Lost {
                 message_id: self.message_id().to_owned(),
                 reason,
+                source: None,
             });
         }
         let visibility = match self.run.shutdown.is_cancelled() {
@@ -730,17 +731,19 @@ impl Delivery {
         self.stop_heartbeat();
     }
 
-    /// Ends a release with its `result`.
+    /// Ends a release with its `result`: `Error::Lost` (the call's error as its source) when
+    /// the call found the delivery lost, or failed once it was.
     fn finish_release(self, result: Result<(), Error>) -> Result<(), Error> {
         match result {
             Ok(()) => Ok(()),
-            Err(err) if err.is_lost() => Err(self.lost_error(err.kind())),
+            Err(err) if err.is_lost() => Err(self.lost_error(err)),
+            Err(err) if self.lease.lost_reason().is_some() => Err(self.lost_error(err)),
             Err(err) => Err(err),
         }
     }
 
-    fn lost_error(&self, kind: Option<ErrorKind>) -> Error {
-        let reason = match kind {
+    fn lost_error(&self, err: Error) -> Error {
+        let reason = match err.kind() {
             Some(ErrorKind::Lost(reason)) => reason,
             _ => LostReason::ReceiptHandleInvalid,
         };
@@ -748,6 +751,7 @@ impl Delivery {
         Error::Lost {
             message_id: self.message_id().to_owned(),
             reason: self.lease.lost_reason().unwrap_or(reason),
+            source: Some(Box::new(err)),
         }
     }
 

@@ -28,10 +28,16 @@ use crate::handling::{self, HandlerSettings};
 use crate::heartbeat::Keeper;
 use crate::lease_thread::Runner;
 use crate::queue::Queue;
+use crate::readable::{Count, Secs};
 use crate::receiver::{ReceiveSettings, ReceivedBatch, Receiver, Receiving};
 use crate::redelivery::RetryPolicy;
 use crate::stats::{Counter, Measure, Stats};
 use crate::unfinished_deletes::Unfinished;
+
+/// How long a stop waits past its shutdown timeout for the releases and acks under way: the
+/// default shutdown timeout (25 s) and this fit a stop in 28 s, inside the 30 s grace period
+/// Kubernetes, ECS and systemd give by default.
+pub(crate) const FINAL_FLUSH: Duration = Duration::from_secs(3);
 
 /// What happens to the deliveries handed out.
 #[derive(Clone)]
@@ -78,7 +84,7 @@ impl Engine {
             .with_adaptive_visibility(receive.adaptive.clone());
         #[cfg(feature = "s3")]
         let ctx = ctx.with_payloads(payloads);
-        let receiver = Receiver::new(queue, receive, ctx.releases_at_once());
+        let receiver = Receiver::new(queue, receive, ctx.releases_at_once(), ctx.receive_health());
         Self {
             ctx: Arc::new(ctx),
             keeper: Keeper::new(runner),
@@ -215,7 +221,9 @@ impl Engine {
         }
         tracing::info!(
             queue = %self.queue_name(),
-            "shutdown signal: no new receive; the receives under way end within their wait time"
+            shutdown_timeout = %Secs(self.shutdown_timeout),
+            "stopping: no new receive; handlers may run until the shutdown timeout, then what \
+             is still held is released"
         );
         stop.cancel();
         let result = tokio::select! {
@@ -309,7 +317,11 @@ impl Engine {
         release_buffered();
         let held = run.ties.held();
         if held > 0 {
-            tracing::info!(held, until = ?deadline, "waiting for the deliveries handed out to be settled");
+            tracing::info!(
+                "waiting for {} handed out to be settled, up to {}",
+                Count(held, "delivery", "deliveries"),
+                Secs(deadline.saturating_duration_since(Instant::now()))
+            );
         }
         if tokio::time::timeout_at(deadline, run.ties.none_held())
             .await
@@ -321,7 +333,7 @@ impl Engine {
                  and dropping one releases it at once"
             );
         }
-        self.ctx.flush_settles().await;
+        self.flush(deadline).await;
         tracing::info!(queue = %self.queue_name(), "stream stopped");
     }
 
@@ -426,23 +438,27 @@ impl Engine {
     /// Steps 3 to 6 of the shutdown described on `Consumer::run_until`; handlers may run
     /// until `deadline`.
     async fn shut_down(&self, mut run: Run, deadline: Instant) {
-        run.release_late().await;
+        // From here on, a delivery dropped is released at once.
+        run.ties.shutdown().cancel();
+        let end = deadline.max(Instant::now()) + FINAL_FLUSH;
+        let _ = tokio::time::timeout_at(end, run.release_late()).await;
         // The collector goes first: its task hands over what is still filling, and ends once
         // those handlers are done.
         let Run {
-            ties,
             mut groups,
             collector,
             ..
         } = run;
         drop(collector);
-        let shutdown = ties.shutdown();
-        shutdown.cancel();
         // Count the handler tasks still running, not those finished and not yet reaped.
         while groups.try_join_next().is_some() {}
         let running = groups.len();
         if running > 0 {
-            tracing::info!(running, until = ?deadline, "waiting for running handlers");
+            tracing::info!(
+                "waiting for {} to finish, up to {}",
+                Count(running, "running handler", "running handlers"),
+                Secs(deadline.saturating_duration_since(Instant::now()))
+            );
         }
         let drained = tokio::time::timeout_at(deadline, async {
             while groups.join_next().await.is_some() {}
@@ -457,8 +473,32 @@ impl Engine {
             );
             groups.shutdown().await;
         }
-        self.ctx.flush_settles().await;
-        tracing::info!(queue = %self.queue_name(), "consumer stopped");
+        self.flush(deadline).await;
+        // The deadline is the shutdown timeout after the signal (or the loop's end).
+        let stopping_for = deadline
+            .checked_sub(self.shutdown_timeout)
+            .map(|signalled| Secs(signalled.elapsed()));
+        tracing::info!(
+            queue = %self.queue_name(),
+            stopping_for = stopping_for.map(tracing::field::display),
+            "consumer stopped"
+        );
+    }
+
+    /// Waits for the releases and acks under way, for at most [`FINAL_FLUSH`] past the
+    /// shutdown's `deadline` (or past now, if a receive answered later than it).
+    async fn flush(&self, deadline: Instant) {
+        let end = deadline.max(Instant::now()) + FINAL_FLUSH;
+        let left = self.ctx.flush_settles(end).await;
+        if left > 0 {
+            tracing::warn!(
+                "{} still unanswered {} after the shutdown timeout: \
+                 stopping without them (their messages come back when their visibility \
+                 lapses)",
+                Count(left, "ack or release", "acks and releases"),
+                Secs(FINAL_FLUSH)
+            );
+        }
     }
 }
 
@@ -508,12 +548,14 @@ impl Run {
             count = late.len(),
             "releasing messages received after the shutdown timeout"
         );
-        for d in late {
+        // Together: their releases go out in batches, not one request after another.
+        let releases = late.into_iter().map(|d| async move {
             let message_id = d.message_id().to_owned();
             if let Err(err) = d.release().await {
                 tracing::warn!(%message_id, error = %err.chain(), "releasing a late delivery failed; it returns when its visibility lapses");
             }
-        }
+        });
+        futures_util::future::join_all(releases).await;
     }
 }
 

@@ -3,6 +3,8 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::readable::Secs;
+
 /// A boxed error that can cross task boundaries; what handlers return.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
@@ -33,13 +35,19 @@ pub enum Error {
         message_id: String,
         /// Why the delivery was lost.
         reason: LostReason,
+        /// The failed call that found the loss, or that failed after it (an ack's delete
+        /// during an outage, say), if one did.
+        #[source]
+        source: Option<BoxError>,
     },
 
     /// `release_after` asked for a visibility that would end past the 12-hour limit SQS
     /// counts from the receive. SQS would refuse it, so the crate refuses it locally.
     #[error(
-        "release_after({requested:?}) for message {message_id} would end past the 12-hour \
-         limit counted from the receive; at most {allowed:?} is possible now"
+        "release_after({}) for message {message_id} would end past the 12-hour limit counted \
+         from the receive; at most {} is possible now",
+        Secs(*requested),
+        Secs(*allowed)
     )]
     PastHardDeadline {
         /// The SQS message id.
@@ -53,11 +61,13 @@ pub enum Error {
     /// A message body did not decode as what was asked for (with feature `json`:
     /// [`Delivery::json`](crate::Delivery), `Delivery::sns`). The message is not touched:
     /// settle it, or let it fail, as for any other error of your handler.
-    #[error("message {message_id}: the body is not {expected}: {source}")]
+    #[error("message {message_id}: not {expected}: {source}")]
     Decode {
         /// The SQS message id (or, for an SNS notification's message, SNS's).
         message_id: String,
-        /// What was expected: `JSON for my_app::Order`, `an SNS notification envelope`, ...
+        /// What was expected, with the type's name and no module path: ``JSON for `Order` ``,
+        /// `an SNS notification envelope`, ``JSON for `Order` in the SNS notification's
+        /// `Message` ``.
         expected: String,
         /// Why it did not decode: the decoder's error, or the envelope field that is missing.
         #[source]
@@ -166,52 +176,36 @@ impl fmt::Display for LostReason {
 
 impl Error {
     /// `true` when the delivery is lost: the message may be redelivered to someone else.
+    /// Exactly when [`kind`](Error::kind) is `Some(ErrorKind::Lost(_))`.
     pub fn is_lost(&self) -> bool {
-        matches!(
-            self,
-            Error::Lost { .. }
-                | Error::Sqs {
-                    kind: ErrorKind::Lost(_),
-                    ..
-                }
-        )
+        matches!(self.kind(), Some(ErrorKind::Lost(_)))
     }
 
-    /// `true` when trying the same call again later may succeed.
+    /// `true` when trying the same call again later may succeed. Exactly when
+    /// [`kind`](Error::kind) is `Some(ErrorKind::Retryable)`.
     pub fn is_retryable(&self) -> bool {
-        matches!(
-            self,
-            Error::Sqs {
-                kind: ErrorKind::Retryable,
-                ..
-            } | Error::Payload {
-                kind: ErrorKind::Retryable,
-                ..
-            }
-        )
+        self.kind() == Some(ErrorKind::Retryable)
     }
 
     /// `true` when retrying cannot help (bad configuration, missing queue, access denied).
+    /// Exactly when [`kind`](Error::kind) is `Some(ErrorKind::Fatal)`.
     pub fn is_fatal(&self) -> bool {
-        matches!(
-            self,
-            Error::InvalidConfig { .. }
-                | Error::Sqs {
-                    kind: ErrorKind::Fatal,
-                    ..
-                }
-                | Error::Payload {
-                    kind: ErrorKind::Fatal,
-                    ..
-                }
-        )
+        self.kind() == Some(ErrorKind::Fatal)
     }
 
-    /// How a failed SQS call (or S3 payload read) is treated; `None` for other errors.
+    /// How the error is treated: lost, retryable or fatal, as the predicates say.
+    ///
+    /// `None` for the errors that are none of the three: a refused `release_after`
+    /// ([`Error::PastHardDeadline`]), a body that did not decode ([`Error::Decode`]), and a
+    /// lease thread that could not start ([`Error::LeaseThread`]).
     pub fn kind(&self) -> Option<ErrorKind> {
         match self {
             Error::Sqs { kind, .. } | Error::Payload { kind, .. } => Some(*kind),
-            _ => None,
+            Error::InvalidConfig { .. } => Some(ErrorKind::Fatal),
+            Error::Lost { reason, .. } => Some(ErrorKind::Lost(*reason)),
+            Error::PastHardDeadline { .. } | Error::Decode { .. } | Error::LeaseThread { .. } => {
+                None
+            }
         }
     }
 
@@ -257,22 +251,45 @@ pub(crate) fn chain<'a>(err: &'a (dyn std::error::Error + 'static)) -> Chain<'a>
     Chain(err)
 }
 
+/// `what`, then the chain of `err`'s causes on one line: each cause's own text, never an
+/// SDK error's `Debug` output (which carries the whole request and response, headers
+/// included).
+pub(crate) fn with_causes(what: &str, err: &(dyn std::error::Error + 'static)) -> String {
+    format!("{what}: {}", chain(err))
+}
+
 impl fmt::Display for Chain<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut shown = self.0.to_string();
         f.write_str(&shorten_handles(&shown))?;
+        if answered_by_sqs(self.0) {
+            return Ok(());
+        }
         let mut source = self.0.source();
         while let Some(err) = source {
             let text = err.to_string();
-            // A wrapper often repeats its source's text: show each once.
+            // A wrapper often repeats its sources' texts (an SQS error's message carries the
+            // SDK error's causes): show each once.
             if !shown.contains(&text) {
                 write!(f, ": {}", shorten_handles(&text))?;
-                shown = text;
+                shown.push_str(&text);
+            }
+            if answered_by_sqs(err) {
+                break;
             }
             source = err.source();
         }
         Ok(())
     }
+}
+
+/// An SQS error with SQS's own code: its text says all there is (the operation, the code,
+/// SQS's message); the SDK errors under it only repeat that in their `Debug` form.
+fn answered_by_sqs(err: &(dyn std::error::Error + 'static)) -> bool {
+    matches!(
+        err.downcast_ref::<Error>(),
+        Some(Error::Sqs { code: Some(_), .. })
+    )
 }
 
 /// Tokens at least this long that look like a receipt handle are shortened in error texts.
@@ -329,7 +346,7 @@ impl fmt::Display for SharedError {
 
 impl std::error::Error for SharedError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        std::error::Error::source(&*self.0)
+        Some(&*self.0)
     }
 }
 
@@ -440,7 +457,8 @@ const RULES: &[Rule] = &[
     rule("SignatureDoesNotMatch", Class::Fatal),
     rule("InvalidSecurity", Class::Fatal),
     rule("MissingAuthenticationToken", Class::Fatal),
-    rule("ExpiredToken", Class::Fatal),
+    // The provider hands out fresh credentials on a later try (within `give_up_after`).
+    rule("ExpiredToken", Class::Retryable),
     rule("KmsAccessDenied", Class::Fatal),
     rule("KmsDisabled", Class::Fatal),
     rule("KmsNotFound", Class::Fatal),
@@ -557,16 +575,29 @@ mod tests {
             assert_eq!((e.is_lost(), e.is_retryable(), e.is_fatal()), expected);
             assert_eq!(e.code(), Some("Code"));
         }
-        // Errors that are no SQS call have no kind and no code.
+        // Errors that are no SQS call have no code, and the kind their predicate says.
         let invalid = Error::invalid("wait_time", 25, "whole seconds in 0..=20");
-        assert_eq!((invalid.kind(), invalid.code()), (None, None));
+        assert_eq!(
+            (invalid.kind(), invalid.code()),
+            (Some(ErrorKind::Fatal), None)
+        );
         assert!(invalid.is_fatal() && !invalid.is_retryable() && !invalid.is_lost());
         let gone = Error::Lost {
             message_id: "m".into(),
             reason: LostReason::HardDeadline,
+            source: None,
         };
-        assert_eq!((gone.kind(), gone.code()), (None, None));
+        let lost = Some(ErrorKind::Lost(LostReason::HardDeadline));
+        assert_eq!((gone.kind(), gone.code()), (lost, None));
         assert!(gone.is_lost() && !gone.is_fatal() && !gone.is_retryable());
+        // And those that are none of the three have no kind.
+        let refused = Error::PastHardDeadline {
+            message_id: "m".into(),
+            requested: Duration::from_secs(60),
+            allowed: Duration::from_secs(10),
+        };
+        assert_eq!(refused.kind(), None);
+        assert!(!refused.is_fatal() && !refused.is_retryable() && !refused.is_lost());
     }
 
     #[test]
@@ -608,6 +639,43 @@ mod tests {
         let shared = std::sync::Arc::new(Error::invalid("x", 1, "0"));
         let copy = Error::replicate(&shared);
         assert_eq!(copy.chain().to_string(), copy.to_string(), "no repeat");
+    }
+
+    #[test]
+    fn an_answer_of_sqs_shows_its_code_and_message_not_the_sdk_errors_under_it() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("unhandled error (InternalError)")]
+        struct Unhandled(#[source] std::io::Error);
+        let sdk = Unhandled(std::io::Error::other(
+            "Error { code: \"InternalError\", message: \"try later\", type: \"Receiver\" }",
+        ));
+        let answered = Error::Sqs {
+            operation: "ReceiveMessage",
+            code: Some("InternalError".into()),
+            message: "try later".into(),
+            kind: ErrorKind::Retryable,
+            source: Box::new(sdk),
+        };
+        let text = answered.chain().to_string();
+        assert_eq!(
+            text,
+            "SQS ReceiveMessage failed with InternalError: try later"
+        );
+        // Through the copy a batch's callers get, too.
+        let copy = Error::replicate(&std::sync::Arc::new(answered));
+        assert_eq!(copy.chain().to_string(), text);
+        // An error SQS did not answer (no code) shows its causes.
+        let unsent = Error::Sqs {
+            operation: "ReceiveMessage",
+            code: None,
+            message: "the request could not be sent".into(),
+            kind: ErrorKind::Retryable,
+            source: Box::new(std::io::Error::other("connection refused")),
+        };
+        assert_eq!(
+            unsent.chain().to_string(),
+            "SQS ReceiveMessage failed: the request could not be sent: connection refused"
+        );
     }
 
     #[test]

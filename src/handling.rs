@@ -21,6 +21,7 @@ use crate::error::{self, BoxError};
 use crate::handler::Handler;
 use crate::heartbeat::Keeper;
 use crate::lease::{Lease, Left};
+use crate::readable::Secs;
 use crate::stats::{Counter, Measure};
 
 /// What a handler's `Ok` means for the deliveries it leaves unsettled (dropped without
@@ -159,7 +160,7 @@ async fn outcome(
                     .observe(Measure::HandlerDuration, limit.as_secs_f64());
                 handed.ctx.count(Counter::HandlerTimeouts);
                 tracing::warn!(
-                    timeout = ?limit,
+                    timeout = %Secs(limit),
                     deliveries = handed.len(),
                     "handler timed out: stopped; what it left unsettled gets the retry policy"
                 );
@@ -282,7 +283,7 @@ impl Handed {
             tracing::warn!(
                 parent: &item.span,
                 message_id = item.lease.message().message_id().unwrap_or_default(),
-                reason = ?reason,
+                reason = reason.map(tracing::field::display),
                 "delivery lost: its handler was dropped (cancel_on_lost); another consumer may \
                  have the message"
             );

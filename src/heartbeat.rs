@@ -21,6 +21,7 @@ use crate::error::{Error, ErrorKind, LostReason};
 use crate::lease::Lease;
 use crate::lease_thread::{Mailbox, Runner};
 use crate::limits::{call_margin, extension_limit};
+use crate::readable::Secs;
 use crate::stats::Counter;
 
 /// One planned `ChangeMessageVisibility` call.
@@ -79,8 +80,8 @@ fn warn_late(lease: &Lease, late: Duration, timeout: Duration) {
     let n = lease.context().count(Counter::LateHeartbeats);
     if n.is_power_of_two() {
         tracing::warn!(
-            late_by = ?late,
-            visibility_timeout = ?timeout,
+            late_by = %Secs(late),
+            visibility_timeout = %Secs(timeout),
             late_heartbeats = n,
             "a visibility extension was done late: something may be blocking the runtime's \
              threads (CPU-bound or blocking code in an async handler: move it to \
@@ -699,7 +700,7 @@ impl KeeperTask {
                 tracing::warn!(
                     parent: lease.span(),
                     reason = %LostReason::ExtensionFailed,
-                    late_by = ?now.saturating_duration_since(due),
+                    late_by = %Secs(now.saturating_duration_since(due)),
                     "delivery lost: its extension was due when the visibility timeout was all \
                      but over"
                 );
@@ -768,7 +769,7 @@ impl KeeperTask {
             lease.context().count(Counter::Capped);
             tracing::warn!(
                 parent: lease.span(),
-                held_for = ?now.saturating_duration_since(lease.received_at()),
+                held_for = %Secs(now.saturating_duration_since(lease.received_at())),
                 visibility,
                 "last visibility extension: SQS keeps a message hidden for at most 12 hours \
                  after the receive; it goes to another consumer when this one lapses"
@@ -844,8 +845,8 @@ impl KeeperTask {
             tracing::warn!(
                 parent: lease.span(),
                 error = %err.chain(),
-                retry_in = ?wait,
-                remaining = ?remaining,
+                retry_in = %Secs(wait),
+                remaining = %Secs(remaining),
                 "visibility extension failed; retrying"
             );
             self.schedule(id, Next::Retry, now + wait);
@@ -853,7 +854,7 @@ impl KeeperTask {
             tracing::warn!(
                 parent: lease.span(),
                 error = %err.chain(),
-                remaining = ?remaining,
+                remaining = %Secs(remaining),
                 "visibility extension failed, and another try could reach SQS after the \
                  deadline; the delivery is lost then"
             );

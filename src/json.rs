@@ -94,7 +94,7 @@ impl Delivery {
     /// # Errors
     ///
     /// [`Error::Decode`] when the body is not JSON for a `T`: it names the message, what was
-    /// asked for (`JSON for my_app::Order`) and the decoder's reason.
+    /// asked for (`` JSON for `Order` ``) and the decoder's reason.
     pub fn json<T: DeserializeOwned>(&self) -> Result<T, Error> {
         decode(self.message_id(), self.body())
     }
@@ -178,32 +178,49 @@ impl SnsNotification {
 fn decode<T: DeserializeOwned>(message_id: &str, text: &str) -> Result<T, Error> {
     serde_json::from_str(text).map_err(|err| Error::Decode {
         message_id: message_id.to_owned(),
-        expected: format!("JSON for {}", std::any::type_name::<T>()),
+        expected: format!("JSON for `{}`", short_type_name::<T>()),
         source: Box::new(err),
     })
 }
 
 fn json_or_sns<T: DeserializeOwned>(message_id: &str, body: &str) -> Result<T, Error> {
-    let retag = |err: Error, form: &str| match err {
+    let notification = serde_json::from_str::<Envelope>(body)
+        .is_ok_and(|envelope| envelope.kind.as_deref() == Some("Notification"));
+    if !notification {
+        return decode(message_id, body);
+    }
+    // An envelope that does not hold together says so as `sns()` does.
+    let n = sns(message_id, body)?;
+    decode(message_id, &n.message).map_err(|err| match err {
         Error::Decode {
-            message_id, source, ..
+            message_id,
+            expected,
+            source,
         } => Error::Decode {
             message_id,
-            expected: format!("JSON for {} {form}", std::any::type_name::<T>()),
+            expected: format!("{expected} in the SNS notification's `Message`"),
             source,
         },
         other => other,
-    };
-    let notification = serde_json::from_str::<Envelope>(body)
-        .is_ok_and(|envelope| envelope.kind.as_deref() == Some("Notification"));
-    if notification {
-        let n = sns(message_id, body).map_err(|err| retag(err, "in an SNS notification"))?;
-        decode(message_id, &n.message)
-            .map_err(|err| retag(err, "in the `Message` of an SNS notification"))
-    } else {
-        decode(message_id, body)
-            .map_err(|err| retag(err, "in the body (not an SNS notification envelope)"))
+    })
+}
+
+/// `T`'s name without its module paths, for people: `Order`, `Vec<Order>`, `Option<u64>`,
+/// not `my_app::handlers::main::{{closure}}::Order`.
+fn short_type_name<T: ?Sized>() -> String {
+    let full = std::any::type_name::<T>();
+    let path_char = |c: char| c.is_alphanumeric() || "_:{}".contains(c);
+    let mut out = String::with_capacity(full.len());
+    let mut rest = full;
+    while !rest.is_empty() {
+        let end = rest.find(|c| !path_char(c)).unwrap_or(rest.len());
+        let path = &rest[..end];
+        out.push_str(path.rsplit("::").next().unwrap_or(path));
+        let delimiters = rest[end..].find(path_char).map_or(rest.len(), |n| end + n);
+        out.push_str(&rest[end..delimiters]);
+        rest = &rest[delimiters..];
     }
+    out
 }
 
 fn sns(message_id: &str, body: &str) -> Result<SnsNotification, Error> {
@@ -221,9 +238,8 @@ fn sns(message_id: &str, body: &str) -> Result<SnsNotification, Error> {
         Some("Notification") => {}
         None => {
             return Err(refuse(
-                "the body has no `Type` field: it is not wrapped in an SNS envelope (raw \
-                 message delivery, or sent to the queue directly); read the body itself, e.g. \
-                 with json()"
+                "no `Type` field (raw message delivery, or a message sent to the queue \
+                 directly): read the body itself, e.g. with json()"
                     .into(),
             ))
         }
@@ -313,22 +329,19 @@ mod tests {
             Order { id: 7 }
         );
         let (expected, why) = decode_error(json_or_sns::<Order>("m-1", r#"{"id": "x"}"#));
-        assert!(
-            expected.contains("Order") && expected.contains("not an SNS notification"),
-            "{expected}"
-        );
+        assert_eq!(expected, "JSON for `Order`");
         assert!(why.contains("invalid type"), "{why}");
         let bad_message = ENVELOPE_BODY.replace(r#"{\"id\": 7}"#, "not json");
         assert_ne!(bad_message, ENVELOPE_BODY);
         let (expected, why) = decode_error(json_or_sns::<Order>("m-1", &bad_message));
-        assert!(
-            expected.contains("`Message` of an SNS notification"),
-            "{expected}"
+        assert_eq!(
+            expected,
+            "JSON for `Order` in the SNS notification's `Message`"
         );
         assert!(why.contains("expected"), "{why}");
         let no_topic = ENVELOPE_BODY.replace("\"TopicArn\"", "\"Topic\"");
         let (expected, why) = decode_error(json_or_sns::<Order>("m-1", &no_topic));
-        assert!(expected.contains("in an SNS notification"), "{expected}");
+        assert_eq!(expected, ENVELOPE);
         assert!(why.contains("`TopicArn`"), "{why}");
     }
 
@@ -338,6 +351,27 @@ mod tests {
         assert!(expected.contains("Order"), "{expected}");
         assert!(why.contains("invalid type"), "{why}");
         let err = decode::<Order>("m-9", "[]").unwrap_err().to_string();
-        assert!(err.contains("m-9") && err.contains("Order"), "{err}");
+        assert_eq!(
+            err,
+            "message m-9: not JSON for `Order`: invalid length 0, expected struct Order with 1 \
+             element at line 1 column 2"
+        );
+    }
+
+    #[test]
+    fn type_names_lose_their_paths_and_closures() {
+        assert_eq!(short_type_name::<Order>(), "Order");
+        assert_eq!(short_type_name::<Vec<Order>>(), "Vec<Order>");
+        assert_eq!(
+            short_type_name::<std::collections::HashMap<String, Option<u64>>>(),
+            "HashMap<String, Option<u64>>"
+        );
+        assert_eq!(short_type_name::<(u8, [Order; 2])>(), "(u8, [Order; 2])");
+        let in_closure = || {
+            #[derive(Deserialize)]
+            struct Local;
+            short_type_name::<Local>()
+        };
+        assert_eq!(in_closure(), "Local");
     }
 }

@@ -61,7 +61,7 @@ use tracing::{Instrument, Span};
 
 use crate::batch::Cohort;
 use crate::context::{Context, SettleHooks};
-use crate::error::{Error, ErrorKind, LostReason};
+use crate::error::{BoxError, Error, ErrorKind, LostReason};
 use crate::limits::{call_margin, extension_limit, MAX_VISIBILITY_SECS};
 use crate::millis::{millis_after, Millis};
 use crate::stats::Counter;
@@ -519,6 +519,7 @@ impl Lease {
                 Error::Lost {
                     message_id: message_id.to_owned(),
                     reason: self.lost_reason().unwrap_or(reason),
+                    source: None,
                 }
             }
         };
@@ -539,18 +540,19 @@ impl Lease {
         result: Result<(), Error>,
         lost_before: Option<LostReason>,
     ) -> Result<(), Error> {
-        let reason = match (result, lost_before) {
+        let (reason, source) = match (result, lost_before) {
             (Err(err), _) if err.is_lost() => match err.kind() {
-                Some(ErrorKind::Lost(reason)) => reason,
-                _ => LostReason::ReceiptHandleInvalid,
+                Some(ErrorKind::Lost(reason)) => (reason, Some(err)),
+                _ => (LostReason::ReceiptHandleInvalid, Some(err)),
             },
-            // Transient failures until the deadline passed: lost, not merely failed.
-            (Err(err), _) if err.is_retryable() => match self.lost_reason() {
-                Some(reason) => reason,
+            // Any other failure of a delivery lost before the delete or meanwhile (transient
+            // failures until the deadline passed, an outage, a refusal): lost, not merely
+            // failed, with the failure as the source.
+            (Err(err), lost_before) => match self.lost_reason().or(lost_before) {
+                Some(reason) => (reason, Some(err)),
                 None => return Err(err),
             },
-            (Err(err), _) => return Err(err),
-            (Ok(()), Some(reason)) => reason,
+            (Ok(()), Some(reason)) => (reason, None),
             (Ok(()), None) if self.acked() => {
                 tracing::debug!(parent: &self.span, "acked");
                 // Only now, the SQS delete done: the object is never deleted before it.
@@ -560,9 +562,11 @@ impl Lease {
                 }
                 return Ok(());
             }
-            (Ok(()), None) => self
-                .lost_reason()
-                .unwrap_or(LostReason::ReceiptHandleInvalid),
+            (Ok(()), None) => (
+                self.lost_reason()
+                    .unwrap_or(LostReason::ReceiptHandleInvalid),
+                None,
+            ),
         };
         self.mark_lost(reason);
         let reason = self.lost_reason().unwrap_or(reason);
@@ -573,11 +577,13 @@ impl Lease {
             parent: &self.span,
             %message_id,
             %reason,
+            error = source.as_ref().map(|err| tracing::field::display(err.chain())),
             "ack of a lost delivery: not counted as acked; the message may be handled again"
         );
         Err(Error::Lost {
             message_id: message_id.to_owned(),
             reason,
+            source: source.map(|err| Box::new(err) as BoxError),
         })
     }
 
@@ -839,6 +845,45 @@ mod tests {
         let err = l.finish_ack(Err(failed), None).expect_err("lost");
         assert!(err.is_lost(), "{err}");
         assert_eq!(l.context().stats(0).lost_acks, 1);
+        // The transport error is kept as the source.
+        let source = std::error::Error::source(&err).map(ToString::to_string);
+        assert!(
+            source.is_some_and(|s| s.contains("DeleteMessage")),
+            "{err:?}"
+        );
+    }
+
+    /// Whatever the delete's failure (a refusal too), an ack of a delivery lost before it is
+    /// `Error::Lost`, the failure its source; while the lease holds, the failure itself.
+    #[tokio::test(start_paused = true)]
+    async fn any_failure_of_an_ack_once_lost_is_reported_lost_with_it_as_the_source() {
+        let refused = || Error::Sqs {
+            operation: "DeleteMessage",
+            code: Some("AccessDenied".into()),
+            message: "no".into(),
+            kind: ErrorKind::Fatal,
+            source: "403".into(),
+        };
+        let l = lease();
+        l.begin_settle();
+        let err = l
+            .finish_ack(Err(refused()), Some(LostReason::ExtensionFailed))
+            .expect_err("lost");
+        match &err {
+            Error::Lost {
+                reason: LostReason::ExtensionFailed,
+                source: Some(source),
+                ..
+            } => assert!(source.to_string().contains("AccessDenied"), "{source}"),
+            other => panic!("expected Error::Lost with the refusal as source, got {other:?}"),
+        }
+        assert_eq!(l.context().stats(0).lost_acks, 1);
+
+        let held = lease();
+        held.begin_settle();
+        let err = held.finish_ack(Err(refused()), None).expect_err("refused");
+        assert!(err.is_fatal() && !err.is_lost(), "{err}");
+        assert_eq!(held.context().stats(0).lost_acks, 0);
     }
 
     #[tokio::test]

@@ -70,6 +70,8 @@
 //! # Cargo features
 //!
 //! - `from-env` (default): `Consumer::from_env`, through `aws-config`.
+//! - `signal` (default): [`shutdown_signal`], SIGTERM or Ctrl-C, through Tokio's `signal`
+//!   feature.
 //! - `json`: `Delivery::json`, `Delivery::sns`, `Delivery::json_or_sns`, `SnsNotification`.
 //! - `metrics`: counters and histograms through the `metrics` facade.
 //! - `s3`: `ConsumerBuilder::s3_payloads`, `Delivery::payload_location`, `PayloadLocation`:
@@ -127,10 +129,13 @@ mod payloads;
 mod queue;
 mod queue_ref;
 mod rate_limit;
+mod readable;
 mod receiver;
 mod redelivery;
 #[cfg(feature = "s3")]
 mod s3;
+#[cfg(feature = "signal")]
+mod shutdown_signal;
 mod stats;
 mod stream;
 mod unfinished_deletes;
@@ -155,10 +160,19 @@ pub use memory::MemoryQueue;
 pub use payload::PayloadLocation;
 pub use rate_limit::RateLimit;
 pub use redelivery::RetryPolicy;
+#[cfg(feature = "signal")]
+#[cfg_attr(docsrs, doc(cfg(feature = "signal")))]
+pub use shutdown_signal::shutdown_signal;
 pub use stats::Stats;
 pub use stream::DeliveryStream;
 
 /// The README's Rust examples, compiled and run as doc tests (they use every feature).
-#[cfg(all(doctest, feature = "from-env", feature = "json", feature = "metrics"))]
+#[cfg(all(
+    doctest,
+    feature = "from-env",
+    feature = "signal",
+    feature = "json",
+    feature = "metrics"
+))]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;

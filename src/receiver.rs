@@ -23,6 +23,8 @@ use crate::error::Error;
 use crate::in_flight_limit::InFlightLimit;
 use crate::queue::Queue;
 use crate::rate_limit::{RateLimits, Tokens};
+use crate::readable::{Count, Secs};
+use crate::stats::{Failing, ReceiveHealth};
 
 /// While the queue is busy, how long a receive waits for a whole batch of free slots before
 /// it asks for fewer messages.
@@ -47,6 +49,8 @@ pub(crate) struct ReceiveSettings {
     pub(crate) rate_limits: RateLimits,
     /// With `adaptive_visibility`: the estimate each receive's visibility timeout comes from.
     pub(crate) adaptive: Option<Arc<AdaptiveVisibility>>,
+    /// Receives failing this long with no answer between end the loop with the last error.
+    pub(crate) give_up_after: Duration,
 }
 
 /// One receive's worth of messages, with the slots they take.
@@ -116,6 +120,10 @@ struct LoopState {
     fatal: Option<Error>,
     /// "receiving paused" was logged, and "resumed" not yet.
     paused_logged: bool,
+    /// When the last receive started: a stop waits for it until its wait time is out.
+    latest_start: Option<Instant>,
+    /// What a stop waits for was logged.
+    stop_logged: bool,
 }
 
 /// The back-off states shared by the receives under way.
@@ -136,6 +144,8 @@ pub(crate) struct Receiver {
     paused: watch::Sender<bool>,
     /// Releases at once started by this consumer's deliveries.
     releases_at_once: ReleasesAtOnce,
+    /// Where each answer and failure is recorded, for `Stats`.
+    health: ReceiveHealth,
 }
 
 impl Receiver {
@@ -143,6 +153,7 @@ impl Receiver {
         queue: Queue,
         settings: ReceiveSettings,
         releases_at_once: ReleasesAtOnce,
+        health: ReceiveHealth,
     ) -> Self {
         Self {
             queue,
@@ -151,6 +162,7 @@ impl Receiver {
             visibility: OnceCell::new(),
             paused: watch::Sender::new(false),
             releases_at_once,
+            health,
         }
     }
 
@@ -217,6 +229,8 @@ impl Receiver {
             load: Load::Quiet,
             fatal: None,
             paused_logged: false,
+            latest_start: None,
+            stop_logged: false,
         };
         let mut receives = FuturesUnordered::new();
         let mut paused = self.paused.subscribe();
@@ -228,7 +242,7 @@ impl Receiver {
                 let start_one =
                     |(slots, tokens)| self.receive_once(slots, tokens, timeout, &backoffs, stop);
                 let refill = self
-                    .refill(&mut receives, &state, &mut paused, stop, start_one)
+                    .refill(&mut receives, &mut state, &mut paused, stop, start_one)
                     .await;
                 if refill == Refill::SlotsGone {
                     return Ok(()); // the consumer is being dropped
@@ -239,6 +253,9 @@ impl Receiver {
                     return end;
                 }
                 continue;
+            }
+            if stop.is_cancelled() {
+                self.log_stop_wait(&mut state, receives.len());
             }
             // While receiving goes on, a stop or a pause ends this wait (to start no more
             // receives); once halted, only an answer does.
@@ -290,7 +307,7 @@ impl Receiver {
     async fn refill<F: Future>(
         &self,
         receives: &mut FuturesUnordered<F>,
-        state: &LoopState,
+        state: &mut LoopState,
         paused: &mut watch::Receiver<bool>,
         stop: &CancellationToken,
         mut start_one: impl FnMut((Vec<Slot>, Tokens)) -> F,
@@ -307,7 +324,10 @@ impl Receiver {
                 () = stop.cancelled() => break,
             };
             match grant {
-                Some(grant) => receives.push(start_one(grant)),
+                Some(grant) => {
+                    receives.push(start_one(grant));
+                    state.latest_start = Some(Instant::now());
+                }
                 None if receives.is_empty() => return Refill::SlotsGone,
                 None => break,
             }
@@ -419,6 +439,25 @@ impl Receiver {
         }
     }
 
+    /// Once per stop: how many receives it waits for, and how long at most (their wait
+    /// time; a silent server's answer may take the request timeout on top).
+    fn log_stop_wait(&self, state: &mut LoopState, under_way: usize) {
+        if std::mem::replace(&mut state.stop_logged, true) {
+            return;
+        }
+        let end = state
+            .latest_start
+            .map_or(Instant::now(), |start| start + self.settings.wait_time);
+        let left = end.saturating_duration_since(Instant::now());
+        tracing::info!(
+            queue = %self.queue.name(),
+            "waiting for {} under way, up to {} (a long poll is not abandoned: SQS would \
+             still hand it messages)",
+            Count(under_way, "receive", "receives"),
+            Secs(left)
+        );
+    }
+
     fn log_resumed(&self, state: &mut LoopState) {
         if std::mem::take(&mut state.paused_logged) {
             tracing::info!(queue = %self.queue.name(), "receiving resumed");
@@ -505,6 +544,7 @@ impl Receiver {
         match result {
             Ok(messages) if messages.is_empty() => {
                 drop(tokens);
+                self.answered();
                 // Short polling (or a server that answers early): do not spin.
                 let early =
                     settings.wait_time.is_zero() || received_at.elapsed() < settings.wait_time / 2;
@@ -520,6 +560,7 @@ impl Receiver {
             }
             Ok(messages) => {
                 tokens.spend(messages.len());
+                self.answered();
                 {
                     let mut b = backoffs();
                     b.failures.reset();
@@ -544,7 +585,7 @@ impl Receiver {
             Err(err) => {
                 drop((slots, tokens));
                 let wait = backoffs().failures.next_delay();
-                tracing::warn!(error = %err.chain(), retry_in = ?wait, "receive failed; retrying");
+                self.failed("receive", err, wait)?;
                 self.back_off(wait, stop).await;
                 Ok(ReceiveOutcome::Nothing)
             }
@@ -693,15 +734,83 @@ impl Receiver {
         let mut backoff = call_retries::RECEIVE.backoff();
         loop {
             match call().await {
+                // Not an answered receive: the run of failures goes on until one is.
                 Ok(answer) => return Ok(answer),
                 Err(err) if !err.is_retryable() => return Err(err),
                 Err(err) => {
                     let wait = backoff.next_delay();
-                    tracing::warn!(error = %err.chain(), retry_in = ?wait, "{what} failed; retrying");
+                    self.failed(what, err, wait)?;
                     sleep(wait).await;
                 }
             }
         }
+    }
+
+    /// SQS answered a receive: the health record says so, and a run of failures it ends is
+    /// logged.
+    fn answered(&self) {
+        if let Some(run) = self.health.answered() {
+            tracing::info!(
+                queue = %self.queue.name(),
+                failures = run.consecutive,
+                failing_for = %Secs(run.lasted),
+                "receives answered again"
+            );
+        }
+    }
+
+    /// A transient failure of `what` (a receive, or a call before the first): recorded, and
+    /// logged at `warn` on one line at the 1st, 2nd, 4th, 8th, ... failure in a row (at
+    /// `debug` otherwise), so an outage does not flood the log. `Err(err)` once failures have
+    /// gone on for `give_up_after`: the loop ends with it.
+    fn failed(&self, what: &str, err: Error, retry_in: Duration) -> Result<(), Error> {
+        let run = self.health.failed();
+        let give_up_after = self.settings.give_up_after;
+        if run.lasted >= give_up_after {
+            tracing::error!(
+                queue = %self.queue.name(),
+                error = %err.chain(),
+                failures = run.consecutive,
+                failing_for = %Secs(run.lasted),
+                "{what} failed for longer than give_up_after ({}) with no success; stopping",
+                Secs(give_up_after)
+            );
+            return Err(err);
+        }
+        log_retry(what, &self.queue, &err, run, retry_in, give_up_after);
+        Ok(())
+    }
+}
+
+/// One line for a retried failure (see `Receiver::failed`), at `$level`.
+macro_rules! retry_line {
+    ($level:ident, $what:expr, $queue:expr, $err:expr, $run:expr, $retry_in:expr, $give_up_in:expr) => {
+        tracing::$level!(
+            queue = %$queue.name(),
+            error = %$err.chain(),
+            failures = $run.consecutive,
+            retry_in = %Secs($retry_in),
+            give_up_in = %$give_up_in,
+            "{} failed; retrying",
+            $what
+        )
+    };
+}
+
+/// A retried failure, at `warn` for the 1st, 2nd, 4th, 8th, ... in a row, else at `debug`.
+fn log_retry(
+    what: &str,
+    queue: &Queue,
+    err: &Error,
+    run: Failing,
+    retry_in: Duration,
+    give_up_after: Duration,
+) {
+    let give_up_in = Secs(give_up_after.saturating_sub(run.lasted));
+    if run.consecutive.is_power_of_two() {
+        retry_line!(warn, what, queue, err, run, retry_in, give_up_in);
+    } else {
+        retry_line!(debug, what, queue, err, run, retry_in, give_up_in);
     }
 }
 

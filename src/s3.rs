@@ -8,11 +8,12 @@ use std::future::Future;
 use std::time::Duration;
 
 use aws_sdk_s3::config::retry::RetryConfig;
-use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 
 use crate::call_retries::{self, PAYLOAD_ATTEMPTS};
-use crate::error::{BoxError, ErrorKind};
+use crate::error::{with_causes, BoxError, ErrorKind};
 use crate::payload::PayloadLocation;
+use crate::readable::Secs;
 
 /// The default limit on a payload's size: 64 MiB. Payloads are held whole in memory, one per
 /// held delivery: with the default `max_in_flight` of 40, at most 2.5 GiB at once, whatever
@@ -189,7 +190,10 @@ impl PayloadStore {
         match tokio::time::timeout(self.request_timeout, call).await {
             Ok(answer) => answer.map_err(|err| classify(operation, err)),
             Err(elapsed) => {
-                let reason = format!("{operation}: no answer within {:?}", self.request_timeout);
+                let reason = format!(
+                    "{operation}: no answer within {}",
+                    Secs(self.request_timeout)
+                );
                 Err(ObjectError::retryable(reason, Box::new(elapsed)))
             }
         }
@@ -238,7 +242,7 @@ where
         match call().await {
             Err(err) if err.kind == ErrorKind::Retryable && tries < PAYLOAD_ATTEMPTS => {
                 let wait = backoff.next_delay();
-                tracing::debug!(operation, error = %err.reason, tries, retry_in = ?wait, "S3 call failed; retrying");
+                tracing::debug!(operation, error = %err.reason, tries, retry_in = %Secs(wait), "S3 call failed; retrying");
                 tries += 1;
                 tokio::time::sleep(wait).await;
             }
@@ -272,21 +276,18 @@ where
         }
         SdkError::ConstructionFailure(_) => (
             ErrorKind::Fatal,
-            format!(
-                "{operation}: the request could not be built: {}",
-                DisplayErrorContext(&err)
+            with_causes(
+                &format!("{operation}: the request could not be built"),
+                &err,
             ),
         ),
         SdkError::DispatchFailure(failure) if failure.is_user() => (
             ErrorKind::Fatal,
-            format!(
-                "{operation}: the request could not be sent: {}",
-                DisplayErrorContext(&err)
-            ),
+            with_causes(&format!("{operation}: the request could not be sent"), &err),
         ),
         _ => (
             ErrorKind::Retryable,
-            format!("{operation} failed: {}", DisplayErrorContext(&err)),
+            with_causes(&format!("{operation} failed"), &err),
         ),
     };
     ObjectError {

@@ -1,7 +1,10 @@
 //! `Stats`: what the consumer has done so far, as cheap atomic counters.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
+
+use tokio::time::Instant;
 
 /// A snapshot of a consumer's counters, from [`Consumer::stats`](crate::Consumer::stats).
 ///
@@ -84,6 +87,22 @@ pub struct Stats {
     /// it chose. Exported as the gauge `sqs_consumer_visibility_timeout_seconds` with
     /// feature `metrics`.
     pub visibility_timeout: Duration,
+    /// Failed `ReceiveMessage` attempts (each retry counts), and failed calls of the start
+    /// that precedes the first receive (resolving a queue given by name, reading its
+    /// visibility timeout). Each is retried with back-off, up to
+    /// [`give_up_after`](crate::ConsumerBuilder::give_up_after). Exported as
+    /// `sqs_consumer_receive_failures_total` with feature `metrics`.
+    pub receive_failures: u64,
+    /// Receive failures since the last receive SQS answered (0 while receives succeed): how
+    /// long the current run of failures is. Exported as the gauge
+    /// `sqs_consumer_consecutive_receive_failures` with feature `metrics`.
+    pub consecutive_receive_failures: u64,
+    /// Time since the last receive SQS answered, with messages or empty; `None` before the
+    /// first. A long poll is answered at least every `wait_time` (20 s by default) while
+    /// the consumer receives, so a figure well past it means receives are failing, paused,
+    /// or held back by full `max_in_flight` slots. Exported as the gauge
+    /// `sqs_consumer_last_receive_timestamp_seconds` (Unix time) with feature `metrics`.
+    pub since_last_receive: Option<Duration>,
 }
 
 /// The events [`Stats`] counts.
@@ -158,6 +177,8 @@ pub(crate) struct Counters {
     held: AtomicU64,
     /// The visibility timeout the last receive with messages applied, seconds.
     visibility_timeout: AtomicU64,
+    /// How receives fare, shared with the receive loop.
+    receives: ReceiveHealth,
     #[cfg(feature = "metrics")]
     exported: Option<Exported>,
 }
@@ -208,6 +229,7 @@ impl Counters {
                         &label
                     ),
                 }),
+                receives: ReceiveHealth::exported(&label),
                 ..Self::default()
             }
         }
@@ -277,6 +299,11 @@ impl Counters {
             .fetch_max(nanos, Ordering::Relaxed);
     }
 
+    /// How receives fare: the receive loop records each answer and failure there.
+    pub(crate) fn receive_health(&self) -> ReceiveHealth {
+        self.receives.clone()
+    }
+
     /// A snapshot; `slots` is how many `max_in_flight` slots are taken (held deliveries and
     /// receives under way).
     pub(crate) fn snapshot(&self, slots: u64) -> Stats {
@@ -309,6 +336,114 @@ impl Counters {
             visibility_timeout: Duration::from_secs(
                 self.visibility_timeout.load(Ordering::Relaxed),
             ),
+            receive_failures: self.receives.0.failures.load(Ordering::Relaxed),
+            consecutive_receive_failures: self.receives.0.consecutive.load(Ordering::Relaxed),
+            since_last_receive: self.receives.times().last_answer.map(|at| at.elapsed()),
+        }
+    }
+}
+
+/// How a consumer's receives fare, for health checks: failures, the current run of them,
+/// and when SQS last answered one. Shared by the receive loop (which records) and the
+/// counters (which read).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ReceiveHealth(Arc<Health>);
+
+#[derive(Debug, Default)]
+struct Health {
+    failures: AtomicU64,
+    consecutive: AtomicU64,
+    times: Mutex<HealthTimes>,
+    #[cfg(feature = "metrics")]
+    exported: Option<ExportedHealth>,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct HealthTimes {
+    /// When SQS last answered a receive.
+    last_answer: Option<Instant>,
+    /// When the current run of failures began (`None`: the last call succeeded).
+    failing_since: Option<Instant>,
+}
+
+/// A run of receive failures, as it stands after one more.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Failing {
+    /// Failures in the run, this one included.
+    pub(crate) consecutive: u64,
+    /// Since the run's first failure.
+    pub(crate) lasted: Duration,
+}
+
+#[cfg(feature = "metrics")]
+struct ExportedHealth {
+    failures: metrics::Counter,
+    consecutive: metrics::Gauge,
+    last_answer: metrics::Gauge,
+}
+
+#[cfg(feature = "metrics")]
+impl std::fmt::Debug for ExportedHealth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ExportedHealth")
+    }
+}
+
+impl ReceiveHealth {
+    #[cfg(feature = "metrics")]
+    fn exported(label: &[(&'static str, String); 1]) -> Self {
+        Self(Arc::new(Health {
+            exported: Some(ExportedHealth {
+                failures: metrics::counter!("sqs_consumer_receive_failures_total", label),
+                consecutive: metrics::gauge!("sqs_consumer_consecutive_receive_failures", label),
+                last_answer: metrics::gauge!("sqs_consumer_last_receive_timestamp_seconds", label),
+            }),
+            ..Health::default()
+        }))
+    }
+
+    fn times(&self) -> std::sync::MutexGuard<'_, HealthTimes> {
+        self.0.times.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// SQS answered a receive (with messages or empty). Returns the run of failures this
+    /// ends, if there was one.
+    pub(crate) fn answered(&self) -> Option<Failing> {
+        let now = Instant::now();
+        let failing_since = {
+            let mut times = self.times();
+            times.last_answer = Some(now);
+            times.failing_since.take()
+        };
+        let consecutive = self.0.consecutive.swap(0, Ordering::Relaxed);
+        #[cfg(feature = "metrics")]
+        if let Some(exported) = &self.0.exported {
+            exported.consecutive.set(0.0);
+            let unix = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default();
+            exported.last_answer.set(unix.as_secs_f64());
+        }
+        failing_since.map(|since| Failing {
+            consecutive,
+            lasted: now.saturating_duration_since(since),
+        })
+    }
+
+    /// A receive (or a call of the start before the first) failed: the run it extends.
+    pub(crate) fn failed(&self) -> Failing {
+        let now = Instant::now();
+        let since = *self.times().failing_since.get_or_insert(now);
+        self.0.failures.fetch_add(1, Ordering::Relaxed);
+        let consecutive = self.0.consecutive.fetch_add(1, Ordering::Relaxed) + 1;
+        #[cfg(feature = "metrics")]
+        if let Some(exported) = &self.0.exported {
+            exported.failures.increment(1);
+            exported.consecutive.set(consecutive as f64);
+        }
+        Failing {
+            consecutive,
+            lasted: now.saturating_duration_since(since),
         }
     }
 }
@@ -335,6 +470,50 @@ mod tests {
         assert_eq!((s.acked, s.skipped_redeliveries, s.received), (2, 1, 0));
         assert_eq!(s.worst_extension_delay, Duration::from_millis(7));
         assert_eq!((s.in_flight, s.reserved), (1, 3));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn receive_health_counts_runs_of_failures_and_the_time_since_an_answer() {
+        let c = Counters::default();
+        let health = c.receive_health();
+        let s = c.snapshot(0);
+        assert_eq!(
+            (
+                s.receive_failures,
+                s.consecutive_receive_failures,
+                s.since_last_receive
+            ),
+            (0, 0, None)
+        );
+        assert_eq!(health.answered(), None, "no run of failures to end");
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert_eq!(
+            c.snapshot(0).since_last_receive,
+            Some(Duration::from_secs(2))
+        );
+        let first = health.failed();
+        tokio::time::advance(Duration::from_secs(3)).await;
+        let second = health.failed();
+        assert_eq!((first.consecutive, first.lasted), (1, Duration::ZERO));
+        assert_eq!(
+            (second.consecutive, second.lasted),
+            (2, Duration::from_secs(3))
+        );
+        let s = c.snapshot(0);
+        assert_eq!((s.receive_failures, s.consecutive_receive_failures), (2, 2));
+        assert_eq!(s.since_last_receive, Some(Duration::from_secs(5)));
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let ended = health.answered().expect("a run of failures ended");
+        assert_eq!(
+            (ended.consecutive, ended.lasted),
+            (2, Duration::from_secs(4))
+        );
+        let s = c.snapshot(0);
+        assert_eq!((s.receive_failures, s.consecutive_receive_failures), (2, 0));
+        assert_eq!(s.since_last_receive, Some(Duration::ZERO));
+        // A new run starts from its own first failure.
+        tokio::time::advance(Duration::from_secs(7)).await;
+        assert_eq!(health.failed().lasted, Duration::ZERO);
     }
 
     #[test]

@@ -43,6 +43,8 @@ const RETRYABLE: &[(u16, &str)] = &[
     (408, "RequestTimeout"),
     (500, "SomethingNew"),
     (429, "SomethingNewAndThrottled"),
+    // Temporary credentials that ran out: the provider hands out fresh ones on a later try.
+    (403, "ExpiredToken"),
 ];
 
 /// Whole-request errors that are fatal: retrying cannot help.
@@ -53,7 +55,6 @@ const FATAL: &[(u16, &str)] = &[
     (400, "AccessDeniedException"),
     (403, "InvalidClientTokenId"),
     (403, "SignatureDoesNotMatch"),
-    (403, "ExpiredToken"),
     (400, "KMS.AccessDeniedException"),
     (400, "KmsAccessDenied"),
     (400, "KmsDisabled"),
@@ -457,17 +458,19 @@ async fn a_stop_while_the_queue_attribute_read_goes_unanswered_ends_at_once() {
     assert_eq!(http.receives.load(SeqCst), 0, "no receive ever started");
 }
 
-#[derive(Debug)]
-struct NoCredentials;
+/// Makes a credentials provider's error.
+type Failure = fn() -> CredentialsError;
 
-impl ProvideCredentials for NoCredentials {
+/// A credentials provider that always fails with the error its `Failure` makes.
+#[derive(Debug)]
+struct FailingCredentials(Failure);
+
+impl ProvideCredentials for FailingCredentials {
     fn provide_credentials<'a>(&'a self) -> future::ProvideCredentials<'a>
     where
         Self: 'a,
     {
-        future::ProvideCredentials::ready(Err(CredentialsError::not_loaded(
-            "no credentials in the environment (test)",
-        )))
+        future::ProvideCredentials::ready(Err((self.0)()))
     }
 }
 
@@ -498,20 +501,138 @@ fn fatal_message(err: &Error) -> String {
 }
 
 #[tokio::test(start_paused = true)]
-async fn missing_credentials_or_region_end_the_run_with_a_clear_error() {
-    let client = client_with(Silent::default(), NoCredentials, Some("us-east-1"));
-    let err = consumer(client)
-        .run(|d: Delivery| d.ack())
-        .await
-        .unwrap_err();
-    assert!(fatal_message(&err).contains("no AWS credentials"), "{err}");
-
+async fn a_missing_region_ends_the_run_with_a_clear_error() {
     let client = client_with(Silent::default(), test_credentials(), None);
     let err = consumer(client)
         .run(|d: Delivery| d.ack())
         .await
         .unwrap_err();
     assert!(fatal_message(&err).contains("region"), "{err}");
+}
+
+/// Every kind of credentials failure (none found: the chain says "not found"; a provider
+/// that fails: an instance metadata service answering 403; one that times out) is retried,
+/// and ends `run` with that error once failures have gone on for `give_up_after`, within one
+/// back-off more. Each retried failure is one short line, rate-limited.
+#[tokio::test(start_paused = true)]
+async fn every_kind_of_credentials_failure_ends_the_run_after_give_up_after() {
+    let kinds: [(Failure, &str); 3] = [
+        (
+            || CredentialsError::not_loaded("no credentials in the environment (test)"),
+            "no AWS credentials were found",
+        ),
+        (
+            || CredentialsError::provider_error("IMDS answered 403 Forbidden (test)"),
+            "the AWS credentials provider failed",
+        ),
+        (
+            || CredentialsError::provider_timed_out(Duration::from_secs(1)),
+            "the AWS credentials provider failed",
+        ),
+    ];
+    let give_up_after = Duration::from_secs(60);
+    for (fail, says) in kinds {
+        let (logs, _guard) = common::capture_logs();
+        let client = client_with(
+            Silent::default(),
+            FailingCredentials(fail),
+            Some("us-east-1"),
+        );
+        let consumer = Consumer::builder(client, URL)
+            .visibility_timeout(Duration::from_secs(10))
+            .give_up_after(give_up_after)
+            .build()
+            .unwrap();
+        let start = Instant::now();
+        let err = consumer.run(|d: Delivery| d.ack()).await.unwrap_err();
+        let took = start.elapsed();
+        assert!(err.is_retryable(), "{err}");
+        assert!(err.to_string().contains(says), "{err}");
+        // The back-off doubles from 200 ms to at most 20 s: one more than that at most.
+        assert!(
+            took >= give_up_after && took <= give_up_after + Duration::from_secs(20),
+            "{took:?}"
+        );
+        let stats = consumer.stats();
+        assert!(stats.receive_failures >= 6, "{stats:?}");
+        assert_eq!(stats.consecutive_receive_failures, stats.receive_failures);
+        assert_eq!(
+            stats.since_last_receive, None,
+            "no receive was ever answered"
+        );
+        let text = String::from_utf8(logs.lock().unwrap().clone()).unwrap();
+        let warns: Vec<&str> = text.lines().filter(|l| l.contains(" WARN ")).collect();
+        // At the 1st, 2nd, 4th, 8th, ... failure: a handful, not one per failure.
+        let expected = (u64::BITS - stats.receive_failures.leading_zeros()) as usize;
+        assert_eq!(warns.len(), expected, "{text}");
+        for line in &warns {
+            assert!(
+                line.contains("receive failed; retrying") && line.contains(says),
+                "{line}"
+            );
+            assert!(
+                line.contains("retry_in=") && line.contains("give_up_in="),
+                "{line}"
+            );
+            // The error chain only: no SDK `Debug` dump.
+            assert!(line.len() < 500, "{} bytes: {line}", line.len());
+            for debug in ["{", "Some(", "source:", "ConnectorError"] {
+                assert!(!line.contains(debug), "{debug} in {line}");
+            }
+        }
+        let last = text.lines().rev().find(|l| l.contains(" ERROR ")).unwrap();
+        assert!(
+            last.contains("give_up_after (1m 0s)") && last.contains(says),
+            "{last}"
+        );
+    }
+}
+
+/// The calls before the first receive (here the read of the queue's visibility timeout, none
+/// being set) count as receives: failing for `give_up_after`, they end `run` too.
+#[tokio::test(start_paused = true)]
+async fn a_start_whose_calls_keep_failing_gives_up_too() {
+    let client = client_with(
+        Silent::default(),
+        FailingCredentials(|| CredentialsError::not_loaded("none (test)")),
+        Some("us-east-1"),
+    );
+    let consumer = Consumer::builder(client, URL)
+        .give_up_after(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let start = Instant::now();
+    let err = consumer.run(|d: Delivery| d.ack()).await.unwrap_err();
+    let took = start.elapsed();
+    assert!(err.to_string().contains("GetQueueAttributes"), "{err}");
+    assert!(
+        took >= Duration::from_secs(30) && took <= Duration::from_secs(61),
+        "{took:?}"
+    );
+    let stats = consumer.stats();
+    assert!(stats.receive_failures >= 5, "{stats:?}");
+    assert_eq!(stats.since_last_receive, None);
+}
+
+/// Without a `give_up_after` of its own, a consumer gives up after 5 minutes.
+#[tokio::test(start_paused = true)]
+async fn the_default_give_up_after_is_five_minutes() {
+    let client = client_with(
+        Silent::default(),
+        FailingCredentials(|| CredentialsError::provider_error("IMDS answered 403 (test)")),
+        Some("us-east-1"),
+    );
+    let start = Instant::now();
+    let err = consumer(client)
+        .run(|d: Delivery| d.ack())
+        .await
+        .unwrap_err();
+    let took = start.elapsed();
+    assert!(err.is_retryable(), "{err}");
+    assert!(
+        took >= Duration::from_secs(300) && took <= Duration::from_secs(320),
+        "{took:?}"
+    );
 }
 
 #[tokio::test(start_paused = true)]

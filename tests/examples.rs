@@ -8,7 +8,7 @@ mod common;
 #[path = "../examples/quickstart.rs"]
 mod quickstart;
 
-#[cfg(feature = "from-env")]
+#[cfg(all(feature = "from-env", feature = "signal"))]
 #[allow(dead_code)]
 #[path = "../examples/consume.rs"]
 mod consume;
@@ -19,10 +19,9 @@ mod fifo;
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};
-#[cfg(feature = "from-env")]
 use std::time::Duration;
 
-#[cfg(feature = "from-env")]
+#[cfg(all(feature = "from-env", feature = "signal"))]
 use common::{left_on_server, server_client, server_queue_with};
 
 /// The lines an example printed.
@@ -36,7 +35,16 @@ fn lines(out: &[u8]) -> Vec<String> {
 #[tokio::test(start_paused = true)]
 async fn quickstart_prints_what_happened() {
     let mut out = Vec::new();
+    let started = tokio::time::Instant::now();
     let stats = quickstart::run(&mut out).await.expect("the example runs");
+    // Handlers hold 5 s; the next receive starts as their acks free the slots, and the stop
+    // waits for it (abandoning it would end at about 5.1 s): its 2 s wait, not the default
+    // 20 s.
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(6_500) && took <= Duration::from_millis(7_500),
+        "{took:?}"
+    );
     let printed = lines(&out);
     // Three messages, each held 5 s at T = 2 s: extended at 1, 2, 3 and 4 s, and at 5 s
     // too when that round's timer fires just before the ack.
@@ -95,7 +103,7 @@ async fn fifo_prints_each_ledger_in_send_order() {
     assert!(failed < retried && retried < next, "{printed:#?}");
 }
 
-#[cfg(feature = "from-env")]
+#[cfg(all(feature = "from-env", feature = "signal"))]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn consume_against_the_test_server_prints_its_stats() {
     crate::require_server!("consume_against_the_test_server_prints_its_stats");
@@ -132,7 +140,8 @@ async fn consume_against_the_test_server_prints_its_stats() {
     assert_eq!(
         lines(&out),
         [format!(
-            "stopped: {} received, {} acked, 0 released, {} extensions, 0 lost, 0 handler errors",
+            "stopped: {} received, {} acked, 0 released, {} extensions, 0 lost, 0 handler errors, \
+             0 receive failures",
             stats.received, stats.acked, stats.extended
         )]
     );

@@ -228,9 +228,12 @@ async fn a_handler_cancelled_by_the_shutdown_after_dropping_its_delivery_release
     let text = text(&logs);
     let waiting = text
         .lines()
-        .find(|l| l.contains("waiting for running handlers"))
+        .find(|l| l.contains("running handler to finish"))
         .expect("the shutdown log");
-    assert!(waiting.contains("running=1"), "{waiting}");
+    assert!(
+        waiting.contains("waiting for 1 running handler to finish, up to "),
+        "{waiting}"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -250,7 +253,7 @@ async fn the_shutdown_log_counts_only_handlers_still_running() {
         .unwrap();
     let text = text(&logs);
     assert!(
-        !text.contains("waiting for running handlers"),
+        !text.contains("running handler"),
         "four finished handlers are not running: {text}"
     );
 }

@@ -46,6 +46,7 @@ const ROOT: &[&str] = &[
     "Stats",
     "guide",
     "memory",
+    "shutdown_signal",
 ];
 
 /// What `sqs_consumer::memory` exports.
@@ -116,6 +117,14 @@ async fn every_public_item(
     error: Error,
     stats: Stats,
 ) -> Result<(), Error> {
+    // Stopping on SIGTERM or Ctrl-C.
+    #[cfg(feature = "signal")]
+    {
+        let signal = sqs_consumer::shutdown_signal();
+        fn is_stop_signal(_: &(impl std::future::Future<Output = ()> + Send + 'static)) {}
+        is_stop_signal(&signal);
+    }
+
     // Building a consumer.
     let limit: InFlightLimit = InFlightLimit::new(8);
     let (_, _): (usize, usize) = (limit.max(), limit.in_use());
@@ -127,6 +136,7 @@ async fn every_public_item(
         .batch_size(10)
         .max_in_flight(1)
         .shutdown_timeout(Duration::ZERO)
+        .give_up_after(Duration::ZERO)
         .retry_policy(RetryPolicy::backoff(Duration::ZERO, Duration::ZERO))
         .max_concurrent_receives(1)
         .request_timeout(Duration::ZERO)
@@ -288,7 +298,9 @@ async fn every_public_item(
         } => {
             let _: (&str, String, &str) = (field, got, allowed);
         }
-        Error::Lost { message_id, reason } => {
+        Error::Lost {
+            message_id, reason, ..
+        } => {
             let _: (String, LostReason) = (message_id, reason);
         }
         Error::Payload {
@@ -327,9 +339,15 @@ async fn every_public_item(
         cancelled_on_lost,
         dead_lettered,
         visibility_timeout,
+        receive_failures,
+        consecutive_receive_failures,
+        since_last_receive,
         ..
     } = stats;
-    let _: [u64; 20] = [
+    let _: Option<Duration> = since_last_receive;
+    let _: [u64; 22] = [
+        receive_failures,
+        consecutive_receive_failures,
         received,
         acked,
         released,

@@ -20,6 +20,7 @@ use futures_util::future::BoxFuture;
 
 use crate::backlog::Backlog;
 use crate::error::{Error, ErrorKind};
+use crate::readable::Secs;
 
 pub(crate) use round_trip::RoundTrip;
 
@@ -228,7 +229,7 @@ async fn within<T>(
         .map_err(|elapsed| Error::Sqs {
             operation,
             code: None,
-            message: format!("no answer within {limit:?}"),
+            message: format!("no answer within {}", Secs(limit)),
             kind: ErrorKind::Retryable,
             source: Box::new(elapsed),
         })

@@ -21,7 +21,7 @@ use tracing::instrument::WithSubscriber;
 use tracing::Instrument;
 
 use crate::backlog::Backlog;
-use crate::error::{classify_code, shorten_handles, Error, ErrorKind};
+use crate::error::{classify_code, shorten_handles, with_causes, Error, ErrorKind};
 use crate::queue::{BatchEntry, BatchResult, NewMessage, Receive, Transport};
 use crate::queue_ref::QueueRef;
 
@@ -411,9 +411,12 @@ fn naming(err: Error, queue: &QueueRef) -> Error {
 }
 
 /// Failures of the client's own setup, which the SDK reports as failures to send: no
-/// credentials or a broken credentials configuration (fatal: retrying will not make them
-/// appear), a credentials provider that failed or timed out this time (retryable), and an
-/// endpoint that cannot be resolved, such as a missing region (fatal).
+/// credentials found, or a credentials provider that failed or timed out this time
+/// (retryable, within the consumer's `give_up_after`: an instance's metadata service, a
+/// pod identity agent or a token file may not be ready yet, and a provider that answers
+/// "forbidden" is not told apart from one that has nothing), a broken credentials
+/// configuration (fatal: retrying reads the same configuration), and an endpoint that cannot
+/// be resolved, such as a missing region (fatal).
 fn setup_failure(err: &(dyn std::error::Error + 'static)) -> Option<(ErrorKind, &'static str)> {
     use aws_credential_types::provider::error::CredentialsError;
     let mut source = err.source();
@@ -421,7 +424,7 @@ fn setup_failure(err: &(dyn std::error::Error + 'static)) -> Option<(ErrorKind, 
         if let Some(credentials) = e.downcast_ref::<CredentialsError>() {
             return Some(match credentials {
                 CredentialsError::CredentialsNotLoaded(_) => {
-                    (ErrorKind::Fatal, "no AWS credentials were found")
+                    (ErrorKind::Retryable, "no AWS credentials were found")
                 }
                 CredentialsError::InvalidConfiguration(_) => (
                     ErrorKind::Fatal,
@@ -468,20 +471,16 @@ where
                 None if failure.is_user() => (ErrorKind::Fatal, "the request could not be sent"),
                 None => (ErrorKind::Retryable, "the request could not be sent"),
             };
-            let message = format!("{what}: {}", aws_sdk_sqs::error::DisplayErrorContext(&err));
-            (None, message, kind)
+            (None, with_causes(what, &err), kind)
         }
         SdkError::ResponseError(_) => (
             None,
-            "the response could not be read".into(),
+            with_causes("the response could not be read", &err),
             ErrorKind::Retryable,
         ),
         SdkError::ConstructionFailure(_) => (
             None,
-            format!(
-                "the request could not be built: {}",
-                aws_sdk_sqs::error::DisplayErrorContext(&err)
-            ),
+            with_causes("the request could not be built", &err),
             ErrorKind::Fatal,
         ),
         _ => (None, err.to_string(), ErrorKind::Retryable),
