@@ -68,14 +68,28 @@ pub async fn run(
     Ok(s)
 }
 
+/// The error, if any, said on one line (its `Display`: what failed and why), not its `Debug`.
 #[tokio::main]
-async fn main() -> Result<(), BoxError> {
+async fn main() -> std::process::ExitCode {
+    match consume_until_stopped().await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn consume_until_stopped() -> Result<(), BoxError> {
     tracing_subscriber::fmt()
         .with_env_filter(
+            // The consumer says what failed in one line; the SDK's credentials chain would
+            // add its own, with its whole `Debug` output.
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,sqs_consumer=debug".into()),
+                .unwrap_or_else(|_| "info,sqs_consumer=debug,aws_config=error".into()),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
 
     let queue_url = std::env::var("QUEUE_URL").map_err(|_| "set QUEUE_URL to the queue's URL")?;

@@ -90,11 +90,25 @@ fn env_secs(name: &str, default: u64) -> Duration {
     Duration::from_secs(secs.unwrap_or(default))
 }
 
+/// The error, if any, said on one line (its `Display`: what failed and why), not its `Debug`.
 #[tokio::main]
-async fn main() -> Result<(), BoxError> {
+async fn main() -> std::process::ExitCode {
+    match work_until_stopped().await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn work_until_stopped() -> Result<(), BoxError> {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+            // The consumer says what failed in one line; the SDK's credentials chain would
+            // add its own, with its whole `Debug` output.
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,aws_config=error".into()),
         )
         .with_writer(std::io::stderr)
         // Escape codes only on a terminal: not in the lines a log collector keeps.

@@ -1376,6 +1376,30 @@ mod tests {
         ));
     }
 
+    /// A release whose call fails once the delivery is lost (here through an outage of
+    /// visibility changes) is `Error::Lost`, the failure its source: not the bare 500.
+    #[tokio::test(start_paused = true)]
+    async fn a_release_failing_once_lost_is_reported_lost_with_the_failure_as_source() {
+        let q = queue(10);
+        q.send("job").unwrap();
+        let d = hold(&q, None).await;
+        for action in [
+            Action::ChangeMessageVisibility,
+            Action::ChangeMessageVisibilityBatch,
+        ] {
+            q.fail_for(action, "InternalError", secs(600));
+        }
+        assert_eq!(d.lost().await, LostReason::ExtensionFailed);
+        match d.release().await {
+            Err(Error::Lost {
+                reason: LostReason::ExtensionFailed,
+                source: Some(source),
+                ..
+            }) => assert!(source.to_string().contains("InternalError"), "{source}"),
+            other => panic!("expected Error::Lost with the 500 as source, got {other:?}"),
+        }
+    }
+
     #[tokio::test(start_paused = true)]
     async fn an_invalid_receipt_handle_loses_the_delivery() {
         let q = queue(10);

@@ -493,6 +493,28 @@ mod kubernetes {
             .and_then(|v| v.parse().ok())
     }
 
+    /// A worker that cannot start says why on one line (the error's `Display`, not its
+    /// `Debug`) and exits 1.
+    #[test]
+    fn the_example_says_why_it_cannot_start_on_one_line_and_exits_1() {
+        let out = common::output_within(
+            Command::new(example_binary())
+                .env("QUEUE_URL", "not a queue")
+                .env("AWS_REGION", "us-east-1")
+                .env("HEALTH_ADDR", "127.0.0.1:0")
+                .env("NO_COLOR", "1"),
+            secs(60),
+        );
+        assert_eq!(out.status.code(), Some(1), "{out:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let line = stderr.lines().last().unwrap_or_default();
+        assert!(
+            line.starts_with("error: invalid setting `queue`: \"not a queue\" is not allowed"),
+            "{stderr}"
+        );
+        assert!(!stderr.contains("InvalidConfig {"), "{stderr}");
+    }
+
     /// The worker through an outage of receives (its probe fails, its metrics say why) and
     /// back; then SIGTERM with a long poll under way and a handler that outlives the
     /// shutdown timeout: it exits 0 within 28 s, its message visible again at once. Beside
