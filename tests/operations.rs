@@ -237,11 +237,12 @@ async fn receives_failing_for_give_up_after_end_the_run_with_the_last_error(kind
     ));
     assert!(err.is_retryable(), "the last error itself: {err}");
     assert!(err.to_string().contains("InternalError"), "{err}");
-    // The back-off doubles from 200 ms (each wait jittered between half and whole), so the
-    // one in force when `give_up_after` passes is at most as long as the failures so far:
-    // the failure that ends the run comes at most that (and one request) later.
+    // The back-off doubles from 200 ms, each wait jittered between half and whole: the
+    // failures before 5 s take at most the waits up to 3.2 s, so the one in force when
+    // `give_up_after` passes is at most 6.4 s, and the failure that ends the run comes at
+    // most that (and a request) later.
     assert!(
-        took >= give_up_after && took <= give_up_after * 2 + secs(1),
+        took >= give_up_after && took <= give_up_after + Duration::from_millis(6_400) + secs(2),
         "{took:?}"
     );
     let stats = consumer.stats();
