@@ -138,7 +138,7 @@ impl Context {
             runner,
             releases_at_once: ReleasesAtOnce::default(),
             retry,
-            counters: Counters::new(queue.name()),
+            counters: Counters::new(queue.short_name()),
             unfinished_deletes: UnfinishedDeletes::default(),
             dead_letter: None,
             adaptive: None,
@@ -244,6 +244,11 @@ impl Context {
 
     pub(crate) fn queue_name(&self) -> &str {
         self.queue.name()
+    }
+
+    /// The queue's name without its account: spans and metrics name it so.
+    pub(crate) fn short_queue_name(&self) -> &str {
+        self.queue.short_name()
     }
 
     pub(crate) fn is_fifo(&self) -> bool {

@@ -164,16 +164,7 @@ impl Delivery {
             .and_then(|v| v.parse().ok())
             .unwrap_or(1);
         let age = sent_at(&message).map(age_since);
-        let span = tracing::info_span!(
-            "delivery",
-            message_id = message.message_id().unwrap_or_default(),
-            receive_count,
-            queue = %ctx.queue_name(),
-            age_ms = age.map(|a| u64::try_from(a.as_millis()).unwrap_or(u64::MAX)),
-            aws_trace_header = tracing::field::Empty,
-            traceparent = tracing::field::Empty,
-        );
-        record_trace_context(&span, &message);
+        let span = delivery_span(&ctx, &message, receive_count, age);
         if let Some(age) = age {
             ctx.observe(Measure::MessageAge, age.as_secs_f64());
         }
@@ -798,9 +789,34 @@ pub(crate) async fn release_all(deliveries: Vec<Delivery>) -> Vec<Result<(), Err
         .collect()
 }
 
-/// Records the message's trace context in its span, when it carries one: the X-Ray header
-/// SQS keeps as the `AWSTraceHeader` system attribute, and a W3C `traceparent` message
-/// attribute (what OpenTelemetry propagators write).
+/// The `delivery` span, named and filled in as OpenTelemetry's semantic conventions for
+/// messaging (1.45.0) name a consumer's "process" span: `otel.name` is
+/// `process <queue name>`, and the queue is named by its name, never its URL.
+fn delivery_span(
+    ctx: &Context,
+    message: &Message,
+    receive_count: u32,
+    age: Option<Duration>,
+) -> Span {
+    let queue = ctx.short_queue_name();
+    let span = tracing::info_span!(
+        "delivery",
+        otel.name = %format_args!("process {queue}"),
+        otel.kind = "consumer",
+        messaging.system = "aws_sqs",
+        messaging.operation.type = "process",
+        messaging.operation.name = "process",
+        messaging.destination.name = queue,
+        messaging.message.id = message.message_id().unwrap_or_default(),
+        receive_count,
+        age_ms = age.map(|a| u64::try_from(a.as_millis()).unwrap_or(u64::MAX)),
+        aws_trace_header = tracing::field::Empty,
+        traceparent = tracing::field::Empty,
+    );
+    record_trace_context(&span, message);
+    span
+}
+
 /// `SentTimestamp`, if the message carries a valid one.
 fn sent_at(message: &Message) -> Option<SystemTime> {
     let millis: u64 = message
@@ -818,6 +834,9 @@ fn age_since(sent: SystemTime) -> Duration {
         .unwrap_or(Duration::ZERO)
 }
 
+/// Records the message's trace context in its span, when it carries one: the X-Ray header
+/// SQS keeps as the `AWSTraceHeader` system attribute, and a W3C `traceparent` message
+/// attribute (what OpenTelemetry propagators write).
 fn record_trace_context(span: &Span, message: &Message) {
     if span.is_disabled() {
         return;

@@ -121,7 +121,19 @@ pub(crate) async fn run_batch_handler<H: BatchHandler>(
     deliveries: Vec<Delivery>,
     settings: HandlerSettings,
 ) {
-    let span = tracing::info_span!("batch", size = deliveries.len());
+    // A "process" span for several messages, as OpenTelemetry's messaging conventions
+    // (1.45.0) name one; each delivery keeps its own span for its own message.
+    let queue = ctx.short_queue_name();
+    let span = tracing::info_span!(
+        "batch",
+        otel.name = %format_args!("process {queue}"),
+        otel.kind = "consumer",
+        messaging.system = "aws_sqs",
+        messaging.operation.type = "process",
+        messaging.operation.name = "process",
+        messaging.destination.name = queue,
+        messaging.batch.message_count = deliveries.len(),
+    );
     async move {
         let handed = Handed::new(ctx, shutdown, &deliveries, settings.ack_mode);
         let outcome = outcome(handler.handle(Batch::new(deliveries)), settings, &handed).await;

@@ -81,6 +81,16 @@ impl QueueRef {
         }
     }
 
+    /// The queue's name: a URL's last path segment, a name as given, an ARN's last part.
+    /// Unlike the URL and the ARN, it does not carry the account id, so it is what spans and
+    /// metrics name the queue by.
+    pub(crate) fn name(&self) -> &str {
+        match self {
+            QueueRef::Url(url) => url_queue_name(url),
+            QueueRef::Name(name) | QueueRef::Arn { name, .. } => name,
+        }
+    }
+
     /// An ARN's region.
     pub(crate) fn region(&self) -> Option<&str> {
         match self {
@@ -112,6 +122,17 @@ fn is_queue_name(name: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }
 
+/// The last non-empty path segment of a queue URL (`https://host/<account>/<name>`), without
+/// a query; the whole URL if it has no path.
+fn url_queue_name(url: &str) -> &str {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let rest = rest.split(['?', '#']).next().unwrap_or(rest);
+    match rest.trim_end_matches('/').rsplit_once('/') {
+        Some((_, name)) if !name.is_empty() => name,
+        _ => url,
+    }
+}
+
 /// `arn:<partition>:sqs:<region>:<account>:<name>`.
 fn parse_arn(arn: &str) -> Option<QueueRef> {
     let parts: Vec<&str> = arn.split(':').collect();
@@ -140,6 +161,27 @@ fn parse_arn(arn: &str) -> Option<QueueRef> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_queue_is_named_without_its_account() {
+        for (given, name) in [
+            (
+                "https://sqs.us-east-1.amazonaws.com/123456789012/orders",
+                "orders",
+            ),
+            (
+                "https://sqs.us-east-1.amazonaws.com/123456789012/orders.fifo/",
+                "orders.fifo",
+            ),
+            ("http://127.0.0.1:4566/000000000000/q?x=1", "q"),
+            ("http://localhost:9324/queue/jobs", "jobs"),
+            ("http://localhost:9324", "http://localhost:9324"),
+            ("jobs", "jobs"),
+            ("arn:aws:sqs:eu-west-1:123456789012:jobs.fifo", "jobs.fifo"),
+        ] {
+            assert_eq!(QueueRef::parse(given).unwrap().name(), name, "{given}");
+        }
+    }
 
     #[test]
     fn urls_names_and_arns_are_told_apart() {

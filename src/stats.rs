@@ -202,8 +202,9 @@ impl std::fmt::Debug for Exported {
 }
 
 impl Counters {
-    /// Counters for the consumer of `queue`; with feature `metrics`, also exported through
-    /// the `metrics` recorder installed now, labelled `queue = <queue>`.
+    /// Counters for the consumer of the queue named `queue` (its name, never its URL, which
+    /// carries the account id); with feature `metrics`, also exported through the `metrics`
+    /// recorder installed now, labelled `queue = <queue>`.
     pub(crate) fn new(queue: &str) -> Self {
         #[cfg(feature = "metrics")]
         {

@@ -23,6 +23,9 @@ on_both!(
 #[cfg(feature = "json")]
 on_both!(sns_envelopes_and_json_bodies_decode_and_bad_ones_are_refused);
 
+#[cfg(feature = "metrics")]
+on_both!(metrics_label_the_queue_by_its_name);
+
 async fn three_consumers_sharing_a_limit_never_hold_more_and_a_quiet_queue_is_not_starved(
     kind: Kind,
 ) {
@@ -190,6 +193,26 @@ async fn the_delivery_span_records_the_trace_context(kind: Kind) {
         line.contains(&format!("traceparent={TRACEPARENT}")),
         "{line}"
     );
+    // OpenTelemetry's names for a consumer's "process" span (semantic conventions 1.45.0),
+    // the queue named by its name alone: never by its URL, which carries the account id.
+    for field in [
+        "otel.kind=\"consumer\"",
+        "messaging.system=\"aws_sqs\"",
+        "messaging.operation.type=\"process\"",
+        "messaging.operation.name=\"process\"",
+        &format!("messaging.destination.name=\"{}\"", q.short_name()),
+        &format!("messaging.message.id=\"{id}\""),
+        &format!("otel.name=process {}", q.short_name()),
+    ] {
+        assert!(line.contains(field), "no {field}: {line}");
+    }
+    if let Some(url) = q.url() {
+        let account = url.rsplit('/').nth(1).unwrap_or(url);
+        assert!(
+            !line.contains(account),
+            "the account id in the span: {line}"
+        );
+    }
     // And the message's age at the receive, in whole milliseconds.
     let age = line
         .split("age_ms=")
@@ -358,7 +381,35 @@ async fn metrics_go_through_the_facade() {
         other => panic!("the visibility timeout: {other:?}"),
     }
     let (labels, _) = value("sqs_consumer_acked_total");
-    assert_eq!(labels, [format!("queue = memory:{}", q.name())]);
+    assert_eq!(labels, [format!("queue = {}", q.name())]);
+}
+
+/// Metrics name the queue by its name, never by the URL the consumer was given (it carries
+/// the account id).
+#[cfg(feature = "metrics")]
+async fn metrics_label_the_queue_by_its_name(kind: Kind) {
+    use metrics_util::debugging::DebuggingRecorder;
+
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let q = TestQueue::new(kind, 30).await;
+    q.send("labelled").await;
+    let consumer = metrics::with_local_recorder(&recorder, || {
+        q.consumer().wait_time(secs(1)).build().unwrap()
+    });
+    let d = common::take_one(&consumer).await;
+    d.ack().await.unwrap();
+    let labels: Vec<String> = snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .flat_map(|(key, ..)| {
+            let labels: Vec<String> = key.key().labels().map(|l| l.value().to_owned()).collect();
+            labels
+        })
+        .collect();
+    assert!(!labels.is_empty());
+    assert!(labels.iter().all(|l| l == q.short_name()), "{labels:?}");
 }
 
 #[cfg(feature = "from-env")]

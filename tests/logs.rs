@@ -69,12 +69,15 @@ async fn logs_never_carry_bodies_or_whole_receipt_handles_and_name_the_message()
         .filter(|l| l.contains("sqs_consumer"))
         .collect();
     for line in crate_lines.iter().filter(|l| l.contains("delivery{")) {
-        assert!(line.contains("message_id="), "no message id: {line}");
+        assert!(
+            line.contains("messaging.message.id="),
+            "no message id: {line}"
+        );
     }
     let has = |level: &str, what: &str| {
         crate_lines
             .iter()
-            .any(|l| l.contains(level) && l.contains("message_id=") && l.contains(what))
+            .any(|l| l.contains(level) && l.contains("message.id=") && l.contains(what))
     };
     assert!(has("WARN", "handler failed"), "{logs}");
     assert!(has("ERROR", "handler panicked"), "{logs}");

@@ -69,6 +69,10 @@ impl Transport for MemoryQueue {
         self.label()
     }
 
+    fn short_name(&self) -> &str {
+        self.name()
+    }
+
     fn resolve(&self) -> BoxFuture<'_, Result<String, Error>> {
         Box::pin(std::future::ready(Ok(self.label().to_owned())))
     }

@@ -76,6 +76,8 @@ pub(crate) trait Transport: Send + Sync + 'static {
     /// The queue's URL (once resolved, for a queue given by name or ARN) or name, for logs
     /// and errors.
     fn describe(&self) -> &str;
+    /// The queue's name, without the account id its URL and ARN carry.
+    fn short_name(&self) -> &str;
     /// The queue's URL: for a queue given by name or ARN, one `GetQueueUrl` the first time,
     /// remembered for every call after it.
     fn resolve(&self) -> BoxFuture<'_, Result<String, Error>>;
@@ -142,6 +144,11 @@ impl Queue {
     /// The queue's URL (once resolved) or name, for logs and errors.
     pub(crate) fn name(&self) -> &str {
         self.transport.describe()
+    }
+
+    /// The queue's name alone: what spans and metrics call it (its URL carries the account).
+    pub(crate) fn short_name(&self) -> &str {
+        self.transport.short_name()
     }
 
     pub(crate) fn is_fifo(&self) -> bool {
@@ -244,6 +251,9 @@ mod tests {
 
     impl Transport for Silent {
         fn describe(&self) -> &str {
+            "silent"
+        }
+        fn short_name(&self) -> &str {
             "silent"
         }
         fn resolve(&self) -> BoxFuture<'_, Result<String, Error>> {

@@ -156,6 +156,10 @@ impl Transport for SdkQueue {
         self.url()
     }
 
+    fn short_name(&self) -> &str {
+        self.target.given.name()
+    }
+
     fn is_fifo(&self) -> bool {
         self.target.given.is_fifo()
     }

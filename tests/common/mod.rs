@@ -408,6 +408,22 @@ impl TestQueue {
         }
     }
 
+    /// The queue's URL, on a server.
+    pub fn url(&self) -> Option<&str> {
+        match self {
+            TestQueue::Memory(_) => None,
+            TestQueue::Server { url, .. } => Some(url),
+        }
+    }
+
+    /// The queue's name: a memory queue's own, a server queue's URL's last segment.
+    pub fn short_name(&self) -> &str {
+        match self {
+            TestQueue::Memory(q) => q.name(),
+            TestQueue::Server { url, .. } => url.rsplit('/').next().unwrap_or(url),
+        }
+    }
+
     /// A consumer builder for this queue.
     pub fn consumer(&self) -> ConsumerBuilder {
         match self {
