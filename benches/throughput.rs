@@ -168,62 +168,114 @@ fn per_message(counts: &RequestCounts, messages: u64) -> String {
 
 // ---- B1 ----
 
+/// What B1's handler is: a closure, or the same work as a tower service (feature `tower`).
+#[derive(Clone, Copy, PartialEq)]
+enum B1Handler {
+    Closure,
+    #[cfg(feature = "tower")]
+    Service,
+}
+
+/// One B1 run: messages per second, CPU microseconds per message, the requests.
+fn b1_run(handler: B1Handler, messages: u64) -> (f64, Option<f64>, RequestCounts) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let q = MemoryQueue::new();
+        for i in 0..messages {
+            q.send(format!("message {i}")).unwrap();
+        }
+        // A stop waits for the poll under way (its wait time, on the emptied queue): a
+        // short one, and the figures are taken when the queue is drained.
+        let consumer = Consumer::in_memory(&q)
+            .max_in_flight(100)
+            .wait_time(Duration::from_secs(1))
+            .build()
+            .unwrap();
+        let (start, cpu0) = (Instant::now(), cpu_time());
+        let mut drained_at = None;
+        let drained = async {
+            while !q.is_empty() {
+                sleep(Duration::from_millis(1)).await;
+            }
+            drained_at = Some((start.elapsed(), cpu_time()));
+        };
+        match handler {
+            B1Handler::Closure => consumer.run_until(|d: Delivery| d.ack(), drained).await,
+            #[cfg(feature = "tower")]
+            B1Handler::Service => {
+                let service = tower::service_fn(|d: Delivery| d.ack());
+                let handler = sqs_consumer::ServiceHandler::new(service);
+                consumer.run_until(handler, drained).await
+            }
+        }
+        .unwrap();
+        let (elapsed, cpu1) = drained_at.unwrap();
+        let cpu = cpu1.zip(cpu0).map(|(a, b)| a - b);
+        assert_eq!(consumer.stats().acked, messages);
+        (
+            messages as f64 / elapsed.as_secs_f64(),
+            cpu.map(|cpu| cpu.as_secs_f64() * 1e6 / messages as f64),
+            q.requests(),
+        )
+    })
+}
+
 fn b1() {
     const MESSAGES: u64 = 100_000;
     const RUNS: usize = 5;
-    let (mut rates, mut cpus, mut reqs) = (vec![], vec![], vec![]);
+    let mut handlers = vec![B1Handler::Closure];
+    #[cfg(feature = "tower")]
+    handlers.push(B1Handler::Service);
+    // (rates, CPU per message, requests per message) by handler, the runs interleaved so
+    // the machine's drift falls on both alike.
+    let mut figures = vec![(vec![], vec![], vec![]); handlers.len()];
     let mut last = None;
     for _ in 0..RUNS {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let (rate, cpu, counts) = rt.block_on(async {
-            let q = MemoryQueue::new();
-            for i in 0..MESSAGES {
-                q.send(format!("message {i}")).unwrap();
+        for (i, &handler) in handlers.iter().enumerate() {
+            let (rate, cpu, counts) = b1_run(handler, MESSAGES);
+            figures[i].0.push(rate);
+            figures[i].1.push(cpu);
+            figures[i].2.push(
+                (counts.total() - counts.requests(Action::SendMessage)) as f64 / MESSAGES as f64,
+            );
+            if handler == B1Handler::Closure {
+                last = Some(counts);
             }
-            // A stop waits for the poll under way (its wait time, on the emptied queue): a
-            // short one, and the figures are taken when the queue is drained.
-            let consumer = Consumer::in_memory(&q)
-                .max_in_flight(100)
-                .wait_time(Duration::from_secs(1))
-                .build()
-                .unwrap();
-            let (start, cpu0) = (Instant::now(), cpu_time());
-            let mut drained_at = None;
-            let drained = async {
-                while !q.is_empty() {
-                    sleep(Duration::from_millis(1)).await;
-                }
-                drained_at = Some((start.elapsed(), cpu_time()));
-            };
-            consumer
-                .run_until(|d: Delivery| d.ack(), drained)
-                .await
-                .unwrap();
-            let (elapsed, cpu1) = drained_at.unwrap();
-            let cpu = cpu1.zip(cpu0).map(|(a, b)| a - b);
-            let counts = q.requests();
-            assert_eq!(consumer.stats().acked, MESSAGES);
-            (MESSAGES as f64 / elapsed.as_secs_f64(), cpu, counts)
-        });
-        rates.push(rate);
-        cpus.push(cpu.map(|cpu| cpu.as_secs_f64() * 1e6 / MESSAGES as f64));
-        reqs.push((counts.total() - counts.requests(Action::SendMessage)) as f64 / MESSAGES as f64);
-        last = Some(counts);
+        }
     }
     println!(
         "B1  MemoryQueue, instant ack, {MESSAGES} messages, one-thread runtime, median of {RUNS}:"
     );
-    println!(
-        "    {:.0} messages/s; {} us CPU per message; {:.3} requests per message",
-        median(rates),
-        figure(median_of(cpus), 2),
-        median(reqs)
-    );
+    let mut medians = vec![];
+    for (i, (rates, cpus, reqs)) in figures.into_iter().enumerate() {
+        let label = if i == 0 {
+            "closure"
+        } else {
+            "ServiceHandler(service_fn)"
+        };
+        let (rate, cpu) = (median(rates), median_of(cpus));
+        println!(
+            "    {label}: {rate:.0} messages/s; {} us CPU per message; {:.3} requests per message",
+            figure(cpu, 2),
+            median(reqs)
+        );
+        medians.push((rate, cpu));
+    }
+    if let [(closure, closure_cpu), (service, service_cpu)] = medians[..] {
+        println!(
+            "    service / closure: {:.3} of the rate; {} of the CPU per message",
+            service / closure,
+            figure(service_cpu.zip(closure_cpu).map(|(s, c)| s / c), 3)
+        );
+    }
     if let Some(c) = last {
-        println!("    per message (last run): {}", per_message(&c, MESSAGES));
+        println!(
+            "    per message (last run, closure): {}",
+            per_message(&c, MESSAGES)
+        );
     }
 }
 

@@ -122,6 +122,13 @@ impl fmt::Debug for Batch {
 pub trait BatchHandler: Send + Sync + 'static {
     /// Handles one batch.
     fn handle(&self, batch: Batch) -> BoxFuture<'static, Result<(), BoxError>>;
+
+    /// Completes when the handler can take another batch: the consumer waits for it before
+    /// each receive, as [`Handler::ready`](crate::Handler::ready) says. Defaults to ready at
+    /// once.
+    fn ready(&self) -> BoxFuture<'_, ()> {
+        Box::pin(std::future::ready(()))
+    }
 }
 
 impl<F, Fut, E> BatchHandler for F

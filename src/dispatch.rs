@@ -39,13 +39,61 @@ use crate::unfinished_deletes::Unfinished;
 /// Kubernetes, ECS and systemd give by default.
 pub(crate) const FINAL_FLUSH: Duration = Duration::from_secs(3);
 
-/// What happens to the deliveries handed out.
+/// What happens to the deliveries handed out, and what each receive waits for first.
 #[derive(Clone)]
-pub(crate) enum Dispatch {
+pub(crate) struct Dispatch {
+    to: HandTo,
+    /// Completes when the handler can take more (a tower service's `poll_ready`): each
+    /// receive waits for it, as for its `max_in_flight` slots. `None`: always ready.
+    ready: Option<ReadyDispatch>,
+}
+
+/// Where deliveries go.
+#[derive(Clone)]
+enum HandTo {
     /// One at a time: run a handler, or send it down a stream.
-    Each(Arc<dyn Fn(Delivery) -> BoxFuture<'static, ()> + Send + Sync>),
+    Each(EachDispatch),
     /// Several together (a FIFO batch's in rounds), with the run's shutdown.
     Batch(BatchDispatch),
+}
+
+/// Runs a handler on one delivery, or sends it down a stream.
+pub(crate) type EachDispatch = Arc<dyn Fn(Delivery) -> BoxFuture<'static, ()> + Send + Sync>;
+
+/// Waits until the handler can take more.
+type ReadyDispatch = Arc<dyn Fn() -> BoxFuture<'static, ()> + Send + Sync>;
+
+impl Dispatch {
+    /// Each delivery to `each`, ready at all times.
+    pub(crate) fn each(each: EachDispatch) -> Self {
+        Self {
+            to: HandTo::Each(each),
+            ready: None,
+        }
+    }
+
+    fn batch(batch: BatchDispatch) -> Self {
+        Self {
+            to: HandTo::Batch(batch),
+            ready: None,
+        }
+    }
+
+    /// The same, each receive waiting for `ready` first.
+    fn waiting_for(mut self, ready: ReadyDispatch) -> Self {
+        self.ready = Some(ready);
+        self
+    }
+
+    /// Completes when the handler can take more deliveries.
+    fn ready(&self) -> impl Future<Output = ()> + Send + 'static {
+        let ready = self.ready.clone();
+        async move {
+            if let Some(ready) = ready {
+                ready().await;
+            }
+        }
+    }
 }
 
 /// Runs a batch handler on some deliveries, for the run the token stops.
@@ -99,8 +147,13 @@ impl Engine {
     pub(crate) fn each<H: Handler>(&self, handler: H) -> Dispatch {
         let handler = Arc::new(handler);
         let settings = self.handling;
-        Dispatch::Each(Arc::new(move |d| {
+        let ready = handler.clone();
+        Dispatch::each(Arc::new(move |d| {
             Box::pin(handling::run_handler(handler.clone(), d, settings))
+        }))
+        .waiting_for(Arc::new(move || {
+            let handler = ready.clone();
+            Box::pin(async move { handler.ready().await })
         }))
     }
 
@@ -108,7 +161,8 @@ impl Engine {
     pub(crate) fn batches<H: BatchHandler>(&self, handler: H) -> Dispatch {
         let handler = Arc::new(handler);
         let (ctx, settings) = (self.ctx.clone(), self.handling);
-        Dispatch::Batch(Arc::new(move |deliveries, shutdown| {
+        let ready = handler.clone();
+        Dispatch::batch(Arc::new(move |deliveries, shutdown| {
             Box::pin(handling::run_batch_handler(
                 handler.clone(),
                 ctx.clone(),
@@ -116,6 +170,10 @@ impl Engine {
                 deliveries,
                 settings,
             ))
+        }))
+        .waiting_for(Arc::new(move || {
+            let handler = ready.clone();
+            Box::pin(async move { handler.ready().await })
         }))
     }
 
@@ -251,11 +309,15 @@ impl Engine {
         #[cfg(feature = "s3")]
         let dispatch = &self.reading_payloads(dispatch);
         self.receiver
-            .run(stop, |batch| {
-                // Group tasks log their own failures; this only frees finished ones.
-                while run.groups.try_join_next().is_some() {}
-                self.deliver(batch, run, dispatch);
-            })
+            .run(
+                stop,
+                || dispatch.ready(),
+                |batch| {
+                    // Group tasks log their own failures; this only frees finished ones.
+                    while run.groups.try_join_next().is_some() {}
+                    self.deliver(batch, run, dispatch);
+                },
+            )
             .await
     }
 
@@ -267,10 +329,10 @@ impl Engine {
         if self.ctx.payloads().is_none() {
             return dispatch.clone();
         }
-        match dispatch {
-            Dispatch::Each(each) => {
+        let to = match &dispatch.to {
+            HandTo::Each(each) => {
                 let each = each.clone();
-                Dispatch::Each(Arc::new(move |d| {
+                HandTo::Each(Arc::new(move |d| {
                     let each = each.clone();
                     Box::pin(async move {
                         if let Some(d) = crate::payloads::resolve(d).await {
@@ -279,9 +341,9 @@ impl Engine {
                     })
                 }))
             }
-            Dispatch::Batch(batch) => {
+            HandTo::Batch(batch) => {
                 let batch = batch.clone();
-                Dispatch::Batch(Arc::new(move |deliveries, shutdown| {
+                HandTo::Batch(Arc::new(move |deliveries, shutdown| {
                     let batch = batch.clone();
                     Box::pin(async move {
                         let deliveries = crate::payloads::resolve_all(deliveries).await;
@@ -291,6 +353,10 @@ impl Engine {
                     })
                 }))
             }
+        };
+        Dispatch {
+            to,
+            ready: dispatch.ready.clone(),
         }
     }
 
@@ -379,8 +445,8 @@ impl Engine {
             run.late_arrivals.extend(deliveries);
             return;
         }
-        match dispatch {
-            Dispatch::Each(each) => {
+        match &dispatch.to {
+            HandTo::Each(each) => {
                 for group in fifo::partition(deliveries, ctx.is_fifo()) {
                     let each = each.clone();
                     // Boxed: the task then moves a pointer around, not the whole state machine.
@@ -392,8 +458,8 @@ impl Engine {
                     );
                 }
             }
-            Dispatch::Batch(_) if deliveries.is_empty() => {}
-            Dispatch::Batch(batch) => {
+            HandTo::Batch(_) if deliveries.is_empty() => {}
+            HandTo::Batch(batch) => {
                 let batching = self.handling.batching;
                 if !batching.window.is_zero() {
                     let collector = run.collector.get_or_insert_with(|| {

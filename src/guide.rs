@@ -40,6 +40,11 @@ pub mod bad_input {}
 #[cfg_attr(docsrs, doc(cfg(all(feature = "json", feature = "from-env"))))]
 pub mod integrations {}
 
+#[doc = include_str!("../docs/tower.md")]
+#[cfg(feature = "tower")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
+pub mod tower {}
+
 #[doc = include_str!("../docs/payloads.md")]
 #[cfg(feature = "s3")]
 #[cfg_attr(docsrs, doc(cfg(feature = "s3")))]

@@ -46,6 +46,15 @@ use crate::error::BoxError;
 pub trait Handler: Send + Sync + 'static {
     /// Handles one delivery.
     fn handle(&self, delivery: Delivery) -> BoxFuture<'static, Result<(), BoxError>>;
+
+    /// Completes when the handler can take another delivery. The consumer waits for it before
+    /// each receive, as it waits for a free [`max_in_flight`](crate::ConsumerBuilder::max_in_flight)
+    /// slot, so a handler that is not ready holds back receives, never a received message.
+    /// Defaults to ready at once; `ServiceHandler` (feature `tower`) waits for its service's
+    /// `poll_ready`.
+    fn ready(&self) -> BoxFuture<'_, ()> {
+        Box::pin(std::future::ready(()))
+    }
 }
 
 impl<F, Fut, E> Handler for F

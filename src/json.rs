@@ -175,7 +175,8 @@ impl SnsNotification {
     }
 }
 
-fn decode<T: DeserializeOwned>(message_id: &str, text: &str) -> Result<T, Error> {
+/// `text` decoded from JSON as a `T`; an error names `T`.
+pub(crate) fn decode<T: DeserializeOwned>(message_id: &str, text: &str) -> Result<T, Error> {
     serde_json::from_str(text).map_err(|err| Error::Decode {
         message_id: message_id.to_owned(),
         expected: format!("JSON for `{}`", short_type_name::<T>()),
@@ -184,25 +185,35 @@ fn decode<T: DeserializeOwned>(message_id: &str, text: &str) -> Result<T, Error>
 }
 
 fn json_or_sns<T: DeserializeOwned>(message_id: &str, body: &str) -> Result<T, Error> {
-    let notification = serde_json::from_str::<Envelope>(body)
-        .is_ok_and(|envelope| envelope.kind.as_deref() == Some("Notification"));
-    if !notification {
+    if !is_sns_notification(body) {
         return decode(message_id, body);
     }
     // An envelope that does not hold together says so as `sns()` does.
     let n = sns(message_id, body)?;
-    decode(message_id, &n.message).map_err(|err| match err {
+    decode(message_id, &n.message)
+        .map_err(|err| in_envelope(err, "in the SNS notification's `Message`"))
+}
+
+/// `true` when `body` is JSON whose `Type` is `"Notification"`: an SNS notification.
+pub(crate) fn is_sns_notification(body: &str) -> bool {
+    serde_json::from_str::<Envelope>(body)
+        .is_ok_and(|envelope| envelope.kind.as_deref() == Some("Notification"))
+}
+
+/// A decode error of what an envelope held, saying where in the envelope (`within`).
+pub(crate) fn in_envelope(err: Error, within: &str) -> Error {
+    match err {
         Error::Decode {
             message_id,
             expected,
             source,
         } => Error::Decode {
             message_id,
-            expected: format!("{expected} in the SNS notification's `Message`"),
+            expected: format!("{expected} {within}"),
             source,
         },
         other => other,
-    })
+    }
 }
 
 /// `T`'s name without its module paths, for people: `Order`, `Vec<Order>`, `Option<u64>`,
@@ -223,7 +234,8 @@ fn short_type_name<T: ?Sized>() -> String {
     out
 }
 
-fn sns(message_id: &str, body: &str) -> Result<SnsNotification, Error> {
+/// `body` as an SNS notification envelope; an error names the missing field.
+pub(crate) fn sns(message_id: &str, body: &str) -> Result<SnsNotification, Error> {
     let refuse = |why: String| Error::Decode {
         message_id: message_id.to_owned(),
         expected: ENVELOPE.to_owned(),

@@ -51,6 +51,7 @@
 //!   [`guide::bad_input`], [`guide::cost`];
 //! - `guide::integrations` (features `json` and `from-env`): SNS envelopes, typed bodies,
 //!   one in-flight budget for several queues, trace context, metrics;
+//! - `guide::tower` (feature `tower`): a `tower::Service` as the handler, inside your layers;
 //! - `guide::payloads` (feature `s3`): large messages stored in S3 by Amazon's Extended
 //!   Client libraries, read before the handler;
 //! - [`guide::testing`]: the in-memory queue ([`memory`]), local servers, and what they
@@ -72,8 +73,13 @@
 //! - `from-env` (default): `Consumer::from_env`, through `aws-config`.
 //! - `signal` (default): [`shutdown_signal`], SIGTERM or Ctrl-C, through Tokio's `signal`
 //!   feature.
-//! - `json`: `Delivery::json`, `Delivery::sns`, `Delivery::json_or_sns`, `SnsNotification`.
+//! - `json`: `Delivery::json`, `Delivery::sns`, `Delivery::json_or_sns`, `SnsNotification`;
+//!   `Delivery::eventbridge`, `EventBridgeEvent`; `Delivery::json_unwrapped` (a raw body, an
+//!   SNS notification or an EventBridge event).
 //! - `metrics`: counters and histograms through the `metrics` facade.
+//! - `tower`: `ServiceHandler` and `ServiceBatchHandler`, any `tower::Service` as a handler,
+//!   so `tower` layers (timeouts, concurrency and rate limits, tracing) wrap it; its
+//!   `poll_ready` holds back receives.
 //! - `s3`: `ConsumerBuilder::s3_payloads`, `Delivery::payload_location`, `PayloadLocation`:
 //!   payloads that Amazon's Extended Client libraries store in S3, through `aws-sdk-s3`
 //!   (without its default features: you build the S3 client).
@@ -109,6 +115,8 @@ mod delivery;
 mod detached_receive;
 mod dispatch;
 mod error;
+#[cfg(feature = "json")]
+mod eventbridge;
 mod fifo;
 pub mod guide;
 mod handler;
@@ -134,6 +142,8 @@ mod receiver;
 mod redelivery;
 #[cfg(feature = "s3")]
 mod s3;
+#[cfg(feature = "tower")]
+mod service_handler;
 #[cfg(feature = "signal")]
 mod shutdown_signal;
 mod stats;
@@ -148,6 +158,9 @@ pub use consumer_handle::ConsumerHandle;
 pub use dead_letter_queue::DeadLetterQueue;
 pub use delivery::Delivery;
 pub use error::{BoxError, Error, ErrorKind, LostReason};
+#[cfg(feature = "json")]
+#[cfg_attr(docsrs, doc(cfg(feature = "json")))]
+pub use eventbridge::EventBridgeEvent;
 pub use handler::Handler;
 pub use handling::AckMode;
 pub use in_flight_limit::InFlightLimit;
@@ -160,6 +173,9 @@ pub use memory::MemoryQueue;
 pub use payload::PayloadLocation;
 pub use rate_limit::RateLimit;
 pub use redelivery::RetryPolicy;
+#[cfg(feature = "tower")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
+pub use service_handler::{ServiceBatchHandler, ServiceHandler};
 #[cfg(feature = "signal")]
 #[cfg_attr(docsrs, doc(cfg(feature = "signal")))]
 pub use shutdown_signal::shutdown_signal;

@@ -212,9 +212,13 @@ impl Receiver {
     /// timeout): on `stop`, on a pause and on a fatal error, no receive starts, and the ones
     /// under way are awaited (each ends within its wait time, or its request timeout after
     /// that), what they bring handed to `on_batch`; their back-off waits are cut short.
-    pub(crate) async fn run(
+    ///
+    /// Each receive waits for `ready` (the handler can take more) before its slots, as a
+    /// pause or a stop cuts short.
+    pub(crate) async fn run<R: Future<Output = ()>>(
         &self,
         stop: &CancellationToken,
+        ready: impl Fn() -> R,
         mut on_batch: impl FnMut(ReceivedBatch),
     ) -> Result<(), Error> {
         let Some(timeout) = self.start(stop).await? else {
@@ -242,7 +246,13 @@ impl Receiver {
                 let start_one =
                     |(slots, tokens)| self.receive_once(slots, tokens, timeout, &backoffs, stop);
                 let refill = self
-                    .refill(&mut receives, &mut state, &mut paused, stop, start_one)
+                    .refill(
+                        &mut receives,
+                        &mut state,
+                        (&mut paused, stop),
+                        &ready,
+                        start_one,
+                    )
                     .await;
                 if refill == Refill::SlotsGone {
                     return Ok(()); // the consumer is being dropped
@@ -302,14 +312,14 @@ impl Receiver {
         Ok(Some(timeout))
     }
 
-    /// Starts receives (`start_one` with each one's slots) until `state.target` are under
-    /// way, or a pause or a stop comes.
-    async fn refill<F: Future>(
+    /// Starts receives (`start_one` with each one's slots, once `ready`) until
+    /// `state.target` are under way, or a pause or a stop comes.
+    async fn refill<F: Future, R: Future<Output = ()>>(
         &self,
         receives: &mut FuturesUnordered<F>,
         state: &mut LoopState,
-        paused: &mut watch::Receiver<bool>,
-        stop: &CancellationToken,
+        (paused, stop): (&mut watch::Receiver<bool>, &CancellationToken),
+        ready: impl Fn() -> R,
         mut start_one: impl FnMut((Vec<Slot>, Tokens)) -> F,
     ) -> Refill {
         while receives.len() < state.target {
@@ -318,8 +328,12 @@ impl Receiver {
             } else {
                 Demand::More
             };
+            let acquire = async {
+                ready().await;
+                self.acquire(first, state.load).await
+            };
             let grant = tokio::select! {
-                grant = self.acquire(first, state.load) => grant,
+                grant = acquire => grant,
                 _ = paused.wait_for(|p| *p) => break,
                 () = stop.cancelled() => break,
             };

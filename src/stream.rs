@@ -75,7 +75,7 @@ impl DeliveryStream {
         let (token, sink) = (shutdown.clone(), inbox.clone());
         let pump = async move {
             let out = sink.clone();
-            let dispatch = Dispatch::Each(Arc::new(move |d| {
+            let dispatch = Dispatch::each(Arc::new(move |d| {
                 out.push(Ok(d));
                 Box::pin(std::future::ready(()))
             }));

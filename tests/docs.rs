@@ -119,7 +119,10 @@ fn every_feature_is_in_the_readme_table_and_the_crate_docs() {
         .filter_map(|l| l.split_once(" = ").map(|(name, _)| name.trim()))
         .filter(|name| !name.starts_with('#') && *name != "default")
         .collect();
-    assert_eq!(features, ["from-env", "signal", "json", "metrics", "s3"]);
+    assert_eq!(
+        features,
+        ["from-env", "signal", "json", "metrics", "tower", "s3"]
+    );
     for feature in features {
         assert!(
             readme.contains(&format!("| `{feature}` |")),

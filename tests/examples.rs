@@ -17,6 +17,11 @@ mod consume;
 #[path = "../examples/fifo.rs"]
 mod fifo;
 
+#[cfg(feature = "tower")]
+#[allow(dead_code)]
+#[path = "../examples/tower.rs"]
+mod tower_example;
+
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -30,6 +35,37 @@ fn lines(out: &[u8]) -> Vec<String> {
         .lines()
         .map(str::to_owned)
         .collect()
+}
+
+/// The tower example: its limits held (at most 3 at once, 4 calls a second), its one slow
+/// job timed out once and was tried again, and it says so.
+#[cfg(feature = "tower")]
+#[tokio::test(start_paused = true)]
+async fn the_tower_example_prints_what_its_layers_did() {
+    let mut out = Vec::new();
+    let started = tokio::time::Instant::now();
+    let summary = tower_example::run(&mut out)
+        .await
+        .expect("the example runs");
+    let took = started.elapsed();
+    let stats = &summary.stats;
+    assert_eq!(
+        (stats.acked, stats.handler_errors, stats.received),
+        (12, 1, 13)
+    );
+    assert_eq!(
+        summary.most_at_once, 3,
+        "the concurrency limit reached and held"
+    );
+    // 13 calls at 4 a second: the last starts 3 s after the first at the earliest.
+    assert!(took >= Duration::from_secs(3), "{took:?}");
+    assert_eq!(
+        lines(&out),
+        [format!(
+            "done: 12 messages, {} acked, {} timed out and tried again, at most {} at once",
+            stats.acked, stats.handler_errors, summary.most_at_once
+        )]
+    );
 }
 
 #[tokio::test(start_paused = true)]

@@ -21,7 +21,10 @@ on_both!(
 );
 
 #[cfg(feature = "json")]
-on_both!(sns_envelopes_and_json_bodies_decode_and_bad_ones_are_refused);
+on_both!(
+    sns_envelopes_and_json_bodies_decode_and_bad_ones_are_refused,
+    eventbridge_events_and_every_envelope_unwrap_to_the_same_value,
+);
 
 #[cfg(feature = "metrics")]
 on_both!(metrics_label_the_queue_by_its_name);
@@ -382,6 +385,110 @@ async fn metrics_go_through_the_facade() {
     }
     let (labels, _) = value("sqs_consumer_acked_total");
     assert_eq!(labels, [format!("queue = {}", q.name())]);
+}
+
+/// An EventBridge event as a rule delivers it to an SQS target (the example of EventBridge's
+/// User Guide, "Amazon EventBridge events"), with `detail` as given.
+#[cfg(feature = "json")]
+fn eventbridge_event(detail: &str) -> String {
+    format!(
+        r#"{{"version": "0", "id": "6a7e8feb-b491-4cf7-a9f1-bf3703467718",
+            "detail-type": "Order Placed", "source": "com.example.orders",
+            "account": "111122223333", "time": "2026-11-30T12:00:00Z", "region": "us-west-1",
+            "resources": [], "detail": {detail}}}"#
+    )
+}
+
+/// An SNS notification with the fields SNS sends (as in
+/// `sns_envelopes_and_json_bodies_decode_and_bad_ones_are_refused`), around `message`.
+#[cfg(feature = "json")]
+fn sns_notification(message: &str) -> String {
+    serde_json::json!({
+        "Type": "Notification",
+        "MessageId": "da41e39f-ea4d-435a-b922-c6aae3915ebe",
+        "TopicArn": "arn:aws:sns:us-east-1:123456789012:orders",
+        "Message": message,
+        "Timestamp": "2026-11-30T12:00:00.000Z",
+        "SignatureVersion": "1",
+        "Signature": "EXAMPLEpH+..",
+        "SigningCertURL": "https://sns.us-east-1.amazonaws.com/SimpleNotificationService-0000.pem",
+        "UnsubscribeURL": "https://sns.us-east-1.amazonaws.com/?Action=Unsubscribe"
+    })
+    .to_string()
+}
+
+/// `eventbridge::<T>()` reads an event's metadata and `detail`; `json_unwrapped::<T>()`
+/// reads the same order from a raw body, an SNS notification, an EventBridge event and an
+/// event inside a notification, and says which form it tried when the value is wrong.
+#[cfg(feature = "json")]
+async fn eventbridge_events_and_every_envelope_unwrap_to_the_same_value(kind: Kind) {
+    #[derive(Debug, serde::Deserialize, PartialEq)]
+    struct Order {
+        id: u64,
+    }
+    let order = r#"{"id": 7}"#;
+    let q = TestQueue::new(kind, 30).await;
+    let forms = [
+        ("raw", order.to_owned()),
+        ("sns", sns_notification(order)),
+        ("eventbridge", eventbridge_event(order)),
+        (
+            "eventbridge in sns",
+            sns_notification(&eventbridge_event(order)),
+        ),
+        ("bad detail", eventbridge_event(r#"{"id": "seven"}"#)),
+    ];
+    for (_, body) in &forms {
+        q.send(body).await;
+    }
+    let consumer = q.consumer().wait_time(secs(1)).build().unwrap();
+    let mut taker = common::Taker::start(consumer);
+    let mut seen = Vec::new();
+    for _ in 0..forms.len() {
+        let d = taker.next(secs(30)).await;
+        let (form, _) = forms
+            .iter()
+            .find(|(_, body)| body.as_str() == d.body())
+            .expect("a body that was sent");
+        match d.json_unwrapped::<Order>() {
+            Ok(decoded) => assert_eq!(decoded, Order { id: 7 }, "{form}"),
+            Err(sqs_consumer::Error::Decode { expected, .. }) => {
+                assert_eq!(*form, "bad detail");
+                assert_eq!(
+                    expected,
+                    "JSON for `Order` in the EventBridge event's `detail`"
+                );
+            }
+            Err(other) => panic!("{form}: {other}"),
+        }
+        if form.starts_with("eventbridge") && *form != "eventbridge in sns" {
+            let event = d.eventbridge::<Order>().unwrap();
+            assert_eq!(event.detail, Order { id: 7 });
+            assert_eq!(
+                (event.source.as_str(), event.detail_type.as_str()),
+                ("com.example.orders", "Order Placed")
+            );
+            assert_eq!(event.id, "6a7e8feb-b491-4cf7-a9f1-bf3703467718");
+            assert_eq!(event.time, "2026-11-30T12:00:00Z");
+        }
+        if *form == "raw" {
+            let err = d.eventbridge::<Order>().unwrap_err().to_string();
+            assert!(err.contains("sent to the queue directly"), "{err}");
+        }
+        seen.push(*form);
+        d.ack().await.unwrap();
+    }
+    seen.sort_unstable();
+    assert_eq!(
+        seen,
+        [
+            "bad detail",
+            "eventbridge",
+            "eventbridge in sns",
+            "raw",
+            "sns"
+        ]
+    );
 }
 
 /// Metrics name the queue by its name, never by the URL the consumer was given (it carries

@@ -34,6 +34,7 @@ const ROOT: &[&str] = &[
     "DeliveryStream",
     "Error",
     "ErrorKind",
+    "EventBridgeEvent",
     "Handler",
     "InFlightLimit",
     "LostReason",
@@ -41,6 +42,8 @@ const ROOT: &[&str] = &[
     "PayloadLocation",
     "RateLimit",
     "RetryPolicy",
+    "ServiceBatchHandler",
+    "ServiceHandler",
     "SnsMessageAttribute",
     "SnsNotification",
     "Stats",
@@ -214,6 +217,16 @@ async fn every_public_item(
     let _: [u64; 3] = [visible, in_flight, delayed];
     fn handlers(_: impl Handler, _: impl BatchHandler) {}
     handlers(handler, batch_handler);
+    let _: futures::future::BoxFuture<'_, ()> = Handler::ready(&handler);
+    let _: futures::future::BoxFuture<'_, ()> = BatchHandler::ready(&batch_handler);
+    #[cfg(feature = "tower")]
+    {
+        let service = tower::service_fn(|d: Delivery| d.ack());
+        let batch_service = tower::service_fn(|b: Batch| b.ack_all());
+        let handler: sqs_consumer::ServiceHandler<_> = sqs_consumer::ServiceHandler::new(service);
+        let batch_handler = sqs_consumer::ServiceBatchHandler::new(batch_service);
+        handlers(handler, batch_handler);
+    }
 
     // A batch.
     let (_, _): (usize, bool) = (batch.len(), batch.is_empty());
@@ -247,6 +260,24 @@ async fn every_public_item(
     {
         let _: Result<u64, Error> = delivery.json::<u64>();
         let _: Result<u64, Error> = delivery.json_or_sns::<u64>();
+        let _: Result<u64, Error> = delivery.json_unwrapped::<u64>();
+        let event: sqs_consumer::EventBridgeEvent<u64> = delivery.eventbridge::<u64>()?;
+        let sqs_consumer::EventBridgeEvent {
+            id,
+            source,
+            detail_type,
+            time,
+            account,
+            region,
+            resources,
+            detail,
+            ..
+        } = event;
+        let _: ([String; 6], Vec<String>, u64) = (
+            [id, source, detail_type, time, account, region],
+            resources,
+            detail,
+        );
         let notification: sqs_consumer::SnsNotification = delivery.sns()?;
         let _: Result<u64, Error> = notification.json::<u64>();
         let sqs_consumer::SnsNotification {
