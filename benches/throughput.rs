@@ -226,9 +226,11 @@ fn b1_run(handler: B1Handler, messages: u64) -> (f64, Option<f64>, RequestCounts
 fn b1() {
     const MESSAGES: u64 = 100_000;
     const RUNS: usize = 5;
-    let mut handlers = vec![B1Handler::Closure];
-    #[cfg(feature = "tower")]
-    handlers.push(B1Handler::Service);
+    let handlers = [
+        B1Handler::Closure,
+        #[cfg(feature = "tower")]
+        B1Handler::Service,
+    ];
     // (rates, CPU per message, requests per message) by handler, the runs interleaved so
     // the machine's drift falls on both alike.
     let mut figures = vec![(vec![], vec![], vec![]); handlers.len()];

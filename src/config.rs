@@ -23,6 +23,7 @@ use crate::queue_ref::QueueRef;
 use crate::rate_limit::{RateLimit, RateLimits};
 use crate::receiver::ReceiveSettings;
 use crate::redelivery::RetryPolicy;
+use crate::trace_parent::{SpanHook, TraceParent};
 
 /// Defaults, as documented on the setters.
 const DEFAULT_WAIT_TIME: Duration = Duration::from_secs(20);
@@ -192,6 +193,7 @@ pub struct ConsumerBuilder {
     adaptive_visibility: Option<(Duration, Duration)>,
     keeper: KeeperPlacement,
     keeper_client: Option<aws_sdk_sqs::Client>,
+    span_hook: Option<SpanHook>,
     #[cfg(feature = "s3")]
     payloads: PayloadSettings,
 }
@@ -245,6 +247,7 @@ impl ConsumerBuilder {
             adaptive_visibility: None,
             keeper: KeeperPlacement::Default,
             keeper_client: None,
+            span_hook: None,
             #[cfg(feature = "s3")]
             payloads: PayloadSettings {
                 client: None,
@@ -426,6 +429,39 @@ impl ConsumerBuilder {
         S: Into<String>,
     {
         self.message_attribute_names = names.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Called with each delivery's `delivery` span as soon as it is made, before anything
+    /// runs in it, and the producer's trace context the message carries, if any (see
+    /// [`Delivery::trace_parent`](crate::Delivery::trace_parent)). The place to set the
+    /// span's parent with a `tracing-opentelemetry` version other than the one feature
+    /// `opentelemetry` uses (once a span has been entered, `tracing-opentelemetry` no longer
+    /// takes a parent), or to record fields of your own. Keep it quick: it runs in the receive
+    /// loop, once per message. Defaults to none.
+    ///
+    /// ```no_run
+    /// use std::collections::HashMap;
+    /// use opentelemetry::propagation::TextMapPropagator;
+    /// use opentelemetry_sdk::propagation::TraceContextPropagator;
+    /// use tracing_opentelemetry::OpenTelemetrySpanExt;
+    ///
+    /// # fn example(builder: sqs_consumer::ConsumerBuilder) -> Result<(), sqs_consumer::Error> {
+    /// let consumer = builder
+    ///     .on_delivery_span(|span, parent| {
+    ///         if let Some(parent) = parent {
+    ///             let carrier = HashMap::from([("traceparent".to_owned(), parent.traceparent())]);
+    ///             let _ = span.set_parent(TraceContextPropagator::new().extract(&carrier));
+    ///         }
+    ///     })
+    ///     .build()?;
+    /// # let _ = consumer; Ok(()) }
+    /// ```
+    pub fn on_delivery_span(
+        mut self,
+        hook: impl Fn(&tracing::Span, Option<&TraceParent>) + Send + Sync + 'static,
+    ) -> Self {
+        self.span_hook = Some(SpanHook::new(hook));
         self
     }
 
@@ -765,6 +801,7 @@ impl ConsumerBuilder {
                 shutdown_timeout: self.shutdown_timeout,
                 retry_policy: self.retry_policy,
                 dead_letter,
+                span_hook: self.span_hook,
                 handling,
                 leases,
                 #[cfg(feature = "s3")]
@@ -809,8 +846,18 @@ impl ConsumerBuilder {
         }
         #[cfg(feature = "s3")]
         if self.payloads.client.is_some() {
-            with_size_attributes(&mut self.message_attribute_names);
+            asking_for(
+                &mut self.message_attribute_names,
+                &crate::payload::SIZE_ATTRIBUTES,
+            );
         }
+        // The producer's trace context, which the `delivery` span joins (an empty list, which
+        // asks for none, then asks for these alone).
+        #[cfg(feature = "opentelemetry")]
+        asking_for(
+            &mut self.message_attribute_names,
+            &["traceparent", "tracestate"],
+        );
         let known = MessageSystemAttributeName::values();
         if let Some(unknown) = self
             .system_attribute_names
@@ -1084,14 +1131,15 @@ fn same_kind(queue: &Queue, dead_letter: &DeadLetter) -> Result<(), Error> {
     ))
 }
 
-/// Adds the reserved size attributes of Extended Client pointers to `names`, unless it asks
-/// for every attribute already: a pointer is known by them.
-#[cfg(feature = "s3")]
-fn with_size_attributes(names: &mut Vec<String>) {
+/// Adds the `needed` message attributes to `names`, unless it asks for every attribute
+/// already: the size attributes an Extended Client pointer is known by, the attributes of a
+/// trace context.
+#[cfg(any(feature = "s3", feature = "opentelemetry"))]
+fn asking_for(names: &mut Vec<String>, needed: &[&str]) {
     if names.iter().any(|n| n == "All" || n == ".*") {
         return;
     }
-    for needed in crate::payload::SIZE_ATTRIBUTES {
+    for &needed in needed {
         if !names.iter().any(|n| n == needed) {
             names.push(needed.to_owned());
         }
@@ -1467,10 +1515,41 @@ mod tests {
             .message_attribute_names(Vec::<String>::new())
             .build()
             .unwrap();
-        assert!(
-            c.receive_settings().message_attribute_names.is_empty(),
-            "an empty list asks for no message attribute"
+        assert_eq!(
+            c.receive_settings().message_attribute_names,
+            TRACE_ATTRIBUTES,
+            "an empty list asks for no message attribute (but a trace context's)"
         );
+    }
+
+    /// What feature `opentelemetry` adds to a list of message attributes.
+    const TRACE_ATTRIBUTES: &[&str] = if cfg!(feature = "opentelemetry") {
+        &["traceparent", "tracestate"]
+    } else {
+        &[]
+    };
+
+    #[test]
+    fn a_narrowed_list_still_asks_for_the_trace_context_with_opentelemetry() {
+        let names = |given: &[&str]| {
+            builder()
+                .message_attribute_names(given.iter().copied())
+                .build()
+                .unwrap()
+                .receive_settings()
+                .message_attribute_names
+                .clone()
+        };
+        let mut expected = vec!["tenant"];
+        expected.extend(TRACE_ATTRIBUTES);
+        assert_eq!(names(&["tenant"]), expected);
+        let mut given_one = names(&["tracestate", "tenant"]);
+        let asked = given_one.len();
+        given_one.sort_unstable();
+        given_one.dedup();
+        assert_eq!(given_one.len(), asked, "each name asked for once");
+        assert_eq!(names(&["All"]), ["All"]);
+        assert_eq!(names(&[".*"]), [".*"]);
     }
 
     /// A client of a real SQS endpoint (us-east-1) that these tests never call.
@@ -1565,8 +1644,16 @@ mod tests {
                 .clone()
         };
         let both = ["ExtendedPayloadSize", "SQSLargePayloadSize"];
-        assert_eq!(names(&[]), both);
-        assert_eq!(names(&["tenant"]), ["tenant", both[0], both[1]]);
+        let with_trace = |names: &[&'static str]| -> Vec<&'static str> {
+            let mut names = names.to_vec();
+            names.extend(TRACE_ATTRIBUTES);
+            names
+        };
+        assert_eq!(names(&[]), with_trace(&both));
+        assert_eq!(
+            names(&["tenant"]),
+            with_trace(&["tenant", both[0], both[1]])
+        );
         assert_eq!(names(&["All"]), ["All"]);
         assert_eq!(names(&[".*"]), [".*"]);
         let without = builder()
@@ -1575,7 +1662,7 @@ mod tests {
             .unwrap();
         assert_eq!(
             without.receive_settings().message_attribute_names,
-            ["tenant"]
+            with_trace(&["tenant"])
         );
     }
 

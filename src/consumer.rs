@@ -19,6 +19,7 @@ use crate::receiver::{ReceiveSettings, Receiving};
 use crate::redelivery::RetryPolicy;
 use crate::stats::Stats;
 use crate::stream::DeliveryStream;
+use crate::trace_parent::SpanHook;
 
 /// The validated settings a [`Consumer`] runs with.
 #[derive(Debug, Clone)]
@@ -28,6 +29,8 @@ pub(crate) struct ConsumerSettings {
     pub(crate) retry_policy: RetryPolicy,
     /// Where failed messages are moved, if anywhere.
     pub(crate) dead_letter: Option<DeadLetter>,
+    /// Called with each `delivery` span before it is entered, if set.
+    pub(crate) span_hook: Option<SpanHook>,
     pub(crate) handling: HandlerSettings,
     /// The queue the keeper and the settle calls use, and where they run.
     pub(crate) leases: (Queue, Runner),
@@ -59,7 +62,11 @@ impl Consumer {
                 queue,
                 settings.leases,
                 settings.receive,
-                (settings.retry_policy, settings.dead_letter),
+                (
+                    settings.retry_policy,
+                    settings.dead_letter,
+                    settings.span_hook,
+                ),
                 settings.shutdown_timeout,
                 settings.handling,
                 #[cfg(feature = "s3")]

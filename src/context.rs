@@ -25,6 +25,7 @@ use crate::queue::Queue;
 use crate::readable::Secs;
 use crate::redelivery::RetryPolicy;
 use crate::stats::{Counter, Counters, Measure, Stats};
+use crate::trace_parent::SpanHook;
 use crate::unfinished_deletes::{Unfinished, UnfinishedDeletes};
 
 /// A call that settles a message.
@@ -109,6 +110,8 @@ pub(crate) struct Context {
     dead_letter: Option<DeadLetter>,
     /// With `adaptive_visibility`: the estimate that learns how long deliveries are held.
     adaptive: Option<Arc<AdaptiveVisibility>>,
+    /// `on_delivery_span`: called with each `delivery` span before it is entered.
+    span_hook: Option<SpanHook>,
     /// Deletes and visibility changes under way on behalf of deliveries (batch entries, and
     /// the releases of dropped deliveries): neither a cancelled caller nor a `Drop` cuts them
     /// short, and shutdown waits for them.
@@ -142,6 +145,7 @@ impl Context {
             unfinished_deletes: UnfinishedDeletes::default(),
             dead_letter: None,
             adaptive: None,
+            span_hook: None,
             settles,
             #[cfg(feature = "s3")]
             payloads: None,
@@ -173,6 +177,17 @@ impl Context {
     ) -> Self {
         self.adaptive = adaptive;
         self
+    }
+
+    /// The same context, calling `hook` with each `delivery` span.
+    pub(crate) fn with_span_hook(mut self, hook: Option<SpanHook>) -> Self {
+        self.span_hook = hook;
+        self
+    }
+
+    /// The hook `on_delivery_span` set, if any.
+    pub(crate) fn span_hook(&self) -> Option<&SpanHook> {
+        self.span_hook.as_ref()
     }
 
     /// A delivery handed out at `handed_out` is no longer held (its settle started, or it was

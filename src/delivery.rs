@@ -22,6 +22,7 @@ use crate::heartbeat::Keeper;
 use crate::lease::{Dropped, End, Lease};
 use crate::limits::{secs_rounded_up, HARD_LIMIT, MAX_VISIBILITY_SECS};
 use crate::stats::{Counter, Measure};
+use crate::trace_parent::{self, parse_x_ray, Malformed, TraceParent};
 
 /// One received SQS message, hidden from other consumers while you hold it.
 ///
@@ -370,8 +371,22 @@ impl Delivery {
         self.lease.ended()
     }
 
-    pub(crate) fn span(&self) -> &Span {
+    /// The `delivery` span the consumer handles this delivery in: its handler, its
+    /// heartbeats and its settling log there. Its fields follow OpenTelemetry's messaging
+    /// conventions (see the guide's integrations page). Set its parent from
+    /// [`trace_parent`](Delivery::trace_parent) to join the producer's trace with a
+    /// `tracing-opentelemetry` version other than the one feature `opentelemetry` uses.
+    pub fn span(&self) -> &Span {
         self.lease.span()
+    }
+
+    /// The trace the message's producer was in, when the message carries one well formed:
+    /// its W3C `traceparent` message attribute (with `tracestate`), else the X-Ray header
+    /// SQS keeps as its `AWSTraceHeader` system attribute (which needs its `Parent`). The
+    /// consumer always asks for `AWSTraceHeader`; with feature `opentelemetry` it asks for
+    /// `traceparent` and `tracestate` too, and makes this the `delivery` span's parent.
+    pub fn trace_parent(&self) -> Option<TraceParent> {
+        read_trace_parent(self.message(), |_, _| {})
     }
 
     pub(crate) fn context(&self) -> &Arc<Context> {
@@ -814,7 +829,47 @@ fn delivery_span(
         traceparent = tracing::field::Empty,
     );
     record_trace_context(&span, message);
+    let joins = cfg!(feature = "opentelemetry") || ctx.span_hook().is_some();
+    if joins && !span.is_disabled() {
+        let parent = read_trace_parent(message, |header, why| {
+            tracing::debug!(parent: &span, header, reason = %why, "ignored a malformed trace header");
+        });
+        #[cfg(feature = "opentelemetry")]
+        if let Some(parent) = &parent {
+            crate::trace_continuation::continue_trace(&span, parent);
+        }
+        if let Some(hook) = ctx.span_hook() {
+            hook.call(&span, parent.as_ref());
+        }
+    }
     span
+}
+
+/// The producer's trace context: the W3C `traceparent` (with its `tracestate`) if well
+/// formed, else X-Ray's `AWSTraceHeader` if well formed; `malformed` hears of each header
+/// that is there and is not.
+fn read_trace_parent(
+    message: &Message,
+    mut malformed: impl FnMut(&'static str, Malformed),
+) -> Option<TraceParent> {
+    let attribute = |name: &str| {
+        message
+            .message_attributes()
+            .and_then(|a| a.get(name))
+            .and_then(|v| v.string_value())
+    };
+    if let Some(header) = attribute("traceparent") {
+        match trace_parent::parse_w3c(header, attribute("tracestate")) {
+            Ok(parent) => return Some(parent),
+            Err(why) => malformed("traceparent", why),
+        }
+    }
+    let x_ray = message
+        .attributes()
+        .and_then(|a| a.get(&MessageSystemAttributeName::AwsTraceHeader))?;
+    parse_x_ray(x_ray)
+        .map_err(|why| malformed("AWSTraceHeader", why))
+        .ok()
 }
 
 /// `SentTimestamp`, if the message carries a valid one.
@@ -1041,6 +1096,36 @@ mod tests {
         sleep(secs(20)).await;
         assert_eq!(extensions(&q), before);
         assert_eq!(keeper.rings(), 2);
+    }
+
+    /// A settled or dropped delivery's lease (and with it its `delivery` span, which ends
+    /// when the last handle goes) leaves the keeper within `LET_GO_WITHIN`, though the
+    /// keeper's next timer is a whole half timeout away and forgetting does not ring it.
+    #[tokio::test(start_paused = true)]
+    async fn a_settled_lease_leaves_the_keeper_within_a_second() {
+        use crate::heartbeat::LET_GO_WITHIN;
+        let q = queue(30);
+        for i in 0..3 {
+            q.send(format!("m{i}")).unwrap();
+        }
+        let keeper = Keeper::new(Runner::Caller);
+        let run = RunTies::new(Default::default(), keeper.clone());
+        let mut held = Vec::new();
+        for _ in 0..3 {
+            held.push(hold_in(&q, None, run.clone()).await);
+        }
+        sleep(secs(2)).await;
+        let leases: Vec<Arc<Lease>> = held.iter().map(|d| d.lease().clone()).collect();
+        let mut held = held.into_iter();
+        held.next().unwrap().ack().await.unwrap();
+        held.next().unwrap().release().await.unwrap();
+        drop(held);
+        let settled = Instant::now();
+        while leases.iter().any(|l| Arc::strong_count(l) > 1) {
+            assert!(settled.elapsed() <= LET_GO_WITHIN, "still kept");
+            sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(keeper.rings(), 1, "forgetting did not ring the keeper");
     }
 
     #[test]

@@ -32,6 +32,7 @@ use crate::readable::{Count, Secs};
 use crate::receiver::{ReceiveSettings, ReceivedBatch, Receiver, Receiving};
 use crate::redelivery::RetryPolicy;
 use crate::stats::{Counter, Measure, Stats};
+use crate::trace_parent::SpanHook;
 use crate::unfinished_deletes::Unfinished;
 
 /// How long a stop waits past its shutdown timeout for the releases and acks under way: the
@@ -122,13 +123,14 @@ impl Engine {
         queue: Queue,
         (lease_queue, runner): (Queue, Runner),
         receive: ReceiveSettings,
-        (retry, dead_letter): (RetryPolicy, Option<DeadLetter>),
+        (retry, dead_letter, span_hook): (RetryPolicy, Option<DeadLetter>, Option<SpanHook>),
         shutdown_timeout: Duration,
         handling: HandlerSettings,
         #[cfg(feature = "s3")] payloads: Option<crate::s3::PayloadStore>,
     ) -> Self {
         let ctx = Context::new(&lease_queue, retry, runner.clone())
             .with_dead_letter(dead_letter)
+            .with_span_hook(span_hook)
             .with_adaptive_visibility(receive.adaptive.clone());
         #[cfg(feature = "s3")]
         let ctx = ctx.with_payloads(payloads);

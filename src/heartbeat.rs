@@ -310,6 +310,11 @@ async fn keeper_task(bell: mpsc::UnboundedReceiver<()>, inbox: Arc<Mutex<Inbox>>
     loop {
         keeper.take(&inbox);
         let next = keeper.timers.first();
+        // While it keeps leases, it also looks at its inbox every `LET_GO_WITHIN`, without
+        // being rung: the leases it was told to forget (settled, dropped) go then, and with
+        // them their `delivery` spans, which end (and are exported) when the last handle on
+        // them goes.
+        let wake = next.map(|at| at.min(Instant::now() + LET_GO_WITHIN));
         tokio::select! {
             biased;
             rung = bell.rung() => if !rung {
@@ -318,16 +323,24 @@ async fn keeper_task(bell: mpsc::UnboundedReceiver<()>, inbox: Arc<Mutex<Inbox>>
             Some(answers) = keeper.rounds.next(), if !keeper.rounds.is_empty() => {
                 keeper.answered(answers);
             }
-            () = sleep_until(next.unwrap_or_else(Instant::now)), if next.is_some() => {
+            () = sleep_until(wake.unwrap_or_else(Instant::now)), if wake.is_some() => {
                 // Let the tasks woken at the same instant (a handler about to ack) go first:
                 // an extension of a delivery being settled is never sent.
                 tokio::task::yield_now().await;
                 keeper.take(&inbox);
-                keeper.round(Instant::now());
+                let now = Instant::now();
+                if next.is_some_and(|at| at <= now) {
+                    keeper.round(now);
+                }
             }
         }
     }
 }
+
+/// How long a lease the keeper was told to forget may stay with it: the keeper looks at its
+/// inbox at least this often while it keeps leases (a forget does not wake it: acks come by
+/// the thousand).
+pub(crate) const LET_GO_WITHIN: Duration = Duration::from_secs(1);
 
 /// The keeper task's end of its bell. Whatever ends the task (its handles gone, or its
 /// runtime), the bell is closed first and the inbox then set to ring: the next command

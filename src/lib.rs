@@ -49,8 +49,9 @@
 //!   a lost lease;
 //! - [`guide::fifo`], [`guide::shutdown`], [`guide::errors`] (who retries what),
 //!   [`guide::bad_input`], [`guide::cost`];
-//! - `guide::integrations` (features `json` and `from-env`): SNS envelopes, typed bodies,
-//!   one in-flight budget for several queues, trace context, metrics;
+//! - `guide::integrations` (features `json` and `from-env`): SNS envelopes, EventBridge
+//!   events, typed bodies, one in-flight budget for several queues, spans and trace
+//!   continuation, metrics;
 //! - `guide::tower` (feature `tower`): a `tower::Service` as the handler, inside your layers;
 //! - `guide::payloads` (feature `s3`): large messages stored in S3 by Amazon's Extended
 //!   Client libraries, read before the handler;
@@ -77,6 +78,9 @@
 //!   `Delivery::eventbridge`, `EventBridgeEvent`; `Delivery::json_unwrapped` (a raw body, an
 //!   SNS notification or an EventBridge event).
 //! - `metrics`: counters and histograms through the `metrics` facade.
+//! - `opentelemetry`: the `delivery` span's parent is the producer's span (W3C `traceparent`,
+//!   else X-Ray's `AWSTraceHeader`), through `tracing-opentelemetry` 0.34 (OpenTelemetry
+//!   0.33), so your spans join the producer's trace with no code of yours.
 //! - `tower`: `ServiceHandler` and `ServiceBatchHandler`, any `tower::Service` as a handler,
 //!   so `tower` layers (timeouts, concurrency and rate limits, tracing) wrap it; its
 //!   `poll_ready` holds back receives.
@@ -148,6 +152,9 @@ mod service_handler;
 mod shutdown_signal;
 mod stats;
 mod stream;
+#[cfg(feature = "opentelemetry")]
+mod trace_continuation;
+mod trace_parent;
 mod unfinished_deletes;
 
 pub use backlog::Backlog;
@@ -181,6 +188,7 @@ pub use service_handler::{ServiceBatchHandler, ServiceHandler};
 pub use shutdown_signal::shutdown_signal;
 pub use stats::Stats;
 pub use stream::DeliveryStream;
+pub use trace_parent::{TraceCarrier, TraceParent};
 
 /// The README's Rust examples, compiled and run as doc tests (they use every feature).
 #[cfg(all(

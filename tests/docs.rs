@@ -121,7 +121,15 @@ fn every_feature_is_in_the_readme_table_and_the_crate_docs() {
         .collect();
     assert_eq!(
         features,
-        ["from-env", "signal", "json", "metrics", "tower", "s3"]
+        [
+            "from-env",
+            "signal",
+            "json",
+            "metrics",
+            "tower",
+            "opentelemetry",
+            "s3"
+        ]
     );
     for feature in features {
         assert!(

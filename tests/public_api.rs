@@ -47,6 +47,8 @@ const ROOT: &[&str] = &[
     "SnsMessageAttribute",
     "SnsNotification",
     "Stats",
+    "TraceCarrier",
+    "TraceParent",
     "guide",
     "memory",
     "shutdown_signal",
@@ -158,6 +160,7 @@ async fn every_public_item(
         .dead_letter("dlq", 1)
         .adaptive_visibility(Duration::ZERO, Duration::ZERO)
         .isolated_keeper(true)
+        .on_delivery_span(|_: &tracing::Span, _: Option<&sqs_consumer::TraceParent>| {})
         .keeper_client(client);
     #[cfg(feature = "s3")]
     let builder: ConsumerBuilder = builder
@@ -217,8 +220,8 @@ async fn every_public_item(
     let _: [u64; 3] = [visible, in_flight, delayed];
     fn handlers(_: impl Handler, _: impl BatchHandler) {}
     handlers(handler, batch_handler);
-    let _: futures::future::BoxFuture<'_, ()> = Handler::ready(&handler);
-    let _: futures::future::BoxFuture<'_, ()> = BatchHandler::ready(&batch_handler);
+    Handler::ready(&handler).await;
+    BatchHandler::ready(&batch_handler).await;
     #[cfg(feature = "tower")]
     {
         let service = tower::service_fn(|d: Delivery| d.ack());
@@ -256,6 +259,23 @@ async fn every_public_item(
     }
     let _: Option<std::time::SystemTime> = delivery.sent_at();
     let _: Option<Duration> = delivery.age();
+    let _: &tracing::Span = delivery.span();
+    if let Some(parent) = delivery.trace_parent() {
+        let sqs_consumer::TraceParent {
+            trace_id,
+            span_id,
+            sampled,
+            trace_state,
+            carrier,
+            ..
+        } = parent.clone();
+        let _: (String, String, bool, Option<String>) = (trace_id, span_id, sampled, trace_state);
+        match carrier {
+            sqs_consumer::TraceCarrier::W3c | sqs_consumer::TraceCarrier::XRay => {}
+            _ => {}
+        }
+        let _: String = parent.traceparent();
+    }
     #[cfg(feature = "json")]
     {
         let _: Result<u64, Error> = delivery.json::<u64>();

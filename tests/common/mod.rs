@@ -484,11 +484,27 @@ impl TestQueue {
     /// Sends a message carrying trace context: an X-Ray header (the `AWSTraceHeader` system
     /// attribute) and a W3C `traceparent` message attribute.
     pub async fn send_traced(&self, body: &str, x_ray: &str, traceparent: &str) {
+        self.send_with_trace(body, Some(x_ray), &[("traceparent", traceparent)])
+            .await;
+    }
+
+    /// Sends a message with an X-Ray header (the `AWSTraceHeader` system attribute), if
+    /// given, and string message attributes.
+    pub async fn send_with_trace(
+        &self,
+        body: &str,
+        x_ray: Option<&str>,
+        attributes: &[(&str, &str)],
+    ) {
         match self {
             TestQueue::Memory(q) => {
-                let options = sqs_consumer::memory::SendOptions::new()
-                    .aws_trace_header(x_ray)
-                    .message_attribute("traceparent", traceparent);
+                let mut options = sqs_consumer::memory::SendOptions::new();
+                if let Some(x_ray) = x_ray {
+                    options = options.aws_trace_header(x_ray);
+                }
+                for (name, value) in attributes {
+                    options = options.message_attribute(*name, *value);
+                }
                 q.send_with(body, options).unwrap();
             }
             TestQueue::Server { client, url } => {
@@ -496,49 +512,21 @@ impl TestQueue {
                     MessageAttributeValue, MessageSystemAttributeNameForSends,
                     MessageSystemAttributeValue,
                 };
-                client
-                    .send_message()
-                    .queue_url(url)
-                    .message_body(body)
-                    .message_system_attributes(
+                let mut call = client.send_message().queue_url(url).message_body(body);
+                if let Some(x_ray) = x_ray {
+                    call = call.message_system_attributes(
                         MessageSystemAttributeNameForSends::AwsTraceHeader,
                         MessageSystemAttributeValue::builder()
                             .data_type("String")
                             .string_value(x_ray)
                             .build()
                             .unwrap(),
-                    )
-                    .message_attributes(
-                        "traceparent",
-                        MessageAttributeValue::builder()
-                            .data_type("String")
-                            .string_value(traceparent)
-                            .build()
-                            .unwrap(),
-                    )
-                    .send()
-                    .await
-                    .expect("SendMessage");
-            }
-        }
-    }
-
-    /// Sends a message with string message attributes.
-    pub async fn send_with_attributes(&self, body: &str, attributes: &[(&str, &str)]) {
-        match self {
-            TestQueue::Memory(q) => {
-                let mut options = sqs_consumer::memory::SendOptions::new();
-                for (name, value) in attributes {
-                    options = options.message_attribute(*name, *value);
+                    );
                 }
-                q.send_with(body, options).unwrap();
-            }
-            TestQueue::Server { client, url } => {
-                let mut call = client.send_message().queue_url(url).message_body(body);
                 for (name, value) in attributes {
                     call = call.message_attributes(
                         *name,
-                        aws_sdk_sqs::types::MessageAttributeValue::builder()
+                        MessageAttributeValue::builder()
                             .data_type("String")
                             .string_value(*value)
                             .build()
@@ -548,6 +536,11 @@ impl TestQueue {
                 call.send().await.expect("SendMessage");
             }
         }
+    }
+
+    /// Sends a message with string message attributes.
+    pub async fn send_with_attributes(&self, body: &str, attributes: &[(&str, &str)]) {
+        self.send_with_trace(body, None, attributes).await;
     }
 
     /// (visible, hidden) messages, as the queue reports them.
