@@ -6,8 +6,16 @@
 # LocalStack needs Python >= 3.13: without one the second half is skipped with a message,
 # except under CI (CI=true), which requires both. Arguments go to every `cargo test` run.
 # Between the two halves: the docs (warnings are errors) and the package a user would get.
+# First, before anything is built for the tests: the format, the lints (warnings are
+# errors), every dependency floor built with (scripts/floors.sh), and the licences, bans and
+# sources of the dependency tree (scripts/deny.sh, deny.toml).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+echo "== format, lints, dependency floors, licences =="
+cargo fmt --check
+cargo clippy --all-targets --all-features -- -D warnings
+scripts/floors.sh
+scripts/deny.sh
 # Every server test runs here: one that finds no server fails rather than skipping.
 export SQS_TEST_REQUIRE_SERVER=1
 scripts/with-sqs-server.sh bash -c \

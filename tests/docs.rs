@@ -302,3 +302,33 @@ fn every_row_of_the_fidelity_table_cites_a_test() {
         );
     }
 }
+
+/// What crates.io and docs.rs show of the package is there: description, licence, links,
+/// keywords (at most 5) and categories.
+#[test]
+fn the_package_carries_what_crates_io_shows() {
+    let manifest =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml")).unwrap();
+    let package = manifest
+        .split("[package]\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\n[").next())
+        .expect("a [package] table");
+    let field = |name: &str| {
+        package
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} = ")))
+            .unwrap_or_else(|| panic!("no `{name}` in [package]"))
+            .trim_matches('"')
+            .to_owned()
+    };
+    for link in ["repository", "homepage", "documentation"] {
+        assert!(field(link).starts_with("https://"), "{link}");
+    }
+    assert_eq!(field("documentation"), "https://docs.rs/sqs-consumer");
+    assert_eq!(field("license"), "MIT");
+    assert!(!field("description").is_empty());
+    let keywords = field("keywords");
+    assert!((1..=5).contains(&keywords.split(',').count()), "{keywords}");
+    assert!(!field("categories").is_empty());
+}
