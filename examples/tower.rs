@@ -98,9 +98,9 @@ impl Drop for Leave {
     }
 }
 
-/// A tracing layer's service: each call in a `job` span naming its message.
+/// A tracing layer's service: each call in a `job` span with its receive count.
 #[derive(Clone)]
-struct Traced<S>(S);
+pub struct Traced<S>(pub S);
 
 impl<S: Service<Delivery>> Service<Delivery> for Traced<S> {
     type Response = S::Response;

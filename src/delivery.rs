@@ -21,6 +21,7 @@ use crate::error::{BoxError, Error, ErrorKind, LostReason};
 use crate::heartbeat::Keeper;
 use crate::lease::{Dropped, End, Lease};
 use crate::limits::{secs_rounded_up, HARD_LIMIT, MAX_VISIBILITY_SECS};
+use crate::process_span::process_span;
 use crate::stats::{Counter, Measure};
 use crate::trace_parent::{self, parse_x_ray, Malformed, TraceParent};
 
@@ -804,24 +805,17 @@ pub(crate) async fn release_all(deliveries: Vec<Delivery>) -> Vec<Result<(), Err
         .collect()
 }
 
-/// The `delivery` span, named and filled in as OpenTelemetry's semantic conventions for
-/// messaging (1.45.0) name a consumer's "process" span: `otel.name` is
-/// `process <queue name>`, and the queue is named by its name, never its URL.
+/// The `delivery` span: a "process" span as OpenTelemetry's conventions name one (see
+/// `process_span!`), for one message.
 fn delivery_span(
     ctx: &Context,
     message: &Message,
     receive_count: u32,
     age: Option<Duration>,
 ) -> Span {
-    let queue = ctx.short_queue_name();
-    let span = tracing::info_span!(
+    let span = process_span!(
         "delivery",
-        otel.name = %format_args!("process {queue}"),
-        otel.kind = "consumer",
-        messaging.system = "aws_sqs",
-        messaging.operation.type = "process",
-        messaging.operation.name = "process",
-        messaging.destination.name = queue,
+        ctx.short_queue_name(),
         messaging.message.id = message.message_id().unwrap_or_default(),
         receive_count,
         age_ms = age.map(|a| u64::try_from(a.as_millis()).unwrap_or(u64::MAX)),

@@ -206,6 +206,7 @@ fn eventbridge<T: DeserializeOwned>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::json::tests::decode_error;
 
     /// An event as EventBridge delivers it to an SQS target: the example of EventBridge's
     /// User Guide ("Amazon EventBridge events"), an EC2 state change.
@@ -226,15 +227,6 @@ mod tests {
         #[serde(rename = "instance-id")]
         instance_id: String,
         state: String,
-    }
-
-    fn decode_error<T: std::fmt::Debug>(result: Result<T, Error>) -> (String, String) {
-        match result {
-            Err(Error::Decode {
-                expected, source, ..
-            }) => (expected, source.to_string()),
-            other => panic!("expected Error::Decode, got {other:?}"),
-        }
     }
 
     #[test]

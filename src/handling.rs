@@ -21,6 +21,7 @@ use crate::error::{self, BoxError};
 use crate::handler::Handler;
 use crate::heartbeat::Keeper;
 use crate::lease::{Lease, Left};
+use crate::process_span::process_span;
 use crate::readable::Secs;
 use crate::stats::{Counter, Measure};
 
@@ -121,17 +122,10 @@ pub(crate) async fn run_batch_handler<H: BatchHandler>(
     deliveries: Vec<Delivery>,
     settings: HandlerSettings,
 ) {
-    // A "process" span for several messages, as OpenTelemetry's messaging conventions
-    // (1.45.0) name one; each delivery keeps its own span for its own message.
-    let queue = ctx.short_queue_name();
-    let span = tracing::info_span!(
+    // A "process" span for several messages; each delivery keeps its own for its message.
+    let span = process_span!(
         "batch",
-        otel.name = %format_args!("process {queue}"),
-        otel.kind = "consumer",
-        messaging.system = "aws_sqs",
-        messaging.operation.type = "process",
-        messaging.operation.name = "process",
-        messaging.destination.name = queue,
+        ctx.short_queue_name(),
         messaging.batch.message_count = deliveries.len(),
     );
     async move {

@@ -275,7 +275,7 @@ pub(crate) fn sns(message_id: &str, body: &str) -> Result<SnsNotification, Error
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     const ENVELOPE_BODY: &str = r#"{
@@ -307,7 +307,8 @@ mod tests {
         assert_eq!(n.json::<Order>().unwrap(), Order { id: 7 });
     }
 
-    fn decode_error(result: Result<impl std::fmt::Debug, Error>) -> (String, String) {
+    /// The `expected` and the source's text of the `Error::Decode` that `result` must be.
+    pub(crate) fn decode_error(result: Result<impl std::fmt::Debug, Error>) -> (String, String) {
         match result {
             Err(Error::Decode {
                 expected, source, ..

@@ -138,6 +138,7 @@ mod millis;
 mod payload;
 #[cfg(feature = "s3")]
 mod payloads;
+mod process_span;
 mod queue;
 mod queue_ref;
 mod rate_limit;

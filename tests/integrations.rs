@@ -7,7 +7,7 @@
 #[macro_use]
 mod common;
 
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{secs, Kind, TestQueue};
@@ -137,22 +137,11 @@ async fn three_consumers_sharing_a_limit_never_hold_more_and_a_quiet_queue_is_no
     ));
 }
 
-/// A subscriber for the whole test binary (spans are entered on any runtime thread), writing
-/// to a buffer the trace-context scenario reads.
-fn captured() -> &'static Arc<Mutex<Vec<u8>>> {
-    static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
-    LOGS.get_or_init(|| {
-        let (logs, subscriber) = common::buffered_subscriber();
-        tracing::subscriber::set_global_default(subscriber).expect("the only subscriber");
-        logs
-    })
-}
-
 /// A run awaited on a thread that is no worker of its runtime (as `#[tokio::main]`'s future
 /// is) receives on one of the workers, in the caller's span.
 #[test]
 fn a_runs_receive_loop_runs_on_a_worker_in_the_callers_span() {
-    let logs = captured();
+    let logs = common::global_logs();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("run-worker")
@@ -174,7 +163,7 @@ fn a_runs_receive_loop_runs_on_a_worker_in_the_callers_span() {
 }
 
 async fn the_delivery_span_records_the_trace_context(kind: Kind) {
-    let logs = captured();
+    let logs = common::global_logs();
     const X_RAY: &str = "Root=1-5759e988-bd862e3fe1be46a994272793;Sampled=1";
     const TRACEPARENT: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
     let q = TestQueue::new(kind, 30).await;

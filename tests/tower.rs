@@ -10,7 +10,7 @@ mod common;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -22,9 +22,13 @@ use sqs_consumer::{
 use tokio::sync::watch;
 use tokio::time::{sleep, Instant};
 use tower::{Service, ServiceBuilder};
-use tracing::Instrument;
 
 on_both!(layers_wrap_the_handler_and_a_concurrency_limit_holds);
+
+/// The example's tracing layer.
+#[allow(dead_code)]
+#[path = "../examples/tower.rs"]
+mod tower_example;
 
 /// Counts the handlers running at once, and the most there ever were.
 #[derive(Default)]
@@ -48,7 +52,7 @@ impl Running {
 /// delivery 300 ms: every message is handled once and acked, never more than 2 at once, each
 /// in the layer's span inside the crate's `delivery` span.
 async fn layers_wrap_the_handler_and_a_concurrency_limit_holds(kind: Kind) {
-    let logs = captured();
+    let logs = common::global_logs();
     let q = TestQueue::new(kind, 30).await;
     q.send_many("layered", 12).await;
     let consumer = q.consumer().wait_time(secs(1)).build().unwrap();
@@ -56,7 +60,7 @@ async fn layers_wrap_the_handler_and_a_concurrency_limit_holds(kind: Kind) {
     let handled = Arc::new(Mutex::new(Vec::new()));
     let (counted, seen) = (running.clone(), handled.clone());
     let service = ServiceBuilder::new()
-        .layer(tower::layer::layer_fn(Traced))
+        .layer(tower::layer::layer_fn(tower_example::Traced))
         .concurrency_limit(2)
         .timeout(secs(10))
         .service_fn(move |d: Delivery| {
@@ -88,39 +92,9 @@ async fn layers_wrap_the_handler_and_a_concurrency_limit_holds(kind: Kind) {
         .find(|l| l.contains(&format!("handling inside the layers ({kind:?})")))
         .unwrap_or_else(|| panic!("no line from the handler: {text}"));
     assert!(
-        line.contains("delivery{") && line.contains("layer_span{layer=\"tracing\"}"),
+        line.contains("delivery{") && line.contains("job{receive_count=1}"),
         "{line}"
     );
-}
-
-/// A subscriber for the whole test binary, writing to a buffer (one subscriber for the
-/// scenarios on both runtimes: spans are entered on any thread of a runtime).
-fn captured() -> &'static Arc<Mutex<Vec<u8>>> {
-    static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
-    LOGS.get_or_init(|| {
-        let (logs, subscriber) = common::buffered_subscriber();
-        tracing::subscriber::set_global_default(subscriber).expect("the only subscriber");
-        logs
-    })
-}
-
-/// A tracing layer: each call in a span of its own.
-#[derive(Clone)]
-struct Traced<S>(S);
-
-impl<S: Service<Delivery>> Service<Delivery> for Traced<S> {
-    type Response = S::Response;
-    type Error = S::Error;
-    type Future = tracing::instrument::Instrumented<S::Future>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
-        self.0.poll_ready(cx)
-    }
-
-    fn call(&mut self, d: Delivery) -> Self::Future {
-        let span = tracing::info_span!("layer_span", layer = "tracing");
-        self.0.call(d).instrument(span)
-    }
 }
 
 /// A service that is ready only while its gate is open.

@@ -784,6 +784,18 @@ pub fn buffered_subscriber() -> (Arc<Mutex<Vec<u8>>>, impl tracing::Subscriber +
 }
 
 /// The log lines written while the returned guard lives (this thread only).
+/// A subscriber for the whole test binary (spans are entered on any thread of a runtime),
+/// writing to a buffer: set once, the first time it is asked for. Tests that run on both
+/// runtimes at once share it, where thread-scoped subscribers would race.
+pub fn global_logs() -> &'static Arc<Mutex<Vec<u8>>> {
+    static LOGS: std::sync::OnceLock<Arc<Mutex<Vec<u8>>>> = std::sync::OnceLock::new();
+    LOGS.get_or_init(|| {
+        let (logs, subscriber) = buffered_subscriber();
+        tracing::subscriber::set_global_default(subscriber).expect("the only subscriber");
+        logs
+    })
+}
+
 pub fn capture_logs() -> (Arc<Mutex<Vec<u8>>>, tracing::subscriber::DefaultGuard) {
     let (logs, subscriber) = buffered_subscriber();
     (logs, tracing::subscriber::set_default(subscriber))
