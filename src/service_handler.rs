@@ -111,8 +111,9 @@ where
 /// let service = ServiceBuilder::new()
 ///     .timeout(Duration::from_secs(60))
 ///     .service_fn(|batch: Batch| async move { batch.ack_all().await });
-/// let emptied = async {
-///     while !queue.is_empty() {
+/// let watched = queue.clone();
+/// let emptied = async move {
+///     while !watched.is_empty() {
 ///         tokio::time::sleep(Duration::from_millis(10)).await;
 ///     }
 /// };

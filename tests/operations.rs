@@ -184,11 +184,12 @@ async fn the_health_fields_follow_an_outage_of_receives(kind: Kind) {
         let started = Instant::now();
         sleep(OUTAGE / 2).await;
         let during = consumer.stats();
-        // The poll under way at the outage's start is answered within its 1 s wait.
         assert!(during.receive_failures >= 2, "{during:?}");
         assert_eq!(during.consecutive_receive_failures, during.receive_failures);
+        // The poll under way at the outage's start is answered within its 1 s wait and the
+        // server's time to answer (a second at most here, with both cores busy).
         let quiet = during.since_last_receive.unwrap();
-        assert!(quiet >= OUTAGE / 2 - secs(1), "{during:?}");
+        assert!(quiet >= OUTAGE / 2 - secs(1) - secs(1), "{during:?}");
         eventually("receives answered again", secs(30), || {
             consumer.stats().consecutive_receive_failures == 0
         })
