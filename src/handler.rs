@@ -47,11 +47,12 @@ pub trait Handler: Send + Sync + 'static {
     /// Handles one delivery.
     fn handle(&self, delivery: Delivery) -> BoxFuture<'static, Result<(), BoxError>>;
 
-    /// Completes when the handler can take another delivery. The consumer waits for it before
-    /// each receive, as it waits for a free [`max_in_flight`](crate::ConsumerBuilder::max_in_flight)
-    /// slot, so a handler that is not ready holds back receives, never a received message.
-    /// Defaults to ready at once; `ServiceHandler` (feature `tower`) waits for its service's
-    /// `poll_ready`.
+    /// Completes when the handler can take another delivery. With no receive under way, the
+    /// consumer waits for it before the next, as it waits for a free
+    /// [`max_in_flight`](crate::ConsumerBuilder::max_in_flight) slot; with receives under way,
+    /// it starts one more only if this completes at once. So a handler that is not ready
+    /// holds back receives, never a received message. Defaults to ready at once;
+    /// `ServiceHandler` (feature `tower`) polls its service's `poll_ready`.
     fn ready(&self) -> BoxFuture<'_, ()> {
         Box::pin(std::future::ready(()))
     }

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use aws_sdk_sqs::types::{Message, MessageSystemAttributeName};
 use futures_util::stream::{FuturesUnordered, StreamExt};
+use futures_util::FutureExt;
 use tokio::sync::{watch, OnceCell, OwnedSemaphorePermit, Semaphore};
 use tokio::time::{sleep, Instant};
 use tokio_util::sync::CancellationToken;
@@ -213,8 +214,9 @@ impl Receiver {
     /// under way are awaited (each ends within its wait time, or its request timeout after
     /// that), what they bring handed to `on_batch`; their back-off waits are cut short.
     ///
-    /// Each receive waits for `ready` (the handler can take more) before its slots, as a
-    /// pause or a stop cuts short.
+    /// A receive with none under way waits for `ready` (the handler can take more) before its
+    /// slots, as a pause or a stop cuts short; one more beside those under way starts only if
+    /// `ready` completes at once, so their answers never wait for the handler.
     pub(crate) async fn run<R: Future<Output = ()>>(
         &self,
         stop: &CancellationToken,
@@ -329,7 +331,13 @@ impl Receiver {
                 Demand::More
             };
             let acquire = async {
-                ready().await;
+                match first {
+                    // Nothing under way: wait for the handler.
+                    Demand::First => ready().await,
+                    // One more beside those under way only if the handler is ready now: the
+                    // answers of those under way must not wait for it.
+                    Demand::More => ready().now_or_never()?,
+                }
                 self.acquire(first, state.load).await
             };
             let grant = tokio::select! {

@@ -22,13 +22,14 @@ use crate::handler::Handler;
 /// in any handler.
 ///
 /// `poll_ready` is back-pressure: the consumer starts no receive until a clone of the
-/// service is ready (as it starts none while [`max_in_flight`](crate::ConsumerBuilder::max_in_flight)
-/// slots are taken), and the next delivery goes to that clone. A service that is not ready
-/// holds back receives, never a received message. When one receive brings more deliveries
-/// than the service has room for, the others wait in their tasks for a ready clone, kept
-/// hidden meanwhile; the wait counts toward
-/// [`handler_timeout`](crate::ConsumerBuilder::handler_timeout). A `poll_ready` error is
-/// the outcome of the delivery it was for.
+/// service is ready, as it starts none while every
+/// [`max_in_flight`](crate::ConsumerBuilder::max_in_flight) slot is taken. A service that is
+/// not ready holds back receives, never a received message: what the receives under way
+/// bring is handed out as it arrives. Each delivery's call waits for a ready clone of its
+/// own, its lease kept meanwhile, so when one receive brings more than the service has room
+/// for, the rest wait there; the wait counts toward
+/// [`handler_timeout`](crate::ConsumerBuilder::handler_timeout). A `poll_ready` error is the
+/// outcome of the delivery it was for.
 ///
 /// The service is cloned for each delivery (tower's usual pattern), so it must be `Clone`; a
 /// layer whose service is not (`RateLimit`) goes under a `buffer` layer, which is.
@@ -155,28 +156,16 @@ where
     }
 }
 
-/// A clone of the service for one call.
-enum Cloned<S> {
-    /// `poll_ready` said so: call it at once.
-    Ready(S),
-    /// Poll it ready first.
-    Unready(S),
-}
-
-/// A service, and a clone of it that `poll_ready` found ready, kept for the next call.
+/// A service, cloned for each call (behind a lock: handlers are shared between tasks, and a
+/// service need not be `Sync`).
 struct ReadyService<S> {
-    /// The service as given, cloned for each call (behind a lock: handlers are shared
-    /// between tasks, and a service need not be `Sync`).
     original: Mutex<S>,
-    /// A clone ready to be called: what a receive waited for.
-    ready: Mutex<Option<S>>,
 }
 
 impl<S> ReadyService<S> {
     fn new(service: S) -> Self {
         Self {
             original: Mutex::new(service),
-            ready: Mutex::new(None),
         }
     }
 }
@@ -189,61 +178,34 @@ impl<S: Clone> ReadyService<S> {
             .clone()
     }
 
-    fn take_ready(&self) -> Option<S> {
-        self.ready
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take()
-    }
-
-    /// Completes once a clone is ready for the next call (at once if one already is). An
-    /// error keeps none: the next call polls a clone of its own and gets the error.
+    /// Completes once a clone of the service is ready, then lets it go: a ready clone kept
+    /// for later would hold what its readiness reserved (a concurrency limit's permit, a
+    /// buffer's slot) from the calls waiting for it. An error is logged; the next call polls
+    /// a clone of its own and gets it.
     async fn ready<R>(&self)
     where
         S: Service<R>,
         S::Error: Into<BoxError>,
     {
-        if self
-            .ready
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .is_some()
-        {
-            return;
-        }
         let mut service = self.fresh_clone();
-        match poll_fn(|cx| service.poll_ready(cx)).await {
-            Ok(()) => {
-                *self.ready.lock().unwrap_or_else(PoisonError::into_inner) = Some(service);
-            }
-            Err(err) => {
-                let err: BoxError = err.into();
-                tracing::warn!(error = %err, "the handler's service is not ready; the next delivery gets this error");
-            }
+        if let Err(err) = poll_fn(|cx| service.poll_ready(cx)).await {
+            let err: BoxError = err.into();
+            tracing::warn!(error = %err, "the handler's service is not ready; the next delivery gets this error");
         }
     }
 
-    /// Calls the ready clone (or a new one, once ready) with `request`.
+    /// Calls a clone of the service with `request`, once it is ready.
     fn call<R: Send + 'static>(&self, request: R) -> BoxFuture<'static, Result<(), BoxError>>
     where
         S: Service<R, Response = ()> + Send + 'static,
         S::Error: Into<BoxError>,
         S::Future: Send + 'static,
     {
-        let clone = match self.take_ready() {
-            Some(service) => Cloned::Ready(service),
-            None => Cloned::Unready(self.fresh_clone()),
-        };
+        let mut service = self.fresh_clone();
         Box::pin(async move {
-            let mut service = match clone {
-                Cloned::Ready(service) => service,
-                Cloned::Unready(mut service) => {
-                    poll_fn(|cx| service.poll_ready(cx))
-                        .await
-                        .map_err(Into::into)?;
-                    service
-                }
-            };
+            poll_fn(|cx| service.poll_ready(cx))
+                .await
+                .map_err(Into::into)?;
             service.call(request).await.map_err(Into::into)
         })
     }

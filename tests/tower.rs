@@ -156,6 +156,43 @@ async fn a_service_that_is_not_ready_holds_back_receives_not_messages() {
     assert_eq!(calls.load(Ordering::SeqCst), 5);
 }
 
+/// While receives are under way, a service that is not ready holds back the next receive,
+/// never the answers of those under way: each message is handed out (and kept hidden) as it
+/// arrives. 40 messages at a visibility timeout of 2 s through a service that takes one at a
+/// time for 300 ms each (12 s in all): none is handed out twice, none lost.
+#[tokio::test(start_paused = true)]
+async fn a_service_that_is_not_ready_never_holds_back_the_answers_of_receives_under_way() {
+    let q = common::memory_queue(2);
+    for i in 0..40 {
+        q.send(format!("m{i}")).unwrap();
+    }
+    let consumer = Consumer::in_memory(&q)
+        .max_in_flight(100)
+        .max_concurrent_receives(4)
+        .build()
+        .unwrap();
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let handled = seen.clone();
+    let service = ServiceBuilder::new()
+        .concurrency_limit(1)
+        .service_fn(move |d: Delivery| {
+            handled.lock().unwrap().push(d.body().to_owned());
+            async move {
+                sleep(Duration::from_millis(300)).await;
+                d.ack().await
+            }
+        });
+    let done = eventually("all acked", secs(120), || consumer.stats().acked == 40);
+    run_while(&consumer, ServiceHandler::new(service), done).await;
+    let stats = consumer.stats();
+    assert_eq!(
+        (stats.received, stats.lost, stats.lost_acks),
+        (40, 0, 0),
+        "{stats:?}"
+    );
+    assert_eq!(seen.lock().unwrap().len(), 40, "each handled once");
+}
+
 /// A stop while the service is not ready: no receive started, none to wait for, so the run
 /// ends at the signal.
 #[tokio::test(start_paused = true)]
