@@ -44,8 +44,9 @@ pub(crate) const FINAL_FLUSH: Duration = Duration::from_secs(3);
 #[derive(Clone)]
 pub(crate) struct Dispatch {
     to: HandTo,
-    /// Completes when the handler can take more (a tower service's `poll_ready`): each
-    /// receive waits for it, as for its `max_in_flight` slots. `None`: always ready.
+    /// Completes when the handler can take more (a tower service's `poll_ready`): a receive
+    /// with none under way waits for it, as for its `max_in_flight` slots; one more beside
+    /// them starts only if it completes at once. `None`: always ready.
     ready: Option<ReadyDispatch>,
 }
 
