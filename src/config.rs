@@ -1529,17 +1529,20 @@ mod tests {
         &[]
     };
 
+    /// The message attributes a consumer built by `builder`, given `names`, asks for.
+    fn asked_for(builder: ConsumerBuilder, names: &[&str]) -> Vec<String> {
+        builder
+            .message_attribute_names(names.iter().copied())
+            .build()
+            .unwrap()
+            .receive_settings()
+            .message_attribute_names
+            .clone()
+    }
+
     #[test]
     fn a_narrowed_list_still_asks_for_the_trace_context_with_opentelemetry() {
-        let names = |given: &[&str]| {
-            builder()
-                .message_attribute_names(given.iter().copied())
-                .build()
-                .unwrap()
-                .receive_settings()
-                .message_attribute_names
-                .clone()
-        };
+        let names = |given: &[&str]| asked_for(builder(), given);
         let mut expected = vec!["tenant"];
         expected.extend(TRACE_ATTRIBUTES);
         assert_eq!(names(&["tenant"]), expected);
@@ -1632,17 +1635,8 @@ mod tests {
             .delete_payload_on_ack(true)
             .build()
             .expect("bounds are valid");
-        let names = |given: &[&str]| {
-            builder()
-                .s3_payloads(s3())
-                .any_payload_bucket()
-                .message_attribute_names(given.iter().copied())
-                .build()
-                .unwrap()
-                .receive_settings()
-                .message_attribute_names
-                .clone()
-        };
+        let names =
+            |given: &[&str]| asked_for(builder().s3_payloads(s3()).any_payload_bucket(), given);
         let both = ["ExtendedPayloadSize", "SQSLargePayloadSize"];
         let with_trace = |names: &[&'static str]| -> Vec<&'static str> {
             let mut names = names.to_vec();
