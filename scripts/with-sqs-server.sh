@@ -3,7 +3,7 @@
 # into a venv under target/ on first use, starts it on 127.0.0.1 on a free port, exports its
 # address as SQS_TEST_ENDPOINT (and SQS_TEST_SERVER=moto), runs the command, and stops the
 # server.
-#   scripts/with-sqs-server.sh cargo test
+#   scripts/with-sqs-server.sh cargo test -- --include-ignored
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/server-common.sh

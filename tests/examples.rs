@@ -141,6 +141,7 @@ async fn fifo_prints_each_ledger_in_send_order() {
 
 #[cfg(all(feature = "from-env", feature = "signal"))]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs an SQS-compatible server: scripts/with-sqs-server.sh cargo test -- --ignored"]
 async fn consume_against_the_test_server_prints_its_stats() {
     crate::require_server!("consume_against_the_test_server_prints_its_stats");
     const MESSAGES: usize = 30;

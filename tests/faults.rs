@@ -116,6 +116,7 @@ fn duplicates(log: &Log, server_may_duplicate: bool) -> Duplicates {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs an SQS-compatible server: scripts/with-sqs-server.sh cargo test -- --ignored"]
 async fn under_injected_faults_every_message_is_handled_and_deleted() {
     crate::require_server!("under_injected_faults_every_message_is_handled_and_deleted");
     const MESSAGES: usize = 500;
@@ -286,6 +287,7 @@ async fn under_injected_faults_on_an_atomic_queue_every_duplicate_is_a_failed_or
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs an SQS-compatible server: scripts/with-sqs-server.sh cargo test -- --ignored"]
 async fn a_held_message_whose_extensions_fail_transiently_stays_held() {
     crate::require_server!("a_held_message_whose_extensions_fail_transiently_stays_held");
     let direct = server_client();

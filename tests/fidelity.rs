@@ -291,6 +291,7 @@ on_both!(
 /// Batch requests, on the server (`MemoryQueue`'s batches are internal: its answers are
 /// checked in `src/memory/seam.rs`).
 #[tokio::test]
+#[ignore = "needs an SQS-compatible server: scripts/with-sqs-server.sh cargo test -- --ignored"]
 async fn batch_entry_ids_duplicates_and_partial_failures() {
     crate::require_server!("batch_entry_ids_duplicates_and_partial_failures");
     let server = implementation(Kind::Server);

@@ -519,7 +519,10 @@ const FROM_ENV_QUEUE: &str = "SQS_CONSUMER_FROM_ENV_QUEUE";
 #[ignore = "the child process of from_env_reaches_the_server_through_the_environment_alone"]
 async fn from_env_child() {
     // The queue by name: resolved through the same environment.
-    let name = std::env::var(FROM_ENV_QUEUE).expect("run only as the child");
+    // Run on its own (the test command includes ignored tests) it has nothing to do.
+    let Ok(name) = std::env::var(FROM_ENV_QUEUE) else {
+        return;
+    };
     let consumer = Consumer::from_env(name)
         .await
         .wait_time(secs(1))
@@ -533,6 +536,7 @@ async fn from_env_child() {
 
 #[cfg(feature = "from-env")]
 #[test]
+#[ignore = "needs an SQS-compatible server: scripts/with-sqs-server.sh cargo test -- --ignored"]
 fn from_env_reaches_the_server_through_the_environment_alone() {
     crate::require_server!("from_env_reaches_the_server_through_the_environment_alone");
     let rt = tokio::runtime::Runtime::new().unwrap();

@@ -158,6 +158,7 @@ async fn an_isolated_keeper_survives_a_blocked_runtime_memory() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs an SQS-compatible server: scripts/with-sqs-server.sh cargo test -- --ignored"]
 async fn an_isolated_keeper_survives_a_blocked_runtime_server() {
     crate::require_server!("an_isolated_keeper_survives_a_blocked_runtime_server");
     isolated_keeper_survives_a_blocked_runtime(Kind::Server).await;
@@ -169,6 +170,7 @@ async fn a_keeper_on_the_callers_runtime_loses_to_a_blocked_runtime_memory() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs an SQS-compatible server: scripts/with-sqs-server.sh cargo test -- --ignored"]
 async fn a_keeper_on_the_callers_runtime_loses_to_a_blocked_runtime_server() {
     crate::require_server!("a_keeper_on_the_callers_runtime_loses_to_a_blocked_runtime_server");
     keeper_on_the_callers_runtime_loses_to_a_blocked_runtime(Kind::Server).await;

@@ -523,6 +523,7 @@ mod kubernetes {
     /// it, a worker on an empty queue sent SIGTERM while its poll waits: it exits within the
     /// poll's wait, and says so.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "needs an SQS-compatible server: scripts/with-sqs-server.sh cargo test -- --ignored"]
     async fn the_example_reports_health_and_stops_on_sigterm_within_28_s() {
         crate::require_server!(
             "kubernetes::the_example_reports_health_and_stops_on_sigterm_within_28_s"

@@ -25,12 +25,14 @@ macro_rules! with_s3 {
             use super::*;
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            #[ignore = "needs the test server's S3: scripts/with-sqs-server.sh cargo test -- --ignored"]
             async fn memory() {
                 require_server!(concat!(stringify!($name), "::memory"));
                 super::$name(Kind::Memory).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            #[ignore = "needs an SQS-compatible server: scripts/with-sqs-server.sh cargo test -- --ignored"]
             async fn server() {
                 require_server!(concat!(stringify!($name), "::server"));
                 super::$name(Kind::Server).await;
@@ -330,6 +332,7 @@ async fn unreadable_payloads_reach_no_handler_and_meet_the_retry_policy(kind: Ki
 /// The errors of unreadable payloads as logged: once each at `error`, naming the message,
 /// bucket and key, and why (on `MemoryQueue`, its logs captured on this thread).
 #[tokio::test]
+#[ignore = "needs an SQS-compatible server: scripts/with-sqs-server.sh cargo test -- --ignored"]
 async fn an_unreadable_payload_is_logged_once_at_error_naming_message_bucket_and_key() {
     require_server!("an_unreadable_payload_is_logged_once_at_error_naming_message_bucket_and_key");
     let (logs, _guard) = common::capture_logs();
@@ -368,6 +371,7 @@ async fn an_unreadable_payload_is_logged_once_at_error_naming_message_bucket_and
 /// With `delete_payload_on_ack`, the object goes once the SQS delete succeeded, and stays
 /// when it failed (`MemoryQueue` refuses the first delete).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs an SQS-compatible server: scripts/with-sqs-server.sh cargo test -- --ignored"]
 async fn delete_on_ack_deletes_the_object_only_after_the_sqs_delete() {
     require_server!("delete_on_ack_deletes_the_object_only_after_the_sqs_delete");
     let s3 = s3_client(&common::server_endpoint());
@@ -467,6 +471,7 @@ async fn batches_and_streams_get_payloads_too(kind: Kind) {
 /// An object delete that keeps failing after an ack is tried 4 times, then counted and left:
 /// the ack stands.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs an SQS-compatible server: scripts/with-sqs-server.sh cargo test -- --ignored"]
 async fn a_failing_object_delete_is_tried_four_times_then_counted_and_left() {
     require_server!("a_failing_object_delete_is_tried_four_times_then_counted_and_left");
     let endpoint = common::server_endpoint();
@@ -551,6 +556,7 @@ async fn a_slow_download_keeps_the_message_hidden(kind: Kind) {
 /// S3 failing transiently is tried 4 times in all, then the delivery meets the retry policy
 /// (kept hidden by default) without reaching a handler.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs an SQS-compatible server: scripts/with-sqs-server.sh cargo test -- --ignored"]
 async fn a_failing_s3_is_tried_four_times_then_the_delivery_meets_the_retry_policy() {
     require_server!("a_failing_s3_is_tried_four_times_then_the_delivery_meets_the_retry_policy");
     let endpoint = common::server_endpoint();
@@ -581,6 +587,7 @@ async fn a_failing_s3_is_tried_four_times_then_the_delivery_meets_the_retry_poli
 /// payload as its message; the body stays the envelope.
 #[cfg(feature = "json")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs an SQS-compatible server: scripts/with-sqs-server.sh cargo test -- --ignored"]
 async fn an_sns_envelope_around_a_pointer_gives_the_payload_as_its_message() {
     require_server!("an_sns_envelope_around_a_pointer_gives_the_payload_as_its_message");
     let s3 = s3_client(&common::server_endpoint());

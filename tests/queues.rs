@@ -78,6 +78,7 @@ async fn queue_name_and_arn(client: &aws_sdk_sqs::Client, url: &str) -> (String,
 /// often its URL or backlog is asked for), its messages are consumed, and the consumer shows
 /// the URL from then on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs an SQS-compatible server: scripts/with-sqs-server.sh cargo test -- --ignored"]
 async fn a_queue_given_by_name_or_arn_costs_one_get_queue_url() {
     require_server!("a_queue_given_by_name_or_arn_costs_one_get_queue_url");
     let q = TestQueue::new(Kind::Server, 30).await;
@@ -112,6 +113,7 @@ async fn a_queue_given_by_name_or_arn_costs_one_get_queue_url() {
 
 /// A name that does not exist ends `run` with a fatal error naming it, after one request.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs an SQS-compatible server: scripts/with-sqs-server.sh cargo test -- --ignored"]
 async fn a_queue_name_that_does_not_exist_is_an_error_naming_it() {
     require_server!("a_queue_name_that_does_not_exist_is_an_error_naming_it");
     let sent = Sent::default();

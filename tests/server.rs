@@ -24,6 +24,7 @@ async fn missing_queue_url() -> String {
 }
 
 #[tokio::test]
+#[ignore = "needs an SQS-compatible server: scripts/with-sqs-server.sh cargo test -- --ignored"]
 async fn a_missing_queue_makes_run_return_an_error_within_seconds() {
     crate::require_server!("a_missing_queue_makes_run_return_an_error_within_seconds");
     let url = missing_queue_url().await;
@@ -113,6 +114,7 @@ async fn bad_settings_are_refused_before_anything_is_sent() {
 }
 
 #[tokio::test]
+#[ignore = "needs an SQS-compatible server: scripts/with-sqs-server.sh cargo test -- --ignored"]
 async fn the_queue_timeout_is_read_from_the_server() {
     crate::require_server!("the_queue_timeout_is_read_from_the_server");
     let client = server_client();
@@ -153,6 +155,7 @@ async fn the_queue_timeout_is_read_from_the_server() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs an SQS-compatible server: scripts/with-sqs-server.sh cargo test -- --ignored"]
 async fn a_purged_queue_loses_the_held_delivery_at_its_next_round() {
     crate::require_server!("a_purged_queue_loses_the_held_delivery_at_its_next_round");
     // AWS answers the extension of a purged message `InvalidParameterValue` "does not exist or

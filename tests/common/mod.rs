@@ -15,7 +15,8 @@ pub mod faults;
 pub mod sdk;
 
 /// Runs each scenario `name(kind)` twice: on `MemoryQueue` (paused clock) and on the test
-/// server (real time), as `name::memory` and `name::server`.
+/// server (real time), as `name::memory` and `name::server`. The server variant is ignored
+/// unless ignored tests are asked for (see [`require_server!`]).
 #[macro_export]
 macro_rules! on_both {
     ($($name:ident),* $(,)?) => {$(
@@ -28,6 +29,7 @@ macro_rules! on_both {
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            #[ignore = "needs an SQS-compatible server: scripts/with-sqs-server.sh cargo test -- --ignored"]
             async fn server() {
                 $crate::require_server!(concat!(stringify!($name), "::server"));
                 super::$name(Kind::Server).await;
@@ -36,35 +38,27 @@ macro_rules! on_both {
     )*};
 }
 
-/// Returns from the test at once, with one line saying so, when no test server is up and
-/// none is required (a plain `cargo test`); under `CI=true` or `SQS_TEST_REQUIRE_SERVER=1`
-/// (the test command sets it) a missing server fails the test instead.
+/// Fails the test at once, saying how to start one, when no test server is up.
+///
+/// Every test that calls it is `#[ignore]`d with the reason "needs an SQS-compatible
+/// server", so that a plain `cargo test` lists it as ignored rather than passed; the test
+/// command (`scripts/test.sh`) starts a server and runs them with `--include-ignored`.
 #[macro_export]
 macro_rules! require_server {
     ($test:expr) => {
-        if !$crate::common::server_is_up($test) {
-            return;
-        }
+        $crate::common::server_endpoint_for($test)
     };
 }
 
-/// Whether `SQS_TEST_ENDPOINT` names a test server; see [`require_server!`].
-pub fn server_is_up(test: &str) -> bool {
-    if std::env::var_os("SQS_TEST_ENDPOINT").is_some() {
-        return true;
-    }
-    let required = std::env::var("CI").as_deref() == Ok("true")
-        || std::env::var("SQS_TEST_REQUIRE_SERVER").as_deref() == Ok("1");
-    assert!(
-        !required,
-        "{test}: SQS_TEST_ENDPOINT is not set, and a server is required here (CI=true or \
-         SQS_TEST_REQUIRE_SERVER=1): run the suite with scripts/test.sh, which starts one"
-    );
-    report(&format!(
-        "skipped {test}: it needs an SQS-compatible server (scripts/with-sqs-server.sh cargo \
-         test runs it with moto; scripts/test.sh runs the whole suite)"
-    ));
-    false
+/// `SQS_TEST_ENDPOINT`, the test server's address; panics naming `test` when it is unset.
+pub fn server_endpoint_for(test: &str) -> String {
+    std::env::var("SQS_TEST_ENDPOINT").unwrap_or_else(|_| {
+        panic!(
+            "{test} needs an SQS-compatible server and SQS_TEST_ENDPOINT is not set: run it \
+             with scripts/with-sqs-server.sh cargo test -- --ignored (moto), or the whole \
+             suite with scripts/test.sh"
+        )
+    })
 }
 
 /// Where a scenario runs.
