@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Mutation testing with cargo-mutants (installed at a pinned version under target/tools the
+# first time, a build of about two minutes): each mutant is one small change to a module
+# that carries a promise (.cargo/mutants.toml lists them), built and run against the tests
+# that need no server; a mutant the tests let pass is "missed". docs/mutants.md gives the
+# figures of the last full run and a reason for every mutant left alive. Slow (one build
+# per mutant: a whole run takes hours), so not part of the test command. Arguments go to
+# cargo-mutants:
+#   scripts/mutants.sh --list                     the mutants, without running them
+#   scripts/mutants.sh --shard 3/16               one sixteenth of them
+#   scripts/mutants.sh -f src/rate_limit.rs       one module
+#   git diff main | scripts/mutants.sh --in-diff -   only the lines a change touches
+# Results go to mutants.out/ (outcomes.json, caught.txt, missed.txt, timeout.txt, ...).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+version=27.1.0
+tools=target/tools
+mutants="$tools/bin/cargo-mutants"
+if ! [ -x "$mutants" ] || [ "$("$mutants" mutants --version)" != "cargo-mutants $version" ]; then
+  echo "installing cargo-mutants $version under $tools"
+  cargo install --locked --quiet cargo-mutants --version "$version" --root "$tools"
+fi
+exec "$mutants" mutants "$@"
