@@ -303,6 +303,36 @@ const HANDLE_LEN: usize = 48;
 /// ..."), and a receipt handle lets whoever reads it delete or release the message: errors and
 /// logs show only its start, as `Delivery`'s `Debug` does.
 pub(crate) fn shorten_handles(text: &str) -> std::borrow::Cow<'_, str> {
+    use std::borrow::Cow;
+    match shorten_quoted_handle(text) {
+        Cow::Borrowed(text) => shorten_long_tokens(text),
+        Cow::Owned(text) => Cow::Owned(shorten_long_tokens(&text).into_owned()),
+    }
+}
+
+/// The handle SQS quotes in "Value <handle> for parameter ReceiptHandle is invalid", cut to
+/// its first 8 characters whatever its length: `MemoryQueue`'s handles are shorter than
+/// [`HANDLE_LEN`], and not made of base64 alone.
+fn shorten_quoted_handle(text: &str) -> std::borrow::Cow<'_, str> {
+    const BEFORE: &str = "Value ";
+    const AFTER: &str = " for parameter ReceiptHandle";
+    let Some(end) = text.find(AFTER) else {
+        return std::borrow::Cow::Borrowed(text);
+    };
+    let start = text[..end]
+        .rfind(BEFORE)
+        .map_or(end, |at| at + BEFORE.len());
+    let handle = &text[start..end];
+    if handle.chars().count() <= 8 || handle.contains(' ') {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let cut: String = handle.chars().take(8).collect();
+    std::borrow::Cow::Owned(format!("{}{cut}…{}", &text[..start], &text[end..]))
+}
+
+/// `text` with every token that looks like a receipt handle (long, base64) cut to its first
+/// 8 characters.
+fn shorten_long_tokens(text: &str) -> std::borrow::Cow<'_, str> {
     let handle_char = |c: char| c.is_ascii_alphanumeric() || "+/=_-".contains(c);
     let long = |token: &str| token.len() >= HANDLE_LEN && token.chars().all(handle_char);
     if !text.split(|c: char| !handle_char(c)).any(long) {
@@ -698,6 +728,14 @@ mod tests {
             short,
             "Value AQEBzWwa… for parameter ReceiptHandle is invalid. Reason: Message does not \
              exist or is not available for visibility timeout change."
+        );
+        // `MemoryQueue`'s handles are short, and dotted: cut where SQS's answer quotes one.
+        let memory = "Value 7a42bf96c50605bf.0.1.488c5ce5273edf3c for parameter ReceiptHandle \
+                      is invalid. Reason: Message does not exist or is not available.";
+        assert_eq!(
+            shorten_handles(memory),
+            "Value 7a42bf96… for parameter ReceiptHandle is invalid. Reason: Message does not \
+             exist or is not available."
         );
         // Still classified by its reason once shortened.
         assert_eq!(

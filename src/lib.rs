@@ -90,7 +90,9 @@
 //!
 //! With none of them the crate needs no HTTP client, TLS stack or `aws-config`: you pass the
 //! client you built. Items that need a feature say so.
-#![forbid(unsafe_code)]
+#![cfg_attr(not(test), forbid(unsafe_code))]
+// The unit tests' leak guard is installed before their first test, which takes `unsafe`.
+#![cfg_attr(test, deny(unsafe_code))]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(
     missing_docs,
@@ -99,6 +101,23 @@
     rustdoc::broken_intra_doc_links,
     clippy::missing_errors_doc
 )]
+
+/// Every log line of the unit tests passes the suite's leak guard, installed before the
+/// first test.
+#[cfg(test)]
+#[path = "../tests/common/log_guard.rs"]
+#[allow(unsafe_code, unreachable_pub, dead_code, missing_docs)]
+mod leak_guard;
+
+#[cfg(test)]
+#[allow(unsafe_code)]
+#[ctor::ctor(unsafe)]
+fn install_the_leak_guard() {
+    use tracing_subscriber::layer::SubscriberExt;
+    let subscriber = tracing_subscriber::registry().with(leak_guard::layer());
+    tracing::subscriber::set_global_default(subscriber).expect("the only global subscriber");
+    leak_guard::fail_at_exit_on_leaks();
+}
 
 // Every file sits on a layer and imports only from layers below it: the table is in
 // CONTRIBUTING.md, "Layers", and `tests/layers.rs` reads it and holds the crate to it.

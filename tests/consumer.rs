@@ -2,6 +2,8 @@
 
 mod common;
 
+guard_logs!();
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

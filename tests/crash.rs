@@ -5,6 +5,8 @@
 
 mod common;
 
+guard_logs!();
+
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};

@@ -7,6 +7,8 @@
 #[macro_use]
 mod common;
 
+guard_logs!();
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 

@@ -8,6 +8,8 @@
 #[macro_use]
 mod common;
 
+guard_logs!();
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -24,6 +24,8 @@ use tokio::time::{sleep, timeout, Instant};
 
 mod common;
 
+guard_logs!();
+
 use common::sdk::{
     change_answer, consumer, deletes, deletes_failing, extensions_succeed, mocked, one_deleted,
     one_extended, one_extension_failed, one_message, receive_once, sqs_error, URL,

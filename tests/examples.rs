@@ -4,6 +4,8 @@
 
 mod common;
 
+guard_logs!();
+
 #[allow(dead_code)]
 #[path = "../examples/quickstart.rs"]
 mod quickstart;

@@ -6,6 +6,8 @@
 
 mod common;
 
+guard_logs!();
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

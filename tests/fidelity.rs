@@ -8,6 +8,8 @@
 
 mod common;
 
+guard_logs!();
+
 use std::time::Duration;
 
 use aws_sdk_sqs::error::ProvideErrorMetadata;

@@ -6,6 +6,8 @@
 #[macro_use]
 mod common;
 
+guard_logs!();
+
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -11,6 +11,8 @@ use tokio::time::{sleep, timeout, Instant};
 
 mod common;
 
+guard_logs!();
+
 use common::sdk::{
     consumer, deletes, extensions_succeed, mocked, one_extension_failed, receive_once, URL,
 };

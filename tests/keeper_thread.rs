@@ -8,6 +8,8 @@ use sqs_consumer::{Consumer, MemoryQueue};
 
 mod common;
 
+guard_logs!();
+
 use common::take_one;
 
 /// The keeper threads of this process, as Linux lists them.

@@ -3,6 +3,8 @@
 
 mod common;
 
+guard_logs!();
+
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -6,6 +6,8 @@
 
 mod common;
 
+guard_logs!();
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -272,4 +274,42 @@ fn assert_logged<const N: usize>(logs: &Mutex<Vec<u8>>, events: [(&str, &str); N
             String::from_utf8_lossy(&logs.lock().unwrap())
         );
     }
+}
+
+/// The suite's leak guard itself: a line carrying a registered body, or a whole
+/// `MemoryQueue` receipt handle, fails the test that logs it; the same texts cut short pass.
+#[test]
+fn the_leak_guard_fails_a_test_that_logs_a_body_or_a_whole_handle() {
+    use common::log_guard;
+    let (_logs, _guard) = capture_logs();
+    let body = "LEAK-GUARD-SELF-TEST body";
+    log_guard::secret(body);
+    let handle = "7a42bf96c50605bf.12.3.488c5ce5273edf3c";
+    let logs = |line: String| std::panic::catch_unwind(|| tracing::warn!("{line}")).is_err();
+    assert!(logs(format!("handled {body}")), "a body passed");
+    assert!(
+        logs(format!("LEAK-GUARD-SELF-TEST handle {handle}")),
+        "a handle passed"
+    );
+    assert!(!logs("LEAK-GUARD-SELF-TEST handle 7a42bf96…".to_owned()));
+    assert!(!logs("LEAK-GUARD-SELF-TEST b…".to_owned()));
+    // Leaked on purpose: not a reason to fail the binary at its end.
+    assert_eq!(log_guard::forget_leaks_with("LEAK-GUARD-SELF-TEST"), 2);
+}
+
+/// Every test binary that uses the crate installs the leak guard before its first test.
+#[test]
+fn every_test_binary_installs_the_leak_guard() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
+    let mut unguarded = Vec::new();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "rs") {
+            let code = std::fs::read_to_string(&path).unwrap();
+            if code.contains("sqs_consumer") && !code.contains("\nguard_logs!(") {
+                unguarded.push(path.file_name().unwrap().to_string_lossy().into_owned());
+            }
+        }
+    }
+    assert!(unguarded.is_empty(), "no guard_logs!() in {unguarded:?}");
 }

@@ -7,6 +7,10 @@ use sqs_consumer::memory::{Action, SendOptions};
 use sqs_consumer::{Error, MemoryQueue};
 use tokio::time::{sleep, sleep_until, Instant};
 
+mod common;
+
+guard_logs!();
+
 fn secs(s: u64) -> Duration {
     Duration::from_secs(s)
 }

@@ -9,6 +9,8 @@
 #[macro_use]
 mod common;
 
+guard_logs!();
+
 use std::time::Duration;
 
 use common::faults::{FaultProxy, Faults};

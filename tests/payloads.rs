@@ -8,6 +8,8 @@
 
 mod common;
 
+guard_logs!();
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 

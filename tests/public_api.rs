@@ -7,6 +7,10 @@
 //! the public API changes this file, and shows in review; write it in `CHANGELOG.md` too.
 #![allow(dead_code, unused_must_use, clippy::no_effect_underscore_binding)]
 
+mod common;
+
+guard_logs!();
+
 use std::collections::BTreeSet;
 use std::time::Duration;
 

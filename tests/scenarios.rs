@@ -4,6 +4,8 @@
 #[macro_use]
 mod common;
 
+guard_logs!();
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -14,6 +14,8 @@ use tokio::time::{sleep, Instant};
 
 mod common;
 
+guard_logs!();
+
 use common::sdk::{
     change_answer, consumer, deletes, mocked, one_extended, one_message, receive_once, sqs_error,
 };

@@ -2,6 +2,8 @@
 
 mod common;
 
+guard_logs!();
+
 use std::time::Duration;
 
 use common::{capture_logs, secs, server_client, unique_name};

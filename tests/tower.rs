@@ -7,6 +7,8 @@
 #[macro_use]
 mod common;
 
+guard_logs!();
+
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -8,14 +8,14 @@
 #[macro_use]
 mod common;
 
+guard_logs!(exporting_layer());
+
 use std::sync::{Arc, Mutex, OnceLock};
 
 use common::{eventually, secs, Kind, TestQueue};
 use opentelemetry::trace::{SpanId, SpanKind, TraceId, TracerProvider as _};
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
 use sqs_consumer::{Delivery, TraceCarrier};
-use tracing_subscriber::layer::SubscriberExt;
-use tracing_subscriber::Layer;
 
 on_both!(the_delivery_span_joins_the_producers_trace_from_either_carrier);
 
@@ -63,52 +63,31 @@ const X_RAY: &str = "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42c
 const X_RAY_TRACE: &str = "5759e988bd862e3fe1be46a994272793";
 const X_RAY_SPAN: &str = "53995c3f42cd8ad8";
 
-/// The exporter every span of this test binary goes to, and the crate's debug lines.
+/// The exporter every span of this test binary goes to.
 struct Exported {
     spans: InMemorySpanExporter,
-    logs: Arc<Mutex<Vec<u8>>>,
     /// Kept alive: dropping the provider shuts its exporter down.
     _provider: SdkTracerProvider,
 }
 
-fn exported() -> &'static Exported {
-    static EXPORTED: OnceLock<Exported> = OnceLock::new();
-    EXPORTED.get_or_init(|| {
-        let spans = InMemorySpanExporter::default();
-        let provider = SdkTracerProvider::builder()
-            .with_simple_exporter(spans.clone())
-            .build();
-        let tracer = provider.tracer("trace-continuation-test");
-        let logs = Arc::new(Mutex::new(Vec::new()));
-        let writer = logs.clone();
-        let lines = tracing_subscriber::fmt::layer()
-            .with_ansi(false)
-            .with_writer(move || Buffer(writer.clone()))
-            .with_filter(tracing_subscriber::EnvFilter::new(
-                "sqs_consumer=debug,info",
-            ));
-        let subscriber = tracing_subscriber::registry()
-            .with(tracing_opentelemetry::layer().with_tracer(tracer))
-            .with(lines);
-        tracing::subscriber::set_global_default(subscriber).expect("the only subscriber");
-        Exported {
-            spans,
-            logs,
-            _provider: provider,
-        }
-    })
+static EXPORTED: OnceLock<Exported> = OnceLock::new();
+
+/// The layer that exports this binary's spans, made once, before its first test.
+fn exporting_layer() -> impl tracing_subscriber::Layer<tracing_subscriber::Registry> + Send + Sync {
+    let spans = InMemorySpanExporter::default();
+    let provider = SdkTracerProvider::builder()
+        .with_simple_exporter(spans.clone())
+        .build();
+    let tracer = provider.tracer("trace-continuation-test");
+    let _ = EXPORTED.set(Exported {
+        spans,
+        _provider: provider,
+    });
+    tracing_opentelemetry::layer().with_tracer(tracer)
 }
 
-struct Buffer(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Buffer {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
+fn exported() -> &'static Exported {
+    EXPORTED.get().expect("installed before the first test")
 }
 
 /// What a handler saw: the message's form (its body's first word), its id, and where its
@@ -134,6 +113,8 @@ fn span_with(spans: &[SpanData], key: &str, value: &str) -> Option<SpanData> {
 /// the `delivery` span.
 async fn the_delivery_span_joins_the_producers_trace_from_either_carrier(kind: Kind) {
     let exported = exported();
+    // The debug lines of the malformed headers, from here on.
+    let lines = common::global_logs();
     let q = TestQueue::new(kind, 30).await;
     let traceparent = format!("00-{W3C_TRACE}-{W3C_SPAN}-01");
     let tag = format!("{kind:?}");
@@ -272,7 +253,7 @@ async fn the_delivery_span_joins_the_producers_trace_from_either_carrier(kind: K
         .map(|t| TraceId::from_hex(t).unwrap())
         .contains(&delivery.span_context.trace_id()));
     assert_eq!(work.parent_span_id, delivery.span_context.span_id());
-    let logs = String::from_utf8_lossy(&exported.logs.lock().unwrap()).into_owned();
+    let logs = String::from_utf8_lossy(&lines.lock().unwrap()).into_owned();
     let (malformed_id, _) = id_of("malformed");
     let line = logs
         .lines()

@@ -9,7 +9,7 @@ use aws_sdk_sqs::types::{Message, MessageAttributeValue, MessageSystemAttributeN
 use tokio::time::Instant;
 
 use crate::call_retries::random_u64;
-use crate::error::{classify_code, Error};
+use crate::error::{classify_code, shorten_handles, Error};
 use crate::limits::{whole_secs, HARD_LIMIT, MAX_BATCH, MAX_VISIBILITY_SECS};
 use crate::memory::counts::{Action, RequestCounts};
 use crate::memory::faults::{next_draw, Fault, Faults, InjectedFaults};
@@ -705,8 +705,10 @@ impl fmt::Display for MemoryQueueError {
 
 impl std::error::Error for MemoryQueueError {}
 
-/// The queue refuses a call of `action` with an SQS error `code`.
+/// The queue refuses a call of `action` with an SQS error `code`; a receipt handle its
+/// message quotes is cut to its start, as the SDK path cuts those of a server's answers.
 pub(crate) fn refuse(action: Action, code: &str, message: &str) -> Error {
+    let message = &*shorten_handles(message);
     Error::Sqs {
         operation: action.name(),
         code: Some(code.to_owned()),

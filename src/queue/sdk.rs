@@ -531,7 +531,11 @@ mod tests {
     /// under it.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_call_made_a_task_runs_in_the_callers_span() {
-        let _subscriber = tracing::subscriber::set_default(tracing_subscriber::registry());
+        let _subscriber =
+            tracing::subscriber::set_default(tracing_subscriber::layer::SubscriberExt::with(
+                tracing_subscriber::registry(),
+                crate::leak_guard::layer(),
+            ));
         let seen = as_task("ReceiveMessage", async {
             Ok::<_, Error>(tracing::Span::current().metadata().map(|m| m.name()))
         })

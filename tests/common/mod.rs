@@ -10,8 +10,10 @@ use std::time::Duration;
 use aws_sdk_sqs::types::{Message, MessageSystemAttributeName, QueueAttributeName};
 use sqs_consumer::{Consumer, ConsumerBuilder, Delivery, Handler, MemoryQueue};
 use tokio::time::sleep;
+use tracing_subscriber::Layer as _;
 
 pub mod faults;
+pub mod log_guard;
 pub mod sdk;
 
 /// Runs each scenario `name(kind)` twice: on `MemoryQueue` (paused clock) and on the test
@@ -151,8 +153,66 @@ pub fn client_for(endpoint: &str) -> aws_sdk_sqs::Client {
             "test", "test", None, None, "tests",
         ))
         .endpoint_url(endpoint)
+        .interceptor(SecretsSeen)
         .build();
     aws_sdk_sqs::Client::from_conf(config)
+}
+
+/// Registers with the leak guard every body a client sends and every body and receipt
+/// handle it receives.
+#[derive(Debug)]
+struct SecretsSeen;
+
+impl aws_smithy_runtime_api::client::interceptors::Intercept for SecretsSeen {
+    fn name(&self) -> &'static str {
+        "SecretsSeen"
+    }
+
+    fn read_before_execution(
+        &self,
+        ctx: &aws_smithy_runtime_api::client::interceptors::context::BeforeSerializationInterceptorContextRef<'_>,
+        _: &mut aws_smithy_types::config_bag::ConfigBag,
+    ) -> Result<(), aws_smithy_runtime_api::box_error::BoxError> {
+        use aws_sdk_sqs::operation::{
+            send_message::SendMessageInput, send_message_batch::SendMessageBatchInput,
+        };
+        let input = ctx.input();
+        if let Some(body) = input
+            .downcast_ref::<SendMessageInput>()
+            .and_then(|i| i.message_body())
+        {
+            log_guard::secret(body);
+        }
+        if let Some(batch) = input.downcast_ref::<SendMessageBatchInput>() {
+            batch
+                .entries()
+                .iter()
+                .for_each(|e| log_guard::secret(e.message_body()));
+        }
+        Ok(())
+    }
+
+    fn read_after_deserialization(
+        &self,
+        ctx: &aws_smithy_runtime_api::client::interceptors::context::AfterDeserializationInterceptorContextRef<'_>,
+        _: &aws_smithy_runtime_api::client::runtime_components::RuntimeComponents,
+        _: &mut aws_smithy_types::config_bag::ConfigBag,
+    ) -> Result<(), aws_smithy_runtime_api::box_error::BoxError> {
+        use aws_sdk_sqs::operation::receive_message::ReceiveMessageOutput;
+        let Ok(out) = ctx.output_or_error() else {
+            return Ok(());
+        };
+        for m in out
+            .downcast_ref::<ReceiveMessageOutput>()
+            .map_or(&[][..], |o| o.messages())
+        {
+            m.body()
+                .into_iter()
+                .chain(m.receipt_handle())
+                .for_each(log_guard::secret);
+        }
+        Ok(())
+    }
 }
 
 /// The sizes of the non-empty `ReceiveMessage` answers a client got, recorded by an
@@ -429,6 +489,7 @@ impl TestQueue {
     pub async fn send(&self, body: &str) {
         match self {
             TestQueue::Memory(q) => {
+                log_guard::secret(body);
                 q.send(body).unwrap();
             }
             TestQueue::Server { client, url } => {
@@ -468,7 +529,9 @@ impl TestQueue {
         match self {
             TestQueue::Memory(q) => {
                 for i in 0..n {
-                    q.send(format!("{prefix}{i}")).unwrap();
+                    let body = format!("{prefix}{i}");
+                    log_guard::secret(&body);
+                    q.send(body).unwrap();
                 }
             }
             TestQueue::Server { client, url } => send_batches(client, url, prefix, n).await,
@@ -754,42 +817,95 @@ pub async fn run_until_one_acked(name: &str) {
     consumer.run_until(handler, acked.notified()).await.unwrap();
 }
 
-/// A subscriber that writes every log line (debug and up, no colours) to the returned buffer.
-pub fn buffered_subscriber() -> (Arc<Mutex<Vec<u8>>>, impl tracing::Subscriber + Send + Sync) {
-    #[derive(Clone)]
-    struct Buffer(Arc<Mutex<Vec<u8>>>);
-    impl std::io::Write for Buffer {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            std::io::Write::write(&mut *self.0.lock().unwrap(), buf)
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
+/// A buffer log lines are written to.
+#[derive(Clone)]
+struct Buffer(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Buffer {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        std::io::Write::write(&mut *self.0.lock().unwrap(), buf)
     }
-    let logs = Arc::new(Mutex::new(Vec::new()));
-    let buffer = Buffer(logs.clone());
-    let subscriber = tracing_subscriber::fmt()
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Lines as the suite reads them: no colours, thread names shown.
+fn lines_to<S>(buffer: Buffer) -> impl tracing_subscriber::Layer<S> + Send + Sync
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    tracing_subscriber::fmt::layer()
         .with_writer(move || buffer.clone())
         .with_ansi(false)
         .with_thread_names(true)
-        .with_max_level(tracing::Level::DEBUG)
-        .finish();
+}
+
+/// A subscriber that writes every log line (debug and up, no colours) to the returned
+/// buffer, through the leak guard.
+pub fn buffered_subscriber() -> (Arc<Mutex<Vec<u8>>>, impl tracing::Subscriber + Send + Sync) {
+    use tracing_subscriber::layer::SubscriberExt;
+    let logs = Arc::new(Mutex::new(Vec::new()));
+    let subscriber = tracing_subscriber::registry()
+        .with(log_guard::layer())
+        .with(
+            lines_to(Buffer(logs.clone()))
+                .with_filter(tracing_subscriber::filter::LevelFilter::DEBUG),
+        );
     (logs, subscriber)
 }
 
-/// The log lines written while the returned guard lives (this thread only).
-/// A subscriber for the whole test binary (spans are entered on any thread of a runtime),
-/// writing to a buffer: set once, the first time it is asked for. Tests that run on both
-/// runtimes at once share it, where thread-scoped subscribers would race.
-pub fn global_logs() -> &'static Arc<Mutex<Vec<u8>>> {
-    static LOGS: std::sync::OnceLock<Arc<Mutex<Vec<u8>>>> = std::sync::OnceLock::new();
-    LOGS.get_or_init(|| {
-        let (logs, subscriber) = buffered_subscriber();
-        tracing::subscriber::set_global_default(subscriber).expect("the only subscriber");
-        logs
-    })
+/// Installs, before the binary's first test, the global subscriber every test binary of the
+/// suite has: the leak guard ([`log_guard`]) and the buffer [`global_logs`] reads.
+/// `guard_logs!(layer)` adds a layer of the binary's own (its spans' exporter, say).
+/// `tests/layers.rs` checks that every test binary invokes it.
+#[macro_export]
+macro_rules! guard_logs {
+    () => {
+        $crate::guard_logs!(tracing_subscriber::layer::Identity::new());
+    };
+    ($extra:expr) => {
+        #[ctor::ctor(unsafe)]
+        fn install_the_global_subscriber() {
+            $crate::common::install_global_subscriber($extra);
+        }
+    };
 }
 
+/// Whether [`global_logs`] was asked for: until then the global buffer takes nothing.
+static CAPTURING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+fn global_buffer() -> &'static Arc<Mutex<Vec<u8>>> {
+    static LOGS: std::sync::OnceLock<Arc<Mutex<Vec<u8>>>> = std::sync::OnceLock::new();
+    LOGS.get_or_init(Arc::default)
+}
+
+/// See [`guard_logs!`].
+pub fn install_global_subscriber(
+    extra: impl tracing_subscriber::Layer<tracing_subscriber::Registry> + Send + Sync + 'static,
+) {
+    use tracing_subscriber::layer::SubscriberExt;
+    let capturing = tracing_subscriber::filter::filter_fn(|meta| {
+        CAPTURING.load(std::sync::atomic::Ordering::Relaxed)
+            && *meta.level() <= tracing::Level::DEBUG
+    });
+    let subscriber = tracing_subscriber::registry()
+        .with(extra)
+        .with(log_guard::layer())
+        .with(lines_to(Buffer(global_buffer().clone())).with_filter(capturing));
+    tracing::subscriber::set_global_default(subscriber).expect("the only global subscriber");
+    log_guard::fail_at_exit_on_leaks();
+}
+
+/// The log lines (debug and up) of the whole test binary from the first call on (spans are
+/// entered on any thread of a runtime). Tests that run on both runtimes at once share it,
+/// where thread-scoped subscribers would race.
+pub fn global_logs() -> &'static Arc<Mutex<Vec<u8>>> {
+    CAPTURING.store(true, std::sync::atomic::Ordering::Relaxed);
+    global_buffer()
+}
+
+/// The log lines written while the returned guard lives (this thread only).
 pub fn capture_logs() -> (Arc<Mutex<Vec<u8>>>, tracing::subscriber::DefaultGuard) {
     let (logs, subscriber) = buffered_subscriber();
     (logs, tracing::subscriber::set_default(subscriber))
