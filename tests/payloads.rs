@@ -1,12 +1,15 @@
 //! Payloads in S3, as Amazon's Extended Client libraries store them (feature `s3`): pointers
 //! written exactly as the Java and Python libraries write them, read before the handler with
 //! the lease kept; unreadable payloads kept from every handler; the object deleted only after
-//! the SQS delete; a graceful stop during a download. S3 is the test server's own (moto serves
-//! it on the SQS port; LocalStack runs it beside SQS); the queue is `MemoryQueue` (on the real
-//! clock: S3 is real I/O) or the server's.
+//! the SQS delete; a graceful stop during a download. Each scenario runs twice: on
+//! `MemoryQueue` with an S3 in the test's memory behind the real SDK (`fake_s3`: no server,
+//! so a plain `cargo test` runs the whole payload path), and on the test server's queue with
+//! its S3 (moto serves it on the SQS port; LocalStack runs it beside SQS). Both on the real
+//! clock.
 #![cfg(feature = "s3")]
 
 mod common;
+mod fake_s3;
 
 guard_logs!();
 
@@ -16,20 +19,20 @@ use std::time::Duration;
 use aws_sdk_sqs::types::MessageAttributeValue;
 use common::faults::{FaultProxy, Faults};
 use common::{eventually, secs, Kind, TestQueue};
+use fake_s3::{Disturb, FakeS3};
 use futures::StreamExt;
 use sqs_consumer::memory::Action;
 use sqs_consumer::{AckMode, Batch, BoxError, ConsumerBuilder, Delivery, RetryPolicy};
 
-/// Runs `name(kind)` on `MemoryQueue` and on the server's queue, both with the server's S3.
+/// Runs `name(kind)` on `MemoryQueue` with the fake S3 (`memory`), and on the server's queue
+/// with the server's S3 (`server`, ignored without one).
 macro_rules! with_s3 {
     ($($name:ident),* $(,)?) => {$(
         mod $name {
             use super::*;
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            #[ignore = "needs the test server's S3: scripts/with-sqs-server.sh cargo test -- --ignored"]
             async fn memory() {
-                require_server!(concat!(stringify!($name), "::memory"));
                 super::$name(Kind::Memory).await;
             }
 
@@ -38,6 +41,28 @@ macro_rules! with_s3 {
             async fn server() {
                 require_server!(concat!(stringify!($name), "::server"));
                 super::$name(Kind::Server).await;
+            }
+        }
+    )*};
+}
+
+/// Runs `name(s3)` on `MemoryQueue` (its faults and counts), with the fake S3 (`fake`) and
+/// with the server's S3 (`server_s3`, ignored without a server).
+macro_rules! with_either_s3 {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            use super::*;
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn fake() {
+                super::$name(S3::new(Kind::Memory)).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            #[ignore = "needs an SQS-compatible server: scripts/with-sqs-server.sh cargo test -- --ignored"]
+            async fn server_s3() {
+                require_server!(concat!(stringify!($name), "::server_s3"));
+                super::$name(S3::new(Kind::Server)).await;
             }
         }
     )*};
@@ -61,13 +86,128 @@ fn s3_client(endpoint: &str) -> aws_sdk_s3::Client {
     aws_sdk_s3::Client::from_conf(config)
 }
 
-/// What a proxy in front of S3 does to every request of one action.
-#[derive(Debug, Clone, Copy)]
-enum Disturb {
-    /// Answers `500 InternalError` itself.
-    Fail,
-    /// Forwards it, and holds the answer this long.
-    Hold(Duration),
+/// The S3 a scenario reads payloads from.
+#[derive(Clone)]
+enum S3 {
+    /// The fake in the test's memory.
+    Fake(FakeS3),
+    /// The test server's.
+    Server(aws_sdk_s3::Client),
+}
+
+impl S3 {
+    /// The fake for `MemoryQueue`, the server's S3 for the server's queue.
+    fn new(kind: Kind) -> Self {
+        match kind {
+            Kind::Memory => S3::Fake(FakeS3::default()),
+            Kind::Server => S3::Server(s3_client(&common::server_endpoint())),
+        }
+    }
+
+    /// The client the consumer reads through.
+    fn client(&self) -> aws_sdk_s3::Client {
+        match self {
+            S3::Fake(fake) => fake.client(),
+            S3::Server(client) => client.clone(),
+        }
+    }
+
+    async fn new_bucket(&self) -> String {
+        let bucket = common::unique_name("payloads");
+        match self {
+            S3::Fake(fake) => fake.create_bucket(&bucket),
+            S3::Server(s3) => {
+                s3.create_bucket()
+                    .bucket(&bucket)
+                    .send()
+                    .await
+                    .expect("CreateBucket");
+            }
+        }
+        bucket
+    }
+
+    async fn put(&self, bucket: &str, key: &str, body: &[u8]) {
+        match self {
+            S3::Fake(fake) => fake.put(bucket, key, body),
+            S3::Server(s3) => {
+                s3.put_object()
+                    .bucket(bucket)
+                    .key(key)
+                    .body(body.to_vec().into())
+                    .send()
+                    .await
+                    .expect("PutObject");
+            }
+        }
+    }
+
+    async fn exists(&self, bucket: &str, key: &str) -> bool {
+        match self {
+            S3::Fake(fake) => fake.exists(bucket, key),
+            S3::Server(s3) => s3
+                .head_object()
+                .bucket(bucket)
+                .key(key)
+                .send()
+                .await
+                .is_ok(),
+        }
+    }
+
+    /// A client whose requests of `actions` are disturbed (by the fake itself, or by a proxy
+    /// in front of the server), with the count of requests by action.
+    async fn disturbed(&self, actions: &'static [&'static str], disturb: Disturb) -> Disturbed {
+        match self {
+            S3::Fake(fake) => {
+                fake.disturb(actions, disturb);
+                Disturbed::Fake(fake.clone())
+            }
+            S3::Server(_) => {
+                let endpoint = common::server_endpoint();
+                Disturbed::Proxy(s3_proxy(&endpoint, actions, disturb).await)
+            }
+        }
+    }
+}
+
+impl S3 {
+    /// A client whose requests are counted, none disturbed.
+    async fn counted(&self) -> Disturbed {
+        match self {
+            S3::Fake(fake) => Disturbed::Fake(fake.clone()),
+            S3::Server(_) => {
+                let endpoint = common::server_endpoint();
+                Disturbed::Proxy(FaultProxy::start(&endpoint, Faults::none(), 1).await)
+            }
+        }
+    }
+}
+
+/// An S3 some of whose requests are disturbed.
+enum Disturbed {
+    Fake(FakeS3),
+    Proxy(FaultProxy),
+}
+
+impl Disturbed {
+    fn client(&self) -> aws_sdk_s3::Client {
+        match self {
+            Disturbed::Fake(fake) => fake.client(),
+            Disturbed::Proxy(proxy) => s3_client(&proxy.endpoint),
+        }
+    }
+
+    /// Requests of `action` so far.
+    fn requests(&self, action: &str) -> usize {
+        match self {
+            Disturbed::Fake(fake) => fake.requests(action),
+            Disturbed::Proxy(proxy) => {
+                let requests = proxy.log().requests.get(action).copied().unwrap_or(0);
+                usize::try_from(requests).unwrap_or(usize::MAX)
+            }
+        }
+    }
 }
 
 /// A proxy in front of the test server that disturbs every request of `actions`.
@@ -90,36 +230,6 @@ async fn s3_proxy(
         actions,
     };
     FaultProxy::start(endpoint, faults, 7).await
-}
-
-/// A fresh bucket on the test server.
-async fn new_bucket(s3: &aws_sdk_s3::Client) -> String {
-    let bucket = common::unique_name("payloads");
-    s3.create_bucket()
-        .bucket(&bucket)
-        .send()
-        .await
-        .expect("CreateBucket");
-    bucket
-}
-
-async fn put(s3: &aws_sdk_s3::Client, bucket: &str, key: &str, body: &[u8]) {
-    s3.put_object()
-        .bucket(bucket)
-        .key(key)
-        .body(body.to_vec().into())
-        .send()
-        .await
-        .expect("PutObject");
-}
-
-async fn exists(s3: &aws_sdk_s3::Client, bucket: &str, key: &str) -> bool {
-    s3.head_object()
-        .bucket(bucket)
-        .key(key)
-        .send()
-        .await
-        .is_ok()
 }
 
 /// How a producer library writes its pointer.
@@ -221,8 +331,8 @@ fn consumer_of(q: &TestQueue, s3: aws_sdk_s3::Client, bucket: &str) -> ConsumerB
 /// payload, `payload_location` says where from, and the object stays (no delete by
 /// default). An ordinary message beside them is untouched.
 async fn pointers_as_the_java_and_python_libraries_write_them_are_read(kind: Kind) {
-    let s3 = s3_client(&common::server_endpoint());
-    let bucket = new_bucket(&s3).await;
+    let s3 = S3::new(kind);
+    let bucket = s3.new_bucket().await;
     let q = TestQueue::new(kind, 30).await;
     let producers = [
         Producer::Java,
@@ -235,7 +345,7 @@ async fn pointers_as_the_java_and_python_libraries_write_them_are_read(kind: Kin
         // Multi-byte UTF-8, so bytes and characters differ.
         let payload = format!("{producer:?} payload é✓ {}", "x".repeat(1000 * (i + 1)));
         let key = format!("{}/{i}", common::unique_name("k"));
-        put(&s3, &bucket, &key, payload.as_bytes()).await;
+        s3.put(&bucket, &key, payload.as_bytes()).await;
         send_pointer(&q, producer, &bucket, &key, payload.len() as u64).await;
         expected.push((
             payload.clone(),
@@ -245,7 +355,7 @@ async fn pointers_as_the_java_and_python_libraries_write_them_are_read(kind: Kin
     q.send("an ordinary message").await;
     expected.push(("an ordinary message".to_owned(), None));
 
-    let consumer = consumer_of(&q, s3.clone(), &bucket).build().unwrap();
+    let consumer = consumer_of(&q, s3.client(), &bucket).build().unwrap();
     let seen = Seen::default();
     let all_seen = eventually("every message handled", secs(60), || {
         seen.lock().unwrap().len() == expected.len() && consumer.stats().acked == 5
@@ -259,7 +369,7 @@ async fn pointers_as_the_java_and_python_libraries_write_them_are_read(kind: Kin
     for (_, location) in &expected {
         if let Some((bucket, key, _)) = location {
             assert!(
-                exists(&s3, bucket, key).await,
+                s3.exists(bucket, key).await,
                 "deleted without delete_payload_on_ack"
             );
         }
@@ -271,12 +381,12 @@ async fn pointers_as_the_java_and_python_libraries_write_them_are_read(kind: Kin
 /// and key, and meets the retry policy, so the queue's redrive takes it to the dead-letter
 /// queue after its receives. A good payload beside them is handled.
 async fn unreadable_payloads_reach_no_handler_and_meet_the_retry_policy(kind: Kind) {
-    let s3 = s3_client(&common::server_endpoint());
-    let bucket = new_bucket(&s3).await;
+    let s3 = S3::new(kind);
+    let bucket = s3.new_bucket().await;
     let (q, dlq) = TestQueue::with_dead_letter(kind, 30, 2).await;
-    put(&s3, &bucket, "short", b"12345").await;
-    put(&s3, &bucket, "large", &[b'z'; 200]).await;
-    put(&s3, &bucket, "good", b"fine").await;
+    s3.put(&bucket, "short", b"12345").await;
+    s3.put(&bucket, "large", &[b'z'; 200]).await;
+    s3.put(&bucket, "good", b"fine").await;
     send_pointer(&q, Producer::Java, &bucket, "missing", 10).await;
     send_pointer(&q, Producer::Java, &bucket, "short", 10).await;
     send_pointer(&q, Producer::Java, &bucket, "large", 200).await;
@@ -284,7 +394,7 @@ async fn unreadable_payloads_reach_no_handler_and_meet_the_retry_policy(kind: Ki
     send_pointer(&q, Producer::Java, &bucket, "good", 4).await;
 
     // OnSuccess acks what a handler leaves: the deliveries no handler saw stay unacked.
-    let consumer = consumer_of(&q, s3.clone(), &bucket)
+    let consumer = consumer_of(&q, s3.client(), &bucket)
         .max_payload_bytes(100)
         .retry_policy(RetryPolicy::ReleaseNow)
         .ack_mode(AckMode::OnSuccess)
@@ -333,16 +443,12 @@ async fn unreadable_payloads_reach_no_handler_and_meet_the_retry_policy(kind: Ki
 
 /// The errors of unreadable payloads as logged: once each at `error`, naming the message,
 /// bucket and key, and why (on `MemoryQueue`, its logs captured on this thread).
-#[tokio::test]
-#[ignore = "needs an SQS-compatible server: scripts/with-sqs-server.sh cargo test -- --ignored"]
-async fn an_unreadable_payload_is_logged_once_at_error_naming_message_bucket_and_key() {
-    require_server!("an_unreadable_payload_is_logged_once_at_error_naming_message_bucket_and_key");
+async fn an_unreadable_payload_is_logged_once_at_error_naming_message_bucket_and_key(s3: S3) {
     let (logs, _guard) = common::capture_logs();
-    let s3 = s3_client(&common::server_endpoint());
-    let bucket = new_bucket(&s3).await;
+    let bucket = s3.new_bucket().await;
     let q = TestQueue::new(Kind::Memory, 30).await;
     send_pointer(&q, Producer::Java, &bucket, "no-such-key", 10).await;
-    let consumer = consumer_of(&q, s3, &bucket).build().unwrap();
+    let consumer = consumer_of(&q, s3.client(), &bucket).build().unwrap();
     let failed = eventually("the payload failure", secs(60), || {
         consumer.stats().payload_failures == 1
     });
@@ -372,20 +478,16 @@ async fn an_unreadable_payload_is_logged_once_at_error_naming_message_bucket_and
 
 /// With `delete_payload_on_ack`, the object goes once the SQS delete succeeded, and stays
 /// when it failed (`MemoryQueue` refuses the first delete).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs an SQS-compatible server: scripts/with-sqs-server.sh cargo test -- --ignored"]
-async fn delete_on_ack_deletes_the_object_only_after_the_sqs_delete() {
-    require_server!("delete_on_ack_deletes_the_object_only_after_the_sqs_delete");
-    let s3 = s3_client(&common::server_endpoint());
-    let bucket = new_bucket(&s3).await;
+async fn delete_on_ack_deletes_the_object_only_after_the_sqs_delete(s3: S3) {
+    let bucket = s3.new_bucket().await;
     let q = TestQueue::new(Kind::Memory, 30).await;
     let TestQueue::Memory(memory) = &q else {
         unreachable!()
     };
-    put(&s3, &bucket, "kept", b"first").await;
+    s3.put(&bucket, "kept", b"first").await;
     send_pointer(&q, Producer::Java, &bucket, "kept", 5).await;
     memory.fail_next(Action::DeleteMessageBatch, "AccessDenied", 1);
-    let consumer = consumer_of(&q, s3.clone(), &bucket)
+    let consumer = consumer_of(&q, s3.client(), &bucket)
         .delete_payload_on_ack(true)
         .build()
         .unwrap();
@@ -395,9 +497,9 @@ async fn delete_on_ack_deletes_the_object_only_after_the_sqs_delete() {
     assert!(err.is_fatal(), "{err}");
     // A queue of its own: the first message may be back on the first one.
     let q = TestQueue::new(Kind::Memory, 30).await;
-    put(&s3, &bucket, "deleted", b"second").await;
+    s3.put(&bucket, "deleted", b"second").await;
     send_pointer(&q, Producer::Java, &bucket, "deleted", 6).await;
-    let consumer = consumer_of(&q, s3.clone(), &bucket)
+    let consumer = consumer_of(&q, s3.client(), &bucket)
         .delete_payload_on_ack(true)
         .build()
         .unwrap();
@@ -406,7 +508,7 @@ async fn delete_on_ack_deletes_the_object_only_after_the_sqs_delete() {
     d.ack().await.unwrap();
     let mut gone = false;
     for _ in 0..100 {
-        if !exists(&s3, &bucket, "deleted").await {
+        if !s3.exists(&bucket, "deleted").await {
             gone = true;
             break;
         }
@@ -414,7 +516,7 @@ async fn delete_on_ack_deletes_the_object_only_after_the_sqs_delete() {
     }
     assert!(gone, "the object of the acked message was not deleted");
     assert!(
-        exists(&s3, &bucket, "kept").await,
+        s3.exists(&bucket, "kept").await,
         "deleted though its ack failed"
     );
     assert_eq!(consumer.stats().payload_delete_failures, 0);
@@ -423,16 +525,17 @@ async fn delete_on_ack_deletes_the_object_only_after_the_sqs_delete() {
 /// A batch handler and a stream get payloads too: each delivery's payload is read before the
 /// batch is handed over or the delivery yielded, and one that cannot be read is left out.
 async fn batches_and_streams_get_payloads_too(kind: Kind) {
-    let s3 = s3_client(&common::server_endpoint());
-    let bucket = new_bucket(&s3).await;
+    let s3 = S3::new(kind);
+    let bucket = s3.new_bucket().await;
     let q = TestQueue::new(kind, 30).await;
     for i in 0..3 {
         let key = format!("batch-{i}");
-        put(&s3, &bucket, &key, format!("payload {i}").as_bytes()).await;
+        s3.put(&bucket, &key, format!("payload {i}").as_bytes())
+            .await;
         send_pointer(&q, Producer::Java, &bucket, &key, 9).await;
     }
     send_pointer(&q, Producer::Java, &bucket, "missing", 9).await;
-    let consumer = consumer_of(&q, s3.clone(), &bucket).build().unwrap();
+    let consumer = consumer_of(&q, s3.client(), &bucket).build().unwrap();
     let bodies: Arc<Mutex<Vec<String>>> = Arc::default();
     let seen = bodies.clone();
     let handler = move |batch: Batch| {
@@ -456,9 +559,9 @@ async fn batches_and_streams_get_payloads_too(kind: Kind) {
     assert_eq!(got, ["payload 0", "payload 1", "payload 2"]);
 
     // The same through a stream.
-    put(&s3, &bucket, "streamed", b"by stream").await;
+    s3.put(&bucket, "streamed", b"by stream").await;
     send_pointer(&q, Producer::Python, &bucket, "streamed", 9).await;
-    let consumer = consumer_of(&q, s3, &bucket).build().unwrap();
+    let consumer = consumer_of(&q, s3.client(), &bucket).build().unwrap();
     let mut stream = consumer.stream();
     let d = tokio::time::timeout(secs(60), stream.next())
         .await
@@ -472,18 +575,13 @@ async fn batches_and_streams_get_payloads_too(kind: Kind) {
 
 /// An object delete that keeps failing after an ack is tried 4 times, then counted and left:
 /// the ack stands.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs an SQS-compatible server: scripts/with-sqs-server.sh cargo test -- --ignored"]
-async fn a_failing_object_delete_is_tried_four_times_then_counted_and_left() {
-    require_server!("a_failing_object_delete_is_tried_four_times_then_counted_and_left");
-    let endpoint = common::server_endpoint();
-    let s3 = s3_client(&endpoint);
-    let bucket = new_bucket(&s3).await;
+async fn a_failing_object_delete_is_tried_four_times_then_counted_and_left(s3: S3) {
+    let bucket = s3.new_bucket().await;
     let q = TestQueue::new(Kind::Memory, 30).await;
-    put(&s3, &bucket, "stays", b"12345").await;
+    s3.put(&bucket, "stays", b"12345").await;
     send_pointer(&q, Producer::Java, &bucket, "stays", 5).await;
-    let proxy = s3_proxy(&endpoint, &["DeleteObject"], Disturb::Fail).await;
-    let consumer = consumer_of(&q, s3_client(&proxy.endpoint), &bucket)
+    let disturbed = s3.disturbed(&["DeleteObject"], Disturb::Fail).await;
+    let consumer = consumer_of(&q, disturbed.client(), &bucket)
         .delete_payload_on_ack(true)
         .build()
         .unwrap();
@@ -493,8 +591,8 @@ async fn a_failing_object_delete_is_tried_four_times_then_counted_and_left() {
         consumer.stats().payload_delete_failures == 1
     });
     counted.await;
-    assert_eq!(proxy.log().requests.get("DeleteObject"), Some(&4));
-    assert!(exists(&s3, &bucket, "stays").await);
+    assert_eq!(disturbed.requests("DeleteObject"), 4);
+    assert!(s3.exists(&bucket, "stays").await);
     assert_eq!(consumer.stats().acked, 1);
 }
 
@@ -506,16 +604,15 @@ async fn a_pointer_read_late(
     visibility: u64,
     (key, body): (&str, &str),
     hold: Duration,
-) -> (TestQueue, FaultProxy, ConsumerBuilder) {
-    let endpoint = common::server_endpoint();
-    let s3 = s3_client(&endpoint);
-    let bucket = new_bucket(&s3).await;
+) -> (TestQueue, Disturbed, ConsumerBuilder) {
+    let s3 = S3::new(kind);
+    let bucket = s3.new_bucket().await;
     let q = TestQueue::new(kind, visibility).await;
-    put(&s3, &bucket, key, body.as_bytes()).await;
+    s3.put(&bucket, key, body.as_bytes()).await;
     send_pointer(&q, Producer::Java, &bucket, key, body.len() as u64).await;
-    let proxy = s3_proxy(&endpoint, &["GetObject"], Disturb::Hold(hold)).await;
-    let builder = consumer_of(&q, s3_client(&proxy.endpoint), &bucket).request_timeout(hold * 2);
-    (q, proxy, builder)
+    let disturbed = s3.disturbed(&["GetObject"], Disturb::Hold(hold)).await;
+    let builder = consumer_of(&q, disturbed.client(), &bucket).request_timeout(hold * 2);
+    (q, disturbed, builder)
 }
 
 /// A download slower than the visibility timeout keeps the message hidden: a spy receiving
@@ -552,23 +649,18 @@ async fn a_slow_download_keeps_the_message_hidden(kind: Kind) {
     );
     assert_eq!(seen.lock().unwrap()[0].0, "worth the wait");
     assert!(consumer.stats().extended >= 1, "{:?}", consumer.stats());
-    assert_eq!(proxy.log().requests.get("GetObject"), Some(&1));
+    assert_eq!(proxy.requests("GetObject"), 1);
 }
 
 /// S3 failing transiently is tried 4 times in all, then the delivery meets the retry policy
 /// (kept hidden by default) without reaching a handler.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs an SQS-compatible server: scripts/with-sqs-server.sh cargo test -- --ignored"]
-async fn a_failing_s3_is_tried_four_times_then_the_delivery_meets_the_retry_policy() {
-    require_server!("a_failing_s3_is_tried_four_times_then_the_delivery_meets_the_retry_policy");
-    let endpoint = common::server_endpoint();
-    let s3 = s3_client(&endpoint);
-    let bucket = new_bucket(&s3).await;
+async fn a_failing_s3_is_tried_four_times_then_the_delivery_meets_the_retry_policy(s3: S3) {
+    let bucket = s3.new_bucket().await;
     let q = TestQueue::new(Kind::Memory, 30).await;
-    put(&s3, &bucket, "flaky", b"never read").await;
+    s3.put(&bucket, "flaky", b"never read").await;
     send_pointer(&q, Producer::Java, &bucket, "flaky", 10).await;
-    let proxy = s3_proxy(&endpoint, &["GetObject"], Disturb::Fail).await;
-    let consumer = consumer_of(&q, s3_client(&proxy.endpoint), &bucket)
+    let disturbed = s3.disturbed(&["GetObject"], Disturb::Fail).await;
+    let consumer = consumer_of(&q, disturbed.client(), &bucket)
         .build()
         .unwrap();
     let seen = Seen::default();
@@ -577,7 +669,7 @@ async fn a_failing_s3_is_tried_four_times_then_the_delivery_meets_the_retry_poli
     });
     common::run_while(&consumer, recording(&seen), failed).await;
     assert!(seen.lock().unwrap().is_empty());
-    assert_eq!(proxy.log().requests.get("GetObject"), Some(&4));
+    assert_eq!(disturbed.requests("GetObject"), 4);
     assert_eq!(
         q.counts().await,
         (0, 1),
@@ -588,13 +680,9 @@ async fn a_failing_s3_is_tried_four_times_then_the_delivery_meets_the_retry_poli
 /// An SNS notification (without raw delivery) whose `Message` is a pointer: `sns()` gives the
 /// payload as its message; the body stays the envelope.
 #[cfg(feature = "json")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs an SQS-compatible server: scripts/with-sqs-server.sh cargo test -- --ignored"]
-async fn an_sns_envelope_around_a_pointer_gives_the_payload_as_its_message() {
-    require_server!("an_sns_envelope_around_a_pointer_gives_the_payload_as_its_message");
-    let s3 = s3_client(&common::server_endpoint());
-    let bucket = new_bucket(&s3).await;
-    put(&s3, &bucket, "order", br#"{"id": 7}"#).await;
+async fn an_sns_envelope_around_a_pointer_gives_the_payload_as_its_message(s3: S3) {
+    let bucket = s3.new_bucket().await;
+    s3.put(&bucket, "order", br#"{"id": 7}"#).await;
     let envelope = serde_json::json!({
         "Type": "Notification",
         "MessageId": "sns-1",
@@ -606,7 +694,7 @@ async fn an_sns_envelope_around_a_pointer_gives_the_payload_as_its_message() {
     .to_string();
     let q = TestQueue::new(Kind::Memory, 30).await;
     q.send(&envelope).await;
-    let consumer = consumer_of(&q, s3, &bucket).build().unwrap();
+    let consumer = consumer_of(&q, s3.client(), &bucket).build().unwrap();
     let d = common::take_one(&consumer).await;
     assert_eq!(d.body(), envelope);
     assert_eq!(d.sns().unwrap().message, r#"{"id": 7}"#);
@@ -618,6 +706,16 @@ async fn an_sns_envelope_around_a_pointer_gives_the_payload_as_its_message() {
     assert_eq!(d.payload_location().unwrap().key(), "order");
     d.ack().await.unwrap();
 }
+
+with_either_s3!(
+    an_unreadable_payload_is_logged_once_at_error_naming_message_bucket_and_key,
+    delete_on_ack_deletes_the_object_only_after_the_sqs_delete,
+    a_failing_object_delete_is_tried_four_times_then_counted_and_left,
+    a_failing_s3_is_tried_four_times_then_the_delivery_meets_the_retry_policy,
+);
+
+#[cfg(feature = "json")]
+with_either_s3!(an_sns_envelope_around_a_pointer_gives_the_payload_as_its_message);
 
 with_s3!(
     pointers_as_the_java_and_python_libraries_write_them_are_read,
@@ -644,7 +742,7 @@ async fn a_stop_during_a_download_waits_for_it_within_the_shutdown_timeout(kind:
         assert!(seen.lock().unwrap().is_empty(), "handled before the stop");
     };
     consumer.run_until(recording(&seen), signal).await.unwrap();
-    assert_eq!(proxy.log().requests.get("GetObject"), Some(&1));
+    assert_eq!(proxy.requests("GetObject"), 1);
     let seen = seen.lock().unwrap().clone();
     assert_eq!(seen.len(), 1, "{seen:?}");
     assert_eq!(seen[0].0, "arrives after the stop");
@@ -690,17 +788,17 @@ async fn a_download_outlasting_the_shutdown_timeout_is_released_not_handled(kind
 /// came as (with its size attribute), not as the payload, and its object stays (the copy
 /// points to it), even with `delete_payload_on_ack`.
 async fn a_dead_lettered_payload_keeps_its_pointer_not_the_payload(kind: Kind) {
-    let s3 = s3_client(&common::server_endpoint());
-    let bucket = new_bucket(&s3).await;
+    let s3 = S3::new(kind);
+    let bucket = s3.new_bucket().await;
     let (q, dlq) = (
         TestQueue::new(kind, 30).await,
         TestQueue::new(kind, 30).await,
     );
     let payload = "a large order ".repeat(100);
-    put(&s3, &bucket, "order", payload.as_bytes()).await;
+    s3.put(&bucket, "order", payload.as_bytes()).await;
     let size = payload.len() as u64;
     send_pointer(&q, Producer::Java, &bucket, "order", size).await;
-    let consumer = consumer_of(&q, s3.clone(), &bucket)
+    let consumer = consumer_of(&q, s3.client(), &bucket)
         .delete_payload_on_ack(true)
         .dead_letter(dlq.as_dead_letter(), 1)
         .build()
@@ -734,7 +832,7 @@ async fn a_dead_lettered_payload_keeps_its_pointer_not_the_payload(kind: Kind) {
         Some(size.to_string().as_str())
     );
     assert!(attributes.contains_key("sqs-consumer.failure"));
-    assert!(exists(&s3, &bucket, "order").await, "the copy points to it");
+    assert!(s3.exists(&bucket, "order").await, "the copy points to it");
 }
 
 /// Unreadable payloads meet the failure step a failing handler's delivery meets: the retry
@@ -743,10 +841,9 @@ async fn a_dead_lettered_payload_keeps_its_pointer_not_the_payload(kind: Kind) {
 /// limit, a malformed pointer and a pointer to a bucket not in `payload_buckets` (never
 /// read) alike; no handler sees any of them, and nothing loops.
 async fn poison_payloads_meet_the_retry_policy_then_the_dead_letter_step(kind: Kind) {
-    let endpoint = common::server_endpoint();
-    let s3 = s3_client(&endpoint);
-    let (bucket, other) = (new_bucket(&s3).await, new_bucket(&s3).await);
-    put(&s3, &other, "secret", b"another tenant's").await;
+    let s3 = S3::new(kind);
+    let (bucket, other) = (s3.new_bucket().await, s3.new_bucket().await);
+    s3.put(&other, "secret", b"another tenant's").await;
     let (q, dlq) = (
         TestQueue::new(kind, 30).await,
         TestQueue::new(kind, 30).await,
@@ -756,8 +853,8 @@ async fn poison_payloads_meet_the_retry_policy_then_the_dead_letter_step(kind: K
     send_raw(&q, "not a pointer", "ExtendedPayloadSize", "3").await;
     send_pointer(&q, Producer::Java, &other, "secret", 16).await;
     // Counts the consumer's S3 requests.
-    let proxy = FaultProxy::start(&endpoint, Faults::none(), 1).await;
-    let consumer = consumer_of(&q, s3_client(&proxy.endpoint), &bucket)
+    let counted = s3.counted().await;
+    let consumer = consumer_of(&q, counted.client(), &bucket)
         .max_payload_bytes(100)
         .retry_policy(RetryPolicy::backoff(secs(1), secs(2)))
         .dead_letter(dlq.as_dead_letter(), 2)
@@ -781,11 +878,10 @@ async fn poison_payloads_meet_the_retry_policy_then_the_dead_letter_step(kind: K
         (8..=10).contains(&stats.received),
         "received twice each, no loop: {stats:?}"
     );
-    let requests = proxy.log().requests;
     assert_eq!(
-        requests.get("GetObject").copied(),
-        Some(2),
-        "only the missing object was asked for, once per receive: {requests:?}"
+        counted.requests("GetObject"),
+        2,
+        "only the missing object was asked for, once per receive"
     );
     let mut copies = Vec::new();
     let wait = std::time::Instant::now();
@@ -823,6 +919,6 @@ async fn poison_payloads_meet_the_retry_policy_then_the_dead_letter_step(kind: K
     common::report(&format!(
         "poison payloads ({kind:?}): 4 moved after {took:.2?}; {} receives, {} GetObject",
         stats.received,
-        requests.get("GetObject").copied().unwrap_or(0)
+        counted.requests("GetObject")
     ));
 }
