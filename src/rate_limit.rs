@@ -367,6 +367,28 @@ mod tests {
         assert_eq!(limit.try_take(1), 0);
     }
 
+    /// After an idle spell the bucket is full: a receive settled then, long-polled or
+    /// answered soon, with nothing or little received, leaves no more than the burst.
+    #[tokio::test(start_paused = true)]
+    async fn after_an_idle_spell_a_settled_receive_leaves_no_more_than_the_burst() {
+        // A long poll (out longer than its tokens take to earn) that brought nothing.
+        let limit = RateLimit::new(2.0);
+        tokio::time::advance(Duration::from_secs(3600)).await;
+        assert_eq!(limit.take(2, 1).await, 2);
+        tokio::time::advance(Duration::from_secs(20)).await;
+        limit.settle(2, 0, Duration::from_secs(20));
+        assert_eq!(limit.try_take(2), 2, "a long poll's tokens back");
+        assert_eq!(limit.try_take(1), 0, "and no more than the burst");
+        // A receive answered sooner (0.9 s: 1.8 tokens earned meanwhile) that brought none.
+        let limit = RateLimit::new(2.0);
+        tokio::time::advance(Duration::from_secs(3600)).await;
+        assert_eq!(limit.take(2, 1).await, 2);
+        tokio::time::advance(Duration::from_millis(900)).await;
+        limit.settle(2, 0, Duration::from_millis(900));
+        assert_eq!(limit.try_take(2), 2, "the unused tokens back");
+        assert_eq!(limit.try_take(1), 0, "and no more than the burst");
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_receive_answered_at_once_loses_no_time_to_its_flight() {
         let limit = RateLimit::new(50.0);
