@@ -58,3 +58,6 @@ pub mod testing {}
 
 #[doc = include_str!("../docs/claims.md")]
 pub mod claims {}
+
+#[doc = include_str!("../docs/mutants.md")]
+pub mod mutants {}
