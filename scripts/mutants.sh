@@ -9,7 +9,7 @@
 #   scripts/mutants.sh --list                     the mutants, without running them
 #   scripts/mutants.sh --shard 3/16               one sixteenth of them
 #   scripts/mutants.sh -f src/rate_limit.rs       one module
-#   git diff main | scripts/mutants.sh --in-diff -   only the lines a change touches
+#   scripts/mutants.sh --in-diff <(git diff HEAD~1)   only the lines the last commit touched
 # Results go to mutants.out/ (outcomes.json, caught.txt, missed.txt, timeout.txt, ...).
 set -euo pipefail
 cd "$(dirname "$0")/.."
