@@ -109,12 +109,16 @@ mod tests {
         let s = Duration::from_secs;
         for p in [
             RetryPolicy::backoff(Duration::ZERO, s(10)),
+            RetryPolicy::backoff(Duration::from_millis(999), s(10)),
             RetryPolicy::backoff(s(20), s(10)),
+            RetryPolicy::backoff(s(11), s(10)),
             RetryPolicy::backoff(s(1), s(43_201)),
         ] {
             let err = p.validate().unwrap_err();
             assert!(err.to_string().contains("retry_policy"), "{err}");
         }
+        // The bounds themselves are allowed.
         assert!(RetryPolicy::backoff(s(1), s(43_200)).validate().is_ok());
+        assert!(RetryPolicy::backoff(s(5), s(5)).validate().is_ok());
     }
 }

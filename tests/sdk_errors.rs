@@ -224,3 +224,46 @@ async fn a_message_without_body_is_delivered_with_an_empty_one() {
     d.ack().await.unwrap();
     assert_eq!(delete.num_calls(), 1);
 }
+
+/// A dead-letter queue given by URL, through the real SDK: `dead_letter` sends the copy to
+/// that URL (the body, and the failure naming the reason and the source queue by its URL),
+/// then deletes the original.
+#[tokio::test(start_paused = true)]
+async fn a_dead_letter_queue_given_by_url_gets_the_copy_then_the_original_goes() {
+    use aws_sdk_sqs::operation::send_message::{SendMessageInput, SendMessageOutput};
+    const DLQ: &str = "https://sqs.us-east-1.amazonaws.com/123456789012/jobs-failed";
+    let copies: std::sync::Arc<std::sync::Mutex<Vec<SendMessageInput>>> = Default::default();
+    let send = {
+        let copies = copies.clone();
+        mock!(Client::send_message)
+            .match_requests(move |req| {
+                copies.lock().unwrap().push(req.clone());
+                true
+            })
+            .then_output(|| SendMessageOutput::builder().message_id("copy-1").build())
+    };
+    let receive = receive_once();
+    let delete = deletes();
+    let client = mocked(&[&receive, &send, &delete]);
+    let consumer = sqs_consumer::Consumer::builder(client, common::sdk::URL)
+        .visibility_timeout(Duration::from_secs(10))
+        .dead_letter(DLQ, 5)
+        .build()
+        .unwrap();
+    let d = take_one(&consumer).await;
+    d.dead_letter("cannot be parsed").await.unwrap();
+    assert_eq!(delete.num_calls(), 1, "the original deleted after the copy");
+    let copies = copies.lock().unwrap();
+    let [copy] = copies.as_slice() else {
+        panic!("one copy: {copies:?}");
+    };
+    assert_eq!(copy.queue_url(), Some(DLQ));
+    assert_eq!(copy.message_body(), Some("work"));
+    let failure = copy.message_attributes().unwrap()["sqs-consumer.failure"]
+        .string_value()
+        .unwrap();
+    let failure: serde_json::Value = serde_json::from_str(failure).unwrap();
+    assert_eq!(failure["error"], "cannot be parsed");
+    assert_eq!(failure["source_queue"], common::sdk::URL);
+    assert_eq!(consumer.stats().dead_lettered, 1);
+}
