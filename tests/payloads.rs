@@ -390,7 +390,13 @@ async fn unreadable_payloads_reach_no_handler_and_meet_the_retry_policy(kind: Ki
     send_pointer(&q, Producer::Java, &bucket, "missing", 10).await;
     send_pointer(&q, Producer::Java, &bucket, "short", 10).await;
     send_pointer(&q, Producer::Java, &bucket, "large", 200).await;
-    send_raw(&q, "not a pointer", "ExtendedPayloadSize", "3").await;
+    send_raw(
+        &q,
+        "plain words where a pointer goes",
+        "ExtendedPayloadSize",
+        "3",
+    )
+    .await;
     send_pointer(&q, Producer::Java, &bucket, "good", 4).await;
 
     // OnSuccess acks what a handler leaves: the deliveries no handler saw stay unacked.
@@ -432,7 +438,12 @@ async fn unreadable_payloads_reach_no_handler_and_meet_the_retry_policy(kind: Ki
         .map(|m| m.body().unwrap_or_default().to_owned())
         .collect();
     assert_eq!(bodies.len(), 4, "{bodies:?}");
-    assert!(bodies.iter().any(|b| b == "not a pointer"), "{bodies:?}");
+    assert!(
+        bodies
+            .iter()
+            .any(|b| b == "plain words where a pointer goes"),
+        "{bodies:?}"
+    );
     for key in ["missing", "short", "large"] {
         assert!(
             bodies.iter().any(|b| b.contains(&format!("\"{key}\""))),
@@ -850,7 +861,13 @@ async fn poison_payloads_meet_the_retry_policy_then_the_dead_letter_step(kind: K
     );
     send_pointer(&q, Producer::Java, &bucket, "missing", 10).await;
     send_pointer(&q, Producer::Java, &bucket, "large", 200).await;
-    send_raw(&q, "not a pointer", "ExtendedPayloadSize", "3").await;
+    send_raw(
+        &q,
+        "plain words where a pointer goes",
+        "ExtendedPayloadSize",
+        "3",
+    )
+    .await;
     send_pointer(&q, Producer::Java, &other, "secret", 16).await;
     // Counts the consumer's S3 requests.
     let counted = s3.counted().await;
