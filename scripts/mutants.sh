@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Mutation testing with cargo-mutants (installed at a pinned version under target/tools the
-# first time, a build of about two minutes): each mutant is one small change to a module
-# that carries a promise (.cargo/mutants.toml lists them), built and run against the tests
-# that need no server; a mutant the tests let pass is "missed". docs/mutants.md gives the
+# first time, a build of about two minutes; so is cargo-nextest, which runs the tests, if
+# the machine has none): each mutant is one small change to a module that carries a
+# promise (.cargo/mutants.toml lists them), built and run against the tests that need no
+# server; a mutant the tests let pass is "missed". docs/mutants.md gives the
 # figures of the last full run and a reason for every mutant left alive. Slow (one build
 # per mutant: a whole run takes hours), so not part of the test command. Arguments go to
 # cargo-mutants:
@@ -20,4 +21,9 @@ if ! [ -x "$mutants" ] || [ "$("$mutants" mutants --version)" != "cargo-mutants 
   echo "installing cargo-mutants $version under $tools"
   cargo install --locked --quiet cargo-mutants --version "$version" --root "$tools"
 fi
+if ! cargo nextest --version >/dev/null 2>&1; then
+  echo "installing cargo-nextest 0.9.143 under $tools"
+  cargo install --locked --quiet cargo-nextest --version 0.9.143 --root "$tools"
+fi
+export PATH="$PWD/$tools/bin:$PATH"
 exec "$mutants" mutants "$@"
