@@ -686,6 +686,27 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn entries_already_sent_do_not_count_towards_a_full_batch_that_rings() {
+        let q = queue_with_50_ms_requests();
+        let mut h = held(&q, 16).await;
+        let (batcher, base) = taught_the_round_trip(&q, h.pop().unwrap()).await;
+        // Ten acks of no cohort: a full batch, sent.
+        let sent = h.split_off(5);
+        for result in submit_all(batcher.clone(), sent, 0).await {
+            result.unwrap();
+        }
+        // Then a receive of five, as above: only the fifth ends the wait.
+        let cohort = Arc::new(Cohort::default());
+        (0..5).for_each(|_| cohort.join());
+        for done in acks_a_millisecond_apart(&batcher, h, &[cohort]).await {
+            assert_eq!(done, Duration::from_millis(54), "rung by the fifth");
+        }
+        assert_eq!(q.requests().requests(Action::DeleteMessageBatch) - base, 2);
+        let wakes = batcher.bell.wakes.load(Ordering::SeqCst);
+        assert_eq!(wakes, 1, "the batcher woke {wakes} times while it waited");
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn the_first_acks_wait_for_their_cohort_on_the_round_trip_of_the_queues_other_calls() {
         let q = queue_with_50_ms_requests();
         let h = held(&q, 5).await;
