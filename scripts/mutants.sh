@@ -8,7 +8,7 @@
 # per mutant: a whole run takes hours), so not part of the test command. Arguments go to
 # cargo-mutants:
 #   scripts/mutants.sh --list                     the mutants, without running them
-#   scripts/mutants.sh --shard 3/16               one sixteenth of them
+#   scripts/mutants.sh --shard 3/64               one sixty-fourth of them
 #   scripts/mutants.sh -f src/rate_limit.rs       one module
 #   scripts/mutants.sh --in-diff <(git diff HEAD~1)   only the lines the last commit touched
 # Results go to mutants.out/ (outcomes.json, caught.txt, missed.txt, timeout.txt, ...).
