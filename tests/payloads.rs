@@ -276,6 +276,14 @@ async fn send_pointer(q: &TestQueue, producer: Producer, bucket: &str, key: &str
     send_raw(q, &body, producer.size_attribute(), &size.to_string()).await;
 }
 
+/// A body that is no pointer, sent with the size attribute a pointer carries. None of the
+/// crate's own texts holds it, so the leak guard tells it apart from the error it causes.
+const NOT_A_POINTER: &str = "plain words where a pointer goes";
+
+async fn send_not_a_pointer(q: &TestQueue) {
+    send_raw(q, NOT_A_POINTER, "ExtendedPayloadSize", "3").await;
+}
+
 async fn send_raw(q: &TestQueue, body: &str, attribute: &str, value: &str) {
     match q {
         TestQueue::Memory(_) => q.send_with_attributes(body, &[(attribute, value)]).await,
@@ -390,13 +398,7 @@ async fn unreadable_payloads_reach_no_handler_and_meet_the_retry_policy(kind: Ki
     send_pointer(&q, Producer::Java, &bucket, "missing", 10).await;
     send_pointer(&q, Producer::Java, &bucket, "short", 10).await;
     send_pointer(&q, Producer::Java, &bucket, "large", 200).await;
-    send_raw(
-        &q,
-        "plain words where a pointer goes",
-        "ExtendedPayloadSize",
-        "3",
-    )
-    .await;
+    send_not_a_pointer(&q).await;
     send_pointer(&q, Producer::Java, &bucket, "good", 4).await;
 
     // OnSuccess acks what a handler leaves: the deliveries no handler saw stay unacked.
@@ -438,12 +440,7 @@ async fn unreadable_payloads_reach_no_handler_and_meet_the_retry_policy(kind: Ki
         .map(|m| m.body().unwrap_or_default().to_owned())
         .collect();
     assert_eq!(bodies.len(), 4, "{bodies:?}");
-    assert!(
-        bodies
-            .iter()
-            .any(|b| b == "plain words where a pointer goes"),
-        "{bodies:?}"
-    );
+    assert!(bodies.iter().any(|b| b == NOT_A_POINTER), "{bodies:?}");
     for key in ["missing", "short", "large"] {
         assert!(
             bodies.iter().any(|b| b.contains(&format!("\"{key}\""))),
@@ -861,13 +858,7 @@ async fn poison_payloads_meet_the_retry_policy_then_the_dead_letter_step(kind: K
     );
     send_pointer(&q, Producer::Java, &bucket, "missing", 10).await;
     send_pointer(&q, Producer::Java, &bucket, "large", 200).await;
-    send_raw(
-        &q,
-        "plain words where a pointer goes",
-        "ExtendedPayloadSize",
-        "3",
-    )
-    .await;
+    send_not_a_pointer(&q).await;
     send_pointer(&q, Producer::Java, &other, "secret", 16).await;
     // Counts the consumer's S3 requests.
     let counted = s3.counted().await;
