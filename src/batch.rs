@@ -541,6 +541,26 @@ mod tests {
         assert_eq!(rest, ["a", "k"], "the second \"a\" waits, in its place");
     }
 
+    /// With no runtime to run the batching task on, every entry fails, and its error names
+    /// the batch request it would have gone in.
+    #[test]
+    fn without_a_runtime_each_entry_fails_naming_its_batch_request() {
+        let q = queue();
+        for (call, request) in [
+            (Call::Delete, "SQS DeleteMessageBatch failed"),
+            (Call::ChangeVisibility, "SQS ChangeMessageVisibilityBatch failed"),
+        ] {
+            let b = batcher(&q, call);
+            let one = futures::executor::block_on(b.submit("r", 0, None));
+            let many = futures::executor::block_on(b.submit_many(&[("r", 0), ("s", 0)]));
+            for result in std::iter::once(one).chain(many) {
+                let err = result.expect_err("no runtime, no batch request");
+                assert!(err.is_retryable(), "{err}");
+                assert!(err.to_string().starts_with(request), "{err}");
+            }
+        }
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_lone_entry_goes_out_at_once() {
         let q = queue();
