@@ -258,18 +258,14 @@ async fn batcher_task(
             // Let the tasks woken with this one add theirs (the handlers of deliveries received
             // together ack together; on a thread of its own the batcher is woken by the first
             // of them while the others are still on their way): yield while each pass brings
-            // more. Microseconds, not a linger; it ends at the first pass that brings nothing.
-            let mut seen = rx.len();
+            // more. Microseconds, not a linger: at most MAX_BATCH passes.
+            let (mut before, mut queued) = (None, rx.len());
             for _ in 0..MAX_BATCH {
-                if seen + waiting.len() >= MAX_BATCH {
+                if !one_more_pass(before, queued, waiting.len()) {
                     break;
                 }
                 tokio::task::yield_now().await;
-                let now = rx.len();
-                if now == seen && now > 0 {
-                    break;
-                }
-                seen = now;
+                (before, queued) = (Some(queued), rx.len());
             }
         }
         loop {
@@ -312,6 +308,17 @@ async fn batcher_task(
         };
         tokio::spawn(request.with_current_subscriber());
     }
+}
+
+/// Whether the batcher, woken by a first submission, lets one more scheduler pass go by
+/// before it goes on: `queued` submissions are in the inbox now, `before` were at the pass
+/// before (`None` before the first), and `taken` entries are out of it already. Not once
+/// they make a full batch; not once a pass brought nothing after others had come (alone,
+/// the first waits for company).
+fn one_more_pass(before: Option<usize>, queued: usize, taken: usize) -> bool {
+    let full = queued + taken >= MAX_BATCH;
+    let quiet = before == Some(queued) && queued > 0;
+    !full && !quiet
 }
 
 /// Takes what is queued in the inbox, up to [`LOOKAHEAD`] entries waiting; how many came.
@@ -548,7 +555,10 @@ mod tests {
         let q = queue();
         for (call, request) in [
             (Call::Delete, "SQS DeleteMessageBatch failed"),
-            (Call::ChangeVisibility, "SQS ChangeMessageVisibilityBatch failed"),
+            (
+                Call::ChangeVisibility,
+                "SQS ChangeMessageVisibilityBatch failed",
+            ),
         ] {
             let b = batcher(&q, call);
             let one = futures::executor::block_on(b.submit("r", 0, None));
@@ -559,6 +569,31 @@ mod tests {
                 assert!(err.to_string().starts_with(request), "{err}");
             }
         }
+    }
+
+    #[test]
+    fn the_batcher_lets_passes_go_by_while_each_brings_more_up_to_a_full_batch() {
+        // Each pass brought one more: on, until they make a full batch with those taken.
+        assert!(one_more_pass(None, 0, 1));
+        assert!(one_more_pass(Some(0), 1, 1));
+        assert!(one_more_pass(Some(7), 8, 1));
+        assert!(!one_more_pass(Some(8), 9, 1));
+        assert!(!one_more_pass(None, 9, 1));
+        // Those taken count: two taken and seven queued are not a full batch, eight are.
+        assert!(one_more_pass(Some(6), 7, 2));
+        assert!(!one_more_pass(Some(7), 8, 2));
+        assert!(!one_more_pass(None, 0, 10));
+    }
+
+    #[test]
+    fn a_pass_that_brings_nothing_ends_the_wait_once_others_came() {
+        assert!(!one_more_pass(Some(1), 1, 1));
+        assert!(!one_more_pass(Some(3), 3, 1));
+        // Alone so far, the first waits for company.
+        assert!(one_more_pass(Some(0), 0, 1));
+        // A pass that brings more is not quiet, nor is one that finds fewer queued.
+        assert!(one_more_pass(Some(1), 2, 1));
+        assert!(one_more_pass(Some(2), 1, 1));
     }
 
     #[tokio::test(start_paused = true)]
