@@ -730,14 +730,8 @@ mod tests {
         let (batcher, base) = taught_the_round_trip(&q, h.pop().unwrap()).await;
         // A receive of five (a partial batch): one ack a millisecond, the first four leaving
         // others of the cohort still to come.
-        let cohort = Arc::new(Cohort::default());
-        (0..5).for_each(|_| cohort.join());
-        for done in acks_a_millisecond_apart(&batcher, h, &[cohort]).await {
-            assert_eq!(done, Duration::from_millis(54), "rung by the fifth");
-        }
+        five_acks_rung_by_the_fifth(&batcher, h).await;
         assert_eq!(q.requests().requests(Action::DeleteMessageBatch) - base, 1);
-        let wakes = batcher.bell.wakes.load(Ordering::SeqCst);
-        assert_eq!(wakes, 1, "the batcher woke {wakes} times while it waited");
     }
 
     #[tokio::test(start_paused = true)]
@@ -751,12 +745,18 @@ mod tests {
             result.unwrap();
         }
         // Then a receive of five, as above: only the fifth ends the wait.
+        five_acks_rung_by_the_fifth(&batcher, h).await;
+        assert_eq!(q.requests().requests(Action::DeleteMessageBatch) - base, 2);
+    }
+
+    /// Acks the five `handles` of one receive a millisecond apart; asserts that each was
+    /// answered when the fifth rang the batcher, which woke once while it waited.
+    async fn five_acks_rung_by_the_fifth(batcher: &Arc<Batcher>, handles: Vec<String>) {
         let cohort = Arc::new(Cohort::default());
         (0..5).for_each(|_| cohort.join());
-        for done in acks_a_millisecond_apart(&batcher, h, &[cohort]).await {
+        for done in acks_a_millisecond_apart(batcher, handles, &[cohort]).await {
             assert_eq!(done, Duration::from_millis(54), "rung by the fifth");
         }
-        assert_eq!(q.requests().requests(Action::DeleteMessageBatch) - base, 2);
         let wakes = batcher.bell.wakes.load(Ordering::SeqCst);
         assert_eq!(wakes, 1, "the batcher woke {wakes} times while it waited");
     }
