@@ -1,26 +1,34 @@
 #!/usr/bin/env bash
 # The figures of the committed mutants shards (mutants/shard-*/), per module: caught,
 # missed, unviable and timed out, as the guide's mutants page gives them; then the missed
-# mutants, each of which the page must name with a reason or a test must kill.
+# mutants, each of which the page must name with a reason or a test must kill. Shards run
+# on different commits may overlap by a few mutants (the list shifts when code is added):
+# a mutant named by several shards counts once, with the outcome of the highest shard.
 #   scripts/mutants-figures.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-count() { # count FILE MODULE
-  if [ -f "$1" ]; then grep -c "^$2:" "$1" || true; else echo 0; fi
-}
-printf '| module | caught | missed | unviable | timed out | shards (commit) |\n|---|---|---|---|---|---|\n'
-modules=$(cat mutants/shard-*/{caught,missed,unviable,timeout}.txt 2>/dev/null | cut -d: -f1 | sort -u)
-for m in $modules; do
-  c=0 x=0 u=0 t=0 shards=""
+# One line per outcome: shard number, outcome, commit, mutant.
+outcomes() {
   for d in mutants/shard-*/; do
-    n=$(($(count "$d/caught.txt" "$m") + $(count "$d/missed.txt" "$m") + $(count "$d/unviable.txt" "$m") + $(count "$d/timeout.txt" "$m")))
-    [ "$n" -gt 0 ] || continue
-    c=$((c + $(count "$d/caught.txt" "$m"))); x=$((x + $(count "$d/missed.txt" "$m")))
-    u=$((u + $(count "$d/unviable.txt" "$m"))); t=$((t + $(count "$d/timeout.txt" "$m")))
-    shards="$shards $(basename "$d") ($(cat "$d/commit"))"
+    k=$(basename "$d" | cut -d- -f2)
+    commit=$(cat "$d/commit")
+    for o in caught missed unviable timeout; do
+      [ -f "$d/$o.txt" ] || continue
+      sed "s|^|$k\t$o\t$commit\t|" "$d/$o.txt"
+    done
   done
-  echo "| \`$m\` | $c | $x | $u | $t |$shards |"
-done
+}
+latest=$(outcomes | sort -t$'\t' -k4,4 -k1,1nr | awk -F'\t' '$4 != last { print; last = $4 }')
+printf '| module | caught | missed | unviable | timed out | shards (commit) |\n|---|---|---|---|---|---|\n'
+printf '%s\n' "$latest" | awk -F'\t' '
+  { split($4, at, ":"); m = at[1]; n[m, $2]++; mods[m] = 1; ran[m, $1] = $3 }
+  END { for (m in mods) {
+          shards = ""
+          for (k = 0; k < 64; k++) if ((m, k) in ran) shards = shards " " k " (" ran[m, k] ")"
+          printf "| `%s` | %d | %d | %d | %d |%s |\n", m, n[m, "caught"], n[m, "missed"],
+            n[m, "unviable"], n[m, "timeout"], shards } }' | sort
+echo
+printf '%s\n' "$latest" | awk -F'\t' '{ n[$2]++ } END { printf "in all: %d caught, %d missed, %d unviable, %d timed out\n", n["caught"], n["missed"], n["unviable"], n["timeout"] }'
 echo
 echo "missed:"
-cat mutants/shard-*/missed.txt 2>/dev/null | sort || true
+printf '%s\n' "$latest" | awk -F'\t' '$2 == "missed" { print $4 }'

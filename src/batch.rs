@@ -548,6 +548,21 @@ mod tests {
         assert_eq!(rest, ["a", "k"], "the second \"a\" waits, in its place");
     }
 
+    /// The batcher reads no further ahead than its request slots can send at once: what is
+    /// past that stays in the inbox, where submissions keep their order.
+    #[test]
+    fn the_batcher_takes_off_the_inbox_what_its_request_slots_can_send() {
+        let slots = MAX_BATCH * MAX_REQUESTS_IN_FLIGHT;
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        for i in 0..slots + 5 {
+            assert!(tx.send(Submission::One(entry(&format!("r{i}")))).is_ok());
+        }
+        let mut waiting = VecDeque::new();
+        assert_eq!(take_queued(&mut rx, &mut waiting), slots);
+        assert_eq!((waiting.len(), rx.len()), (slots, 5));
+        assert_eq!(take_queued(&mut rx, &mut waiting), 0, "full: nothing more");
+    }
+
     /// With no runtime to run the batching task on, every entry fails, and its error names
     /// the batch request it would have gone in.
     #[test]

@@ -140,6 +140,19 @@ mod tests {
         assert_eq!(jitter(Duration::ZERO), Duration::ZERO);
     }
 
+    /// Both ends of `[d / 2, d]` come up, down to the nanosecond: 200 draws between 1 and
+    /// 2 ns miss one end with a chance of 2^-199.
+    #[test]
+    fn jitter_reaches_both_ends_of_its_range() {
+        let draws: std::collections::BTreeSet<Duration> =
+            (0..200).map(|_| jitter(Duration::from_nanos(2))).collect();
+        assert_eq!(
+            draws.into_iter().collect::<Vec<_>>(),
+            [Duration::from_nanos(1), Duration::from_nanos(2)]
+        );
+        assert_eq!(jitter(Duration::from_nanos(1)), Duration::ZERO);
+    }
+
     #[test]
     fn backoff_doubles_up_to_max_and_resets() {
         let mut b = Backoff::new(Duration::from_millis(100), Duration::from_millis(350));

@@ -960,7 +960,7 @@ impl fmt::Debug for ShortHandle<'_> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     //! The guard and its heartbeat driven through a real `Delivery` on a `MemoryQueue`, on
     //! the paused clock: `sleep` here only moves virtual time forward.
     use tokio::time::{sleep, sleep_until};
@@ -987,7 +987,7 @@ mod tests {
 
     /// Receives the queue's first message the way the consumer does, with `visibility`
     /// (or the queue's own timeout) and no in-flight slot.
-    async fn hold(queue: &MemoryQueue, visibility: Option<u32>) -> Delivery {
+    pub(crate) async fn hold(queue: &MemoryQueue, visibility: Option<u32>) -> Delivery {
         let run = RunTies::new(Default::default(), Keeper::new(Runner::Caller));
         hold_in(queue, visibility, run).await
     }

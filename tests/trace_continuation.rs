@@ -17,7 +17,10 @@ use opentelemetry::trace::{SpanId, SpanKind, TraceId, TracerProvider as _};
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
 use sqs_consumer::{Delivery, TraceCarrier};
 
-on_both!(the_delivery_span_joins_the_producers_trace_from_either_carrier);
+on_both!(
+    the_delivery_span_joins_the_producers_trace_from_either_carrier,
+    the_delivery_span_hook_sees_each_delivery_span_with_its_producers_context,
+);
 
 #[cfg(all(feature = "opentelemetry", feature = "json"))]
 #[allow(dead_code)]
@@ -262,5 +265,42 @@ async fn the_delivery_span_joins_the_producers_trace_from_either_carrier(kind: K
     assert!(
         line.contains("DEBUG") && line.contains("header=\"traceparent\""),
         "{line}"
+    );
+}
+
+/// What an `on_delivery_span` hook saw: the span's name and the producer's `traceparent`.
+type HookCall = (Option<&'static str>, Option<String>);
+
+/// The hook is called once per delivery, with its `delivery` span and the producer's trace
+/// context if the message carries one, whether or not feature `opentelemetry` joins the
+/// trace itself.
+async fn the_delivery_span_hook_sees_each_delivery_span_with_its_producers_context(kind: Kind) {
+    let q = TestQueue::new(kind, 30).await;
+    let traceparent = format!("00-{W3C_TRACE}-{W3C_SPAN}-01");
+    q.send_with_trace("traced", None, &[("traceparent", &traceparent)])
+        .await;
+    q.send_with_trace("untraced", None, &[]).await;
+    let calls: Arc<Mutex<Vec<HookCall>>> = Arc::default();
+    let seen = calls.clone();
+    let consumer = q
+        .consumer()
+        .on_delivery_span(move |span, parent| {
+            let name = span.metadata().map(|m| m.name());
+            let parent = parent.map(sqs_consumer::TraceParent::traceparent);
+            seen.lock().unwrap().push((name, parent));
+        })
+        .wait_time(secs(1))
+        .build()
+        .unwrap();
+    let done = eventually("both acked", secs(60), || consumer.stats().acked == 2);
+    common::run_while(&consumer, |d: Delivery| d.ack(), done).await;
+    let mut calls = calls.lock().unwrap().clone();
+    calls.sort();
+    assert_eq!(
+        calls,
+        [
+            (Some("delivery"), None),
+            (Some("delivery"), Some(traceparent))
+        ]
     );
 }
