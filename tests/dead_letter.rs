@@ -129,6 +129,7 @@ async fn a_poison_message_moves_with_its_reason_after_exactly_n_receives(kind: K
         .await;
     let original_id = q.receive_raw(secs(1)).await.pop().expect("the message");
     let original_id = original_id.message_id().unwrap().to_owned();
+    let logs = common::global_logs();
     // The receive above counts: the consumer sees receives 2, 3 and 4 (after T).
     let consumer = consumer(&q, &dlq, 4).build().unwrap();
     let calls = Calls::default();
@@ -170,6 +171,15 @@ async fn a_poison_message_moves_with_its_reason_after_exactly_n_receives(kind: K
     let first = failure["first_received_at_ms"].as_u64().expect("first");
     let last = failure["last_received_at_ms"].as_u64().expect("last");
     assert!(first > 1_600_000_000_000 && first <= last, "{failure}");
+
+    // The warning names the queue the message went to, as the consumer was given it.
+    let text = String::from_utf8_lossy(&logs.lock().unwrap()).into_owned();
+    let moved = text
+        .lines()
+        .find(|l| l.contains("moved to the dead-letter queue") && l.contains(&original_id))
+        .unwrap_or_else(|| panic!("no move logged for {original_id}: {text}"));
+    let dead_letter_queue = dlq.url().unwrap_or(dlq.short_name());
+    assert!(moved.contains(dead_letter_queue), "{moved}");
 }
 
 async fn dead_letter_on_demand_moves_at_once_whatever_the_receive_count(kind: Kind) {
