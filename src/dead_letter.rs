@@ -289,11 +289,26 @@ mod tests {
 
     #[test]
     fn a_long_error_is_cut_on_a_character_boundary() {
-        let long = "é".repeat(MAX_ERROR_BYTES);
-        let copy = DeadLetter::copy(&message(0), &Failure::Error(long), 1, at(0), "q");
-        let error_field = copy.failure.split("\",\"cause\"").next().unwrap();
-        assert!(error_field.ends_with("..."), "marked as cut");
-        assert!(error_field.len() <= MAX_ERROR_BYTES + "{\"error\":\"".len());
+        let error_of = |text: String| {
+            let copy = DeadLetter::copy(&message(0), &Failure::Error(text), 1, at(0), "q");
+            let field = copy
+                .failure
+                .split("\",\"cause\"")
+                .next()
+                .unwrap()
+                .to_owned();
+            field.strip_prefix("{\"error\":\"").unwrap().to_owned()
+        };
+        // Two-byte characters: 4,093 bytes would split one, so 4,092 are kept.
+        let error = error_of("é".repeat(MAX_ERROR_BYTES));
+        assert!(error.ends_with("..."), "marked as cut");
+        assert_eq!(error.len(), MAX_ERROR_BYTES - 1, "as much as fits");
+        // One-byte characters: exactly 4 KiB, the mark included.
+        let error = error_of("x".repeat(MAX_ERROR_BYTES + 1));
+        assert_eq!(error, format!("{}...", "x".repeat(MAX_ERROR_BYTES - 3)));
+        // Up to the limit, nothing is cut.
+        let error = error_of("x".repeat(MAX_ERROR_BYTES));
+        assert_eq!(error, "x".repeat(MAX_ERROR_BYTES));
         let timeout = Failure::Timeout(Duration::from_secs(30));
         assert_eq!(timeout.text(), "handler timed out after 30s");
         assert_eq!(timeout.cause(), "timeout");
