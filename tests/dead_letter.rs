@@ -37,6 +37,7 @@ on_both!(
     a_fifo_copy_keeps_its_group_and_is_deduplicated_by_the_message_id,
     a_failure_between_the_send_and_the_delete_leaves_one_copy_and_the_next_receive_finishes_the_move,
     a_copy_that_cannot_be_sent_leaves_the_message_to_the_retry_policy,
+    a_copy_refused_for_a_moment_is_sent_again_on_the_same_receive,
 );
 
 /// The receive counts each handler call saw, in order.
@@ -357,6 +358,46 @@ async fn a_copy_that_cannot_be_sent_leaves_the_message_to_the_retry_policy(kind:
     let copy = copies(&dlq, 2, secs(3)).await;
     assert_eq!(copy.len(), 1, "one copy: the refused send made none");
     assert_eq!(failure_of(&copy[0])["receive_count"], 2);
+}
+
+async fn a_copy_refused_for_a_moment_is_sent_again_on_the_same_receive(kind: Kind) {
+    let (q, dlq) = (
+        TestQueue::new(kind, T).await,
+        TestQueue::new(kind, 30).await,
+    );
+    q.send("poison").await;
+    let proxy;
+    let builder = match (&q, &dlq) {
+        (TestQueue::Memory(_), TestQueue::Memory(failed)) => {
+            failed.fail_next(Action::SendMessage, "InternalError", 2);
+            consumer(&q, &dlq, 1)
+        }
+        (TestQueue::Server { url, .. }, _) => {
+            proxy = FaultProxy::start(&common::server_endpoint(), Faults::none(), 1).await;
+            proxy.outage(&["SendMessage"], secs(2));
+            Consumer::builder(common::client_for(&proxy.endpoint), url.clone())
+                .wait_time(secs(1))
+                .retry_policy(RetryPolicy::ReleaseNow)
+                .dead_letter(dlq.as_dead_letter(), 1)
+        }
+        _ => unreachable!("both queues are of one kind"),
+    };
+    let consumer = builder.build().unwrap();
+    let calls = Calls::default();
+    run_while(&consumer, calls.failing(), async {
+        until("the move", || consumer.stats().dead_lettered == 1).await;
+    })
+    .await;
+    assert_eq!(
+        calls.counts(),
+        [1],
+        "the transient failure was retried within the first receive's move"
+    );
+    assert_eq!(consumer.stats().released, 0, "{:?}", consumer.stats());
+    assert_eq!(q.counts().await, (0, 0));
+    let copy = copies(&dlq, 2, secs(3)).await;
+    assert_eq!(copy.len(), 1, "one copy: the refused sends made none");
+    assert_eq!(failure_of(&copy[0])["receive_count"], 1);
 }
 
 /// A panic and a timeout are failures the step moves, in every ack mode.
