@@ -1244,14 +1244,20 @@ mod tests {
     }
 
     fn refused(b: ConsumerBuilder, field: &str, allowed: &str) {
+        refused_value(b, field, allowed);
+    }
+
+    /// As [`refused`], returning the value the error quotes.
+    fn refused_value(b: ConsumerBuilder, field: &str, allowed: &str) -> String {
         match b.build() {
             Err(Error::InvalidConfig {
                 field: f,
                 allowed: a,
-                ..
+                got,
             }) => {
                 assert_eq!(f, field);
                 assert!(a.contains(allowed), "{a:?} should mention {allowed:?}");
+                got
             }
             other => panic!("expected InvalidConfig for {field}, got {other:?}"),
         }
@@ -1724,26 +1730,31 @@ mod tests {
             "dead_letter",
             "the client's region",
         );
-        refused(
+        // The error quotes the queue as it was given (`Debug`, as every refused value).
+        let got = refused_value(
             sqs("orders").dead_letter(&failed, 3),
             "dead_letter",
             "a queue URL",
         );
-        refused(
+        assert_eq!(got, format!("{:?}", failed.name()));
+        let got = refused_value(
             Consumer::in_memory(&memory).dead_letter("orders-dlq", 3),
             "dead_letter",
             "a MemoryQueue for a MemoryQueue consumer",
         );
-        refused(
+        assert_eq!(got, r#""orders-dlq""#);
+        let got = refused_value(
             sqs("orders").dead_letter("orders", 3),
             "dead_letter",
             "other than",
         );
-        refused(
+        assert_eq!(got, r#""orders""#);
+        let got = refused_value(
             Consumer::in_memory(&memory).dead_letter(&memory, 3),
             "dead_letter",
             "other than",
         );
+        assert_eq!(got, format!("{:?}", memory.name()));
         refused(
             sqs("orders.fifo").dead_letter("dlq", 3),
             "dead_letter",
