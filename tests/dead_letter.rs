@@ -17,7 +17,7 @@ use common::faults::{FaultProxy, Faults};
 use common::{receive_count, run_while, secs, Kind, TestQueue};
 use sqs_consumer::memory::Action;
 use sqs_consumer::{
-    AckMode, Batch, BoxError, Consumer, ConsumerBuilder, Delivery, MemoryQueue, RetryPolicy,
+    AckMode, Batch, BoxError, Consumer, ConsumerBuilder, Delivery, MemoryQueue, RetryPolicy, Stats,
 };
 use tokio::time::{sleep, Instant};
 
@@ -320,47 +320,40 @@ async fn a_failure_between_the_send_and_the_delete_leaves_one_copy_and_the_next_
 }
 
 async fn a_copy_that_cannot_be_sent_leaves_the_message_to_the_retry_policy(kind: Kind) {
-    let (q, dlq) = (
-        TestQueue::new(kind, T).await,
-        TestQueue::new(kind, 30).await,
-    );
-    q.send("poison").await;
-    let proxy;
-    let builder = match (&q, &dlq) {
-        (TestQueue::Memory(_), TestQueue::Memory(failed)) => {
-            failed.fail_next(Action::SendMessage, "AccessDenied", 1);
-            consumer(&q, &dlq, 1)
-        }
-        (TestQueue::Server { url, .. }, _) => {
-            proxy = FaultProxy::start(&common::server_endpoint(), Faults::none(), 1).await;
-            proxy.refuse_next("SendMessage", "AccessDenied", 1);
-            Consumer::builder(common::client_for(&proxy.endpoint), url.clone())
-                .wait_time(secs(1))
-                .retry_policy(RetryPolicy::ReleaseNow)
-                .dead_letter(dlq.as_dead_letter(), 1)
-        }
-        _ => unreachable!("both queues are of one kind"),
-    };
-    let consumer = builder.build().unwrap();
-    let calls = Calls::default();
-    run_while(&consumer, calls.failing(), async {
-        // Refused once: released at once (the retry policy), received again, and moved.
-        until("the move", || consumer.stats().dead_lettered == 1).await;
-    })
-    .await;
+    let (calls, stats, copy) = move_through(kind, SendFault::Refused).await;
+    // Refused once: released at once (the retry policy), received again, and moved.
     assert_eq!(
-        calls.counts(),
+        calls,
         [1, 2],
         "the refused move left the message in its queue"
     );
-    assert!(consumer.stats().released >= 1, "{:?}", consumer.stats());
-    assert_eq!(q.counts().await, (0, 0));
-    let copy = copies(&dlq, 2, secs(3)).await;
-    assert_eq!(copy.len(), 1, "one copy: the refused send made none");
-    assert_eq!(failure_of(&copy[0])["receive_count"], 2);
+    assert!(stats.released >= 1, "{stats:?}");
+    assert_eq!(failure_of(&copy)["receive_count"], 2);
 }
 
 async fn a_copy_refused_for_a_moment_is_sent_again_on_the_same_receive(kind: Kind) {
+    let (calls, stats, copy) = move_through(kind, SendFault::Transient).await;
+    assert_eq!(calls, [1], "retried within the first receive's move");
+    assert_eq!(stats.released, 0, "{stats:?}");
+    assert_eq!(failure_of(&copy)["receive_count"], 1);
+}
+
+/// How the dead-letter queue answers the first sends of a copy.
+#[derive(Debug, Clone, Copy)]
+enum SendFault {
+    /// Refused once, for good (`AccessDenied`).
+    Refused,
+    /// Failing for a moment (`InternalError`: twice on `MemoryQueue`, for 2 s through the
+    /// proxy).
+    Transient,
+}
+
+/// Runs a consumer whose handler fails (moving after one receive, releasing at once
+/// before that) on a fresh queue holding one message, while the dead-letter queue's sends
+/// meet `fault`, until the move is done; checks that the original is gone and that the
+/// failed sends made no copy. The receive counts the handler saw, the consumer's stats and
+/// the copy.
+async fn move_through(kind: Kind, fault: SendFault) -> (Vec<u32>, Stats, Message) {
     let (q, dlq) = (
         TestQueue::new(kind, T).await,
         TestQueue::new(kind, 30).await,
@@ -369,12 +362,18 @@ async fn a_copy_refused_for_a_moment_is_sent_again_on_the_same_receive(kind: Kin
     let proxy;
     let builder = match (&q, &dlq) {
         (TestQueue::Memory(_), TestQueue::Memory(failed)) => {
-            failed.fail_next(Action::SendMessage, "InternalError", 2);
+            match fault {
+                SendFault::Refused => failed.fail_next(Action::SendMessage, "AccessDenied", 1),
+                SendFault::Transient => failed.fail_next(Action::SendMessage, "InternalError", 2),
+            }
             consumer(&q, &dlq, 1)
         }
         (TestQueue::Server { url, .. }, _) => {
             proxy = FaultProxy::start(&common::server_endpoint(), Faults::none(), 1).await;
-            proxy.outage(&["SendMessage"], secs(2));
+            match fault {
+                SendFault::Refused => proxy.refuse_next("SendMessage", "AccessDenied", 1),
+                SendFault::Transient => proxy.outage(&["SendMessage"], secs(2)),
+            }
             Consumer::builder(common::client_for(&proxy.endpoint), url.clone())
                 .wait_time(secs(1))
                 .retry_policy(RetryPolicy::ReleaseNow)
@@ -388,16 +387,10 @@ async fn a_copy_refused_for_a_moment_is_sent_again_on_the_same_receive(kind: Kin
         until("the move", || consumer.stats().dead_lettered == 1).await;
     })
     .await;
-    assert_eq!(
-        calls.counts(),
-        [1],
-        "the transient failure was retried within the first receive's move"
-    );
-    assert_eq!(consumer.stats().released, 0, "{:?}", consumer.stats());
     assert_eq!(q.counts().await, (0, 0));
-    let copy = copies(&dlq, 2, secs(3)).await;
-    assert_eq!(copy.len(), 1, "one copy: the refused sends made none");
-    assert_eq!(failure_of(&copy[0])["receive_count"], 1);
+    let mut copies = copies(&dlq, 2, secs(3)).await;
+    assert_eq!(copies.len(), 1, "one copy: the failed sends made none");
+    (calls.counts(), consumer.stats(), copies.remove(0))
 }
 
 /// A panic and a timeout are failures the step moves, in every ack mode.
