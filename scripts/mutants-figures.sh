@@ -29,6 +29,11 @@ printf '%s\n' "$latest" | awk -F'\t' '
             n[m, "unviable"], n[m, "timeout"], shards } }' | sort
 echo
 printf '%s\n' "$latest" | awk -F'\t' '{ n[$2]++ } END { printf "in all: %d caught, %d missed, %d unviable, %d timed out\n", n["caught"], n["missed"], n["unviable"], n["timeout"] }'
+# How long the shards took: the fewest, the median and the most seconds, and the sum.
+for d in mutants/shard-*/; do cat "$d/seconds"; done | sort -n | awk '
+  { t[NR] = $1; sum += $1 }
+  END { printf "%d shards took %d to %d s each, median %d s, %.1f hours in all\n", NR, t[1], t[NR],
+          t[int((NR + 1) / 2)], sum / 3600 }'
 echo
 echo "missed:"
 printf '%s\n' "$latest" | awk -F'\t' '$2 == "missed" { print $4 }'
