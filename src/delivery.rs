@@ -1579,8 +1579,10 @@ pub(crate) mod tests {
         let q = queue(10);
         q.send("a").unwrap();
         q.send("b").unwrap();
+        q.send("d").unwrap();
         let a = hold(&q, None).await;
         let b = hold(&q, None).await;
+        let d = hold(&q, None).await;
         let start = Instant::now();
         a.release_after(secs(120)).await.expect("release_after");
         sleep_until(start + secs(119)).await;
@@ -1593,17 +1595,20 @@ pub(crate) mod tests {
 
         // Refused before anything is sent: no visibility change reaches the queue.
         let sent = extensions(&q);
-        match b.release_after(secs(43_200)).await {
-            Err(Error::PastHardDeadline { allowed, .. }) => {
-                assert!(allowed < secs(43_200 - 120));
-            }
+        // 120 s after the receive, the limit (12 hours less a 5 s margin) is 43,075 s away.
+        let allowed = match b.release_after(secs(43_076)).await {
+            Err(Error::PastHardDeadline { allowed, .. }) => allowed,
             other => panic!("expected PastHardDeadline, got {other:?}"),
-        }
+        };
+        assert_eq!(allowed, secs(43_075));
         assert_eq!(
             extensions(&q),
             sent,
             "nothing sent for a refused release_after"
         );
+        // What the error allows is taken.
+        d.release_after(allowed).await.expect("the allowed delay");
+        assert_eq!(extensions(&q), sent + 1);
         q.send("c").unwrap();
         let c = hold(&q, None).await;
         let sent = extensions(&q);
