@@ -2,7 +2,9 @@
 //! (real time): a poison message moves with its reason after exactly `after_receives`
 //! receives; `Delivery::dead_letter` moves one at once; a message with 10 attributes keeps
 //! them all; a FIFO copy keeps its group; a failure between the send and the delete leaves
-//! one copy in each queue, and the next receive finishes the move without a third.
+//! one copy in each queue, and the next receive finishes the move without a third; a copy
+//! refused for a moment is sent again on the same receive, and one refused for good leaves
+//! the message to the retry policy (released before `Delivery::dead_letter` returns).
 
 #[macro_use]
 mod common;
@@ -531,5 +533,80 @@ async fn dead_letter_without_a_queue_is_refused_and_the_message_meets_the_retry_
         q.requests().requests(Action::SendMessage),
         1,
         "only the test's own send"
+    );
+}
+
+/// `fail` says in its warning what comes next: the retry policy until the step is due, then
+/// the move.
+#[tokio::test(start_paused = true)]
+async fn a_failures_warning_says_whether_it_moves_or_meets_the_retry_policy() {
+    let (logs, _guard) = common::capture_logs();
+    let (q, failed) = (MemoryQueue::new(), MemoryQueue::new());
+    q.send("order 42").unwrap();
+    let consumer = Consumer::in_memory(&q)
+        .retry_policy(RetryPolicy::ReleaseNow)
+        .dead_letter(&failed, 2)
+        .build()
+        .unwrap();
+    let handler = |d: Delivery| async move {
+        d.fail("the order cannot be parsed").await?;
+        Ok::<(), BoxError>(())
+    };
+    run_while(&consumer, handler, async {
+        until("the move", || consumer.stats().dead_lettered == 1).await;
+    })
+    .await;
+    let text = String::from_utf8_lossy(&logs.lock().unwrap()).into_owned();
+    let failed: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("delivery failed"))
+        .collect();
+    assert_eq!(failed.len(), 2, "{text}");
+    assert!(
+        failed[0].contains("it gets the retry policy"),
+        "{}",
+        failed[0]
+    );
+    assert!(
+        failed[1].contains("it moves to the dead-letter queue"),
+        "{}",
+        failed[1]
+    );
+}
+
+/// A copy that cannot be sent leaves the message to the retry policy before
+/// `Delivery::dead_letter` returns its error.
+#[tokio::test(start_paused = true)]
+async fn a_refused_copy_is_released_before_dead_letter_returns() {
+    let (q, failed) = (MemoryQueue::new(), MemoryQueue::new());
+    q.send("{not json").unwrap();
+    failed.fail_next(Action::SendMessage, "AccessDenied", 1);
+    let consumer = Consumer::in_memory(&q)
+        .retry_policy(RetryPolicy::ReleaseNow)
+        .dead_letter(&failed, 1000)
+        .build()
+        .unwrap();
+    let released = Arc::new(Mutex::new(Vec::new()));
+    let handler = {
+        let (q, released) = (q.clone(), released.clone());
+        move |d: Delivery| {
+            let (q, released) = (q.clone(), released.clone());
+            async move {
+                let before = q.requests().visibility_changes();
+                let moved = d.dead_letter("the body is not JSON").await.is_ok();
+                let changes = q.requests().visibility_changes() - before;
+                released.lock().unwrap().push((moved, changes));
+                Ok::<(), BoxError>(())
+            }
+        }
+    };
+    run_while(&consumer, handler, async {
+        until("the move", || consumer.stats().dead_lettered == 1).await;
+    })
+    .await;
+    assert_eq!(
+        *released.lock().unwrap(),
+        [(false, 1), (true, 0)],
+        "the refused move released its message (one visibility change) before returning"
     );
 }
