@@ -1558,6 +1558,7 @@ pub(crate) mod tests {
             ("InternalError", 4),
             ("AccessDenied", 1),
             ("ReceiptHandleIsInvalid", 1),
+            ("MessageNotInflight", 1),
         ] {
             let q = queue(30);
             q.send("job").unwrap();
@@ -1569,7 +1570,17 @@ pub(crate) mod tests {
             match code {
                 "InternalError" => assert!(err.is_retryable(), "{err}"),
                 "AccessDenied" => assert!(err.is_fatal(), "{err}"),
-                _ => assert!(err.is_lost(), "{err}"),
+                // An answer that the delivery is gone is `Error::Lost`, with its reason.
+                _ => {
+                    let expected = match code {
+                        "MessageNotInflight" => LostReason::NotInFlight,
+                        _ => LostReason::ReceiptHandleInvalid,
+                    };
+                    assert!(
+                        matches!(err, Error::Lost { reason, .. } if reason == expected),
+                        "{code}: {err:?}"
+                    );
+                }
             }
         }
     }

@@ -610,3 +610,42 @@ async fn a_refused_copy_is_released_before_dead_letter_returns() {
         "the refused move released its message (one visibility change) before returning"
     );
 }
+
+/// A delivery lost before `Delivery::dead_letter` sends no copy and touches the message no
+/// more: the call says it was lost, and nothing claims a release failed.
+#[tokio::test(start_paused = true)]
+async fn dead_letter_on_a_lost_delivery_sends_nothing_and_releases_nothing() {
+    let (logs, _guard) = common::capture_logs();
+    let (q, failed) = (common::memory_queue(T), MemoryQueue::new());
+    q.send("order 42").unwrap();
+    let consumer = Consumer::in_memory(&q)
+        .dead_letter(&failed, 1000)
+        .build()
+        .unwrap();
+    let results = Arc::new(Mutex::new(Vec::new()));
+    let handler = {
+        let (q, results) = (q.clone(), results.clone());
+        move |d: Delivery| {
+            let (q, results) = (q.clone(), results.clone());
+            async move {
+                // The first extension is refused: the delivery is lost.
+                q.fail_next(Action::ChangeMessageVisibility, "ReceiptHandleIsInvalid", 1);
+                d.lost().await;
+                let changes = q.requests().visibility_changes();
+                let result = d.dead_letter("the body is not JSON").await;
+                let lost = result.is_err_and(|e| e.is_lost());
+                let changes = q.requests().visibility_changes() - changes;
+                results.lock().unwrap().push((lost, changes));
+                Ok::<(), BoxError>(())
+            }
+        }
+    };
+    run_while(&consumer, handler, async {
+        until("the handler", || !results.lock().unwrap().is_empty()).await;
+    })
+    .await;
+    assert_eq!(*results.lock().unwrap(), [(true, 0)]);
+    assert_eq!(failed.len(), 0, "no copy");
+    let text = String::from_utf8_lossy(&logs.lock().unwrap()).into_owned();
+    assert!(!text.contains("releasing the delivery failed"), "{text}");
+}
