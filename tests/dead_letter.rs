@@ -1,10 +1,12 @@
-//! The dead-letter step, each scenario on `MemoryQueue` (paused clock) and on the test server
-//! (real time): a poison message moves with its reason after exactly `after_receives`
-//! receives; `Delivery::dead_letter` moves one at once; a message with 10 attributes keeps
-//! them all; a FIFO copy keeps its group; a failure between the send and the delete leaves
-//! one copy in each queue, and the next receive finishes the move without a third; a copy
-//! refused for a moment is sent again on the same receive, and one refused for good leaves
-//! the message to the retry policy (released before `Delivery::dead_letter` returns).
+//! The dead-letter step. Each scenario of `on_both!` runs on `MemoryQueue` (paused clock)
+//! and on the test server (real time): a poison message moves with its reason after exactly
+//! `after_receives` receives; `Delivery::dead_letter` moves one at once; a message with 10
+//! attributes keeps them all; a FIFO copy keeps its group; a failure between the send and the
+//! delete leaves one copy in each queue, and the next receive finishes the move without a
+//! third; a copy refused for a moment is sent again on the same receive, one refused for good
+//! leaves the message to the retry policy. The tests after them, on `MemoryQueue` only, check
+//! the crate's own side: panics and timeouts in every ack mode, batches, `fail`'s warning, and
+//! what `Delivery::dead_letter` has done by the time it returns.
 
 #[macro_use]
 mod common;
