@@ -555,22 +555,26 @@ async fn stream_until_drains_like_run_until(kind: Kind) {
     for i in 0..3 {
         q.send(&format!("m{i}")).await;
     }
+    let shutdown_timeout = secs(10);
     let consumer = q
         .consumer()
         .wait_time(secs(1))
-        .shutdown_timeout(secs(10))
+        .shutdown_timeout(shutdown_timeout)
         .build()
         .unwrap();
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let mut stream = consumer.stream_until(async move {
         let _ = rx.await;
     });
-    // Each delivery goes to a task that holds it 3 s, then notes when its ack starts.
+    // Each delivery goes to a task that holds it 3 s (and 250 ms more than the one before,
+    // so that the last settles alone), then notes when its ack starts.
     let acks_started = Arc::new(Mutex::new(Vec::new()));
+    let taken = std::sync::atomic::AtomicU32::new(0);
     let hold = |d: Delivery| {
         let acks_started = acks_started.clone();
+        let n = taken.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         tokio::spawn(async move {
-            sleep(secs(3)).await;
+            sleep(secs(3) + Duration::from_millis(250) * n).await;
             acks_started.lock().unwrap().push(Instant::now());
             d.ack().await.unwrap();
         })
@@ -614,6 +618,12 @@ async fn stream_until_drains_like_run_until(kind: Kind) {
             .iter()
             .map(|at| *at - signalled_at)
             .collect::<Vec<_>>()
+    );
+    // ...and as soon as the last one was settled, not at the shutdown timeout.
+    assert!(
+        ended_at - signalled_at < shutdown_timeout,
+        "ended {:?} after the signal: at the shutdown timeout",
+        ended_at - signalled_at
     );
     assert!(
         (3..=4).contains(&yielded),
