@@ -433,7 +433,8 @@ impl ConsumerBuilder {
     }
 
     /// Called with each delivery's `delivery` span as soon as it is made, before anything
-    /// runs in it, and the producer's trace context the message carries, if any (see
+    /// runs in it (not for a span that no subscriber records), and the producer's trace
+    /// context the message carries, if any (see
     /// [`Delivery::trace_parent`](crate::Delivery::trace_parent)). The place to set the
     /// span's parent with a `tracing-opentelemetry` version other than the one feature
     /// `opentelemetry` uses (once a span has been entered, `tracing-opentelemetry` no longer

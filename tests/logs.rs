@@ -313,3 +313,26 @@ fn every_test_binary_installs_the_leak_guard() {
     }
     assert!(unguarded.is_empty(), "no guard_logs!() in {unguarded:?}");
 }
+
+/// The `on_delivery_span` hook is for spans a subscriber records: on a thread whose
+/// subscriber records none, it is not called (and no trace header is read for it).
+#[tokio::test(start_paused = true)]
+async fn the_delivery_span_hook_skips_a_span_no_subscriber_records() {
+    let _none = tracing::subscriber::set_default(tracing::subscriber::NoSubscriber::default());
+    let q = MemoryQueue::new();
+    q.send("job").unwrap();
+    let calls = Arc::new(Mutex::new(0));
+    let consumer = Consumer::in_memory(&q)
+        .on_delivery_span({
+            let calls = calls.clone();
+            move |_, _| *calls.lock().unwrap() += 1
+        })
+        .build()
+        .unwrap();
+    let handler = |d: Delivery| async move { d.ack().await };
+    run_while(&consumer, handler, async {
+        eventually("the ack", secs(10), || consumer.stats().acked == 1).await;
+    })
+    .await;
+    assert_eq!(*calls.lock().unwrap(), 0);
+}
