@@ -1798,6 +1798,12 @@ pub(crate) mod tests {
         assert!(text.contains(d.message_id()));
         assert!(!text.contains(&receipt_of(&d)));
         assert!(!text.contains("secret body"));
+        // Only the handle's first 8 characters: enough to tell two apart.
+        let start: String = receipt_of(&d).chars().take(8).collect();
+        assert!(
+            text.contains(&format!("receipt_handle: \"{start}…\"")),
+            "{text}"
+        );
     }
 }
 #[cfg(test)]
