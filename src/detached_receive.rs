@@ -160,12 +160,15 @@ mod tests {
     use super::*;
     use crate::memory::{Action, MemoryQueue};
 
-    /// Keeps each event's message.
+    /// Keeps each warning's message.
     #[derive(Clone, Default)]
-    struct Messages(Arc<Mutex<Vec<String>>>);
+    struct Warnings(Arc<Mutex<Vec<String>>>);
 
-    impl<S: tracing::Subscriber> Layer<S> for Messages {
+    impl<S: tracing::Subscriber> Layer<S> for Warnings {
         fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
+            if *event.metadata().level() != tracing::Level::WARN {
+                return;
+            }
             struct Text<'a>(&'a mut String);
             impl tracing::field::Visit for Text<'_> {
                 fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn fmt::Debug) {
@@ -180,31 +183,23 @@ mod tests {
         }
     }
 
-    /// Releases, through `release_chunk`, the two messages `q` holds (received first) and,
-    /// with `stale`, one receipt the queue no longer knows; the warnings it logged.
+    /// Releases, as a dropped run's receive does, the two messages `q` holds (received
+    /// first) and, with `stale`, one whose receipt the queue no longer knows; the warnings
+    /// logged.
     async fn release_two(q: &MemoryQueue, stale: bool) -> Vec<String> {
-        let messages = Messages::default();
+        let warnings = Warnings::default();
         let _logs =
-            tracing::subscriber::set_default(tracing_subscriber::registry().with(messages.clone()));
-        let received = q.receive(2, Duration::ZERO).await.unwrap();
-        let mut receipts: Vec<&str> = received
-            .iter()
-            .filter_map(Message::receipt_handle)
-            .collect();
+            tracing::subscriber::set_default(tracing_subscriber::registry().with(warnings.clone()));
+        let mut received = q.receive(2, Duration::ZERO).await.unwrap();
         if stale {
-            receipts.push("AQEB-no-longer-known");
+            received.push(
+                Message::builder()
+                    .receipt_handle("AQEB-no-longer-known")
+                    .build(),
+            );
         }
-        let entries: Vec<BatchEntry<'_>> = receipts
-            .iter()
-            .zip(ENTRY_IDS)
-            .map(|(receipt, id)| BatchEntry {
-                id,
-                receipt,
-                visibility: 0,
-            })
-            .collect();
-        release_chunk(&Queue::new(q.clone()), &entries).await;
-        let logged = messages.0.lock().unwrap().clone();
+        release(Queue::new(q.clone()), received).await;
+        let logged = warnings.0.lock().unwrap().clone();
         logged
     }
 
