@@ -188,8 +188,10 @@ mod tests {
     /// logged.
     async fn release_two(q: &MemoryQueue, stale: bool) -> Vec<String> {
         let warnings = Warnings::default();
-        let _logs =
-            tracing::subscriber::set_default(tracing_subscriber::registry().with(warnings.clone()));
+        let subscriber = tracing_subscriber::registry()
+            .with(crate::leak_guard::layer())
+            .with(warnings.clone());
+        let _logs = tracing::subscriber::set_default(subscriber);
         let mut received = q.receive(2, Duration::ZERO).await.unwrap();
         if stale {
             received.push(
