@@ -141,6 +141,7 @@ async fn a_pause_while_a_poll_waits_handles_what_it_brings_and_leaves_nothing_hi
     sleep(WAIT).await;
     assert_eq!(q.counts().await, (visible, 0));
     handle.resume();
+    assert!(!handle.is_paused() && !consumer.is_paused(), "resumed");
     eventually("all handled after resume", LIMIT, || {
         calls.load(Ordering::SeqCst) == 3
     })

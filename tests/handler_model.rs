@@ -511,6 +511,7 @@ async fn pause_stops_receiving_and_resume_starts_again_with_leases_untouched(kin
     let consumer = Arc::new(q.consumer().wait_time(secs(1)).build().unwrap());
     let mut taker = Taker::start_shared(consumer.clone());
     let held = taker.next(LIMIT).await;
+    assert!(!consumer.is_paused(), "a new consumer receives");
     let paused_at = Instant::now();
     consumer.pause();
     assert!(consumer.is_paused());
@@ -534,6 +535,7 @@ async fn pause_stops_receiving_and_resume_starts_again_with_leases_untouched(kin
     }
     assert!(!held.is_lost());
     consumer.resume();
+    assert!(!consumer.is_paused(), "resumed");
     let resumed_at = Instant::now();
     for _ in 0..3 {
         let d = taker.next(LIMIT).await;
