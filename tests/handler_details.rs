@@ -1,6 +1,7 @@
 //! The finer points of the handler model on a `MemoryQueue`, on tokio's paused clock: what
 //! the logs say, what `Stats` counts, deliveries moved out of their handler, FIFO groups
-//! after a timeout, batch settling in one request, and a handler cancelled by the shutdown.
+//! after a timeout and their acks, batch settling in one request, a handler cancelled by the
+//! shutdown, and what a stopped stream waits for and releases.
 
 mod common;
 
@@ -10,9 +11,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{capture_logs, eventually, memory_fifo, memory_queue as queue, run_while, secs};
+use futures::StreamExt;
 use sqs_consumer::memory::{Action, SendOptions};
 use sqs_consumer::{AckMode, Batch, Consumer, Delivery, MemoryQueue, RetryPolicy};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio::time::{sleep, Instant};
 
 /// How long (in virtual time) a test waits for a condition.
@@ -423,4 +425,131 @@ async fn adaptive_visibility_learns_from_handlers_on_the_paused_clock() {
     let stats = consumer.stats();
     assert!(stats.extended >= 4, "{stats:?}");
     assert_eq!((stats.lost, stats.visibility_timeout), (0, secs(120)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn on_a_fifo_queue_an_ack_does_not_wait_for_the_rest_of_its_group() {
+    // Deliveries received together on a standard queue let an ack wait up to one round trip
+    // for the others' to share its request. A FIFO group's are handed out one at a time,
+    // each once the one before it is acked, so an ack that waited for them would only wait.
+    let latency = Duration::from_millis(100);
+    let q = MemoryQueue::builder()
+        .fifo(true)
+        .content_based_deduplication(true)
+        .visibility_timeout(secs(30))
+        .latency(latency)
+        .build()
+        .unwrap();
+    for body in ["g1", "g2", "g3"] {
+        q.send_with(body, SendOptions::new().group_id("g")).unwrap();
+    }
+    let consumer = Consumer::in_memory(&q).build().unwrap();
+    let acks_took = Arc::new(Mutex::new(Vec::new()));
+    let took = acks_took.clone();
+    let handler = move |d: Delivery| {
+        let took = took.clone();
+        async move {
+            let start = Instant::now();
+            let acked = d.ack().await;
+            took.lock().unwrap().push(start.elapsed());
+            acked
+        }
+    };
+    run_while(
+        &consumer,
+        handler,
+        eventually("all acked", LIMIT, || acks_took.lock().unwrap().len() == 3),
+    )
+    .await;
+    let took = acks_took.lock().unwrap().clone();
+    assert!(
+        took.iter().all(|&t| t < latency * 3 / 2),
+        "each ack takes one call of {latency:?}: {took:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stream_stopped_while_a_delivery_is_held_says_it_waits_for_it() {
+    let (logs, _guard) = capture_logs();
+    let q = queue(30);
+    q.send("held").unwrap();
+    // The stream waits for the delivery once its receive under way (1 s) is in.
+    let consumer = Consumer::in_memory(&q).wait_time(secs(1)).build().unwrap();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let mut stream = consumer.stream_until(async {
+        let _ = stopped.await;
+    });
+    let held = stream.next().await.expect("a delivery").expect("no error");
+    stop.send(()).unwrap();
+    let settle_later = async {
+        sleep(secs(5)).await;
+        held.ack().await.unwrap();
+    };
+    let (end, ()) = tokio::join!(stream.next(), settle_later);
+    assert!(
+        end.is_none(),
+        "the stream ends once the delivery is settled"
+    );
+    let text = text(&logs);
+    let waiting = text
+        .lines()
+        .find(|l| l.contains("handed out to be settled"))
+        .unwrap_or_else(|| panic!("no shutdown log: {text}"));
+    assert!(
+        waiting.contains("waiting for 1 delivery handed out to be settled, up to "),
+        "{waiting}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stream_stopped_with_nothing_held_does_not_say_it_waits() {
+    let (logs, _guard) = capture_logs();
+    let q = queue(30);
+    q.send("acked").unwrap();
+    let consumer = Consumer::in_memory(&q).build().unwrap();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let mut stream = consumer.stream_until(async {
+        let _ = stopped.await;
+    });
+    let d = stream.next().await.expect("a delivery").expect("no error");
+    d.ack().await.unwrap();
+    stop.send(()).unwrap();
+    assert!(stream.next().await.is_none());
+    let text = text(&logs);
+    assert!(text.contains("stream stopped"), "{text}");
+    assert!(
+        !text.contains("handed out to be settled"),
+        "nothing was held: {text}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stream_releases_at_once_what_its_poll_brings_after_the_shutdown_timeout() {
+    let (logs, _guard) = capture_logs();
+    let q = queue(30);
+    // Stopped at 1 s, its shutdown timeout ends at 2 s; the poll under way waits until 10 s,
+    // and the message reaches it at 5 s: too late to be handed out.
+    let consumer = Consumer::in_memory(&q)
+        .wait_time(secs(10))
+        .shutdown_timeout(secs(1))
+        .build()
+        .unwrap();
+    let stream = consumer.stream_until(sleep(secs(1)));
+    let send_late = async {
+        sleep(secs(5)).await;
+        q.send("late").unwrap();
+    };
+    let (yielded, ()) = tokio::join!(stream.collect::<Vec<_>>(), send_late);
+    assert!(yielded.is_empty(), "nothing handed out after the timeout");
+    assert_eq!((q.visible_len(), consumer.stats().released), (1, 1));
+    let text = text(&logs);
+    assert!(
+        text.contains("releasing messages received after the shutdown timeout"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("handed out to be settled")
+            && !text.contains("still held at the shutdown timeout"),
+        "a late message is never handed out, so never waited for: {text}"
+    );
 }
