@@ -124,8 +124,8 @@ pub trait BatchHandler: Send + Sync + 'static {
     fn handle(&self, batch: Batch) -> BoxFuture<'static, Result<(), BoxError>>;
 
     /// Completes when the handler can take another batch: the consumer waits for it before
-    /// each receive, as [`Handler::ready`](crate::Handler::ready) says. Defaults to ready at
-    /// once.
+    /// each receive, and a panic in it unwinds out of the `run*` future, as
+    /// [`Handler::ready`](crate::Handler::ready) says. Defaults to ready at once.
     fn ready(&self) -> BoxFuture<'_, ()> {
         Box::pin(std::future::ready(()))
     }

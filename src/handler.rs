@@ -51,8 +51,9 @@ pub trait Handler: Send + Sync + 'static {
     /// consumer waits for it before the next, as it waits for a free
     /// [`max_in_flight`](crate::ConsumerBuilder::max_in_flight) slot; with receives under way,
     /// it starts one more only if this completes at once. So a handler that is not ready
-    /// holds back receives, never a received message. Defaults to ready at once;
-    /// `ServiceHandler` (feature `tower`) polls its service's `poll_ready`.
+    /// holds back receives, never a received message. Unlike a panic in `handle`, a panic
+    /// in `ready` is not caught: it unwinds out of the `run*` future. Defaults to ready at
+    /// once; `ServiceHandler` (feature `tower`) polls its service's `poll_ready`.
     fn ready(&self) -> BoxFuture<'_, ()> {
         Box::pin(std::future::ready(()))
     }

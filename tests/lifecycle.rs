@@ -1,18 +1,21 @@
-//! Graceful shutdown, retry policy, lost-ack safety, stats, the stream and FIFO waiting, on
-//! `MemoryQueue` and tokio's paused clock.
+//! Graceful shutdown, retry policy, lost-ack safety, stats, the stream and FIFO waiting, and
+//! how a run ends when its receive loop panics or loses its runtime, on `MemoryQueue` and
+//! tokio's paused clock.
 
 mod common;
 
 guard_logs!();
 
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{eventually, memory_fifo as fifo, memory_queue as queue, run_while, secs};
-use futures::StreamExt;
+use futures::future::BoxFuture;
+use futures::{FutureExt, StreamExt};
 use sqs_consumer::memory::{Action, SendOptions};
-use sqs_consumer::{Consumer, Delivery, Error, MemoryQueue, RetryPolicy};
+use sqs_consumer::{BoxError, Consumer, Delivery, Error, Handler, MemoryQueue, RetryPolicy};
 use tokio::sync::mpsc;
 use tokio::time::{sleep, sleep_until, Instant};
 
@@ -557,6 +560,10 @@ async fn a_message_whose_ack_was_lost_is_deleted_on_redelivery_without_the_handl
     );
     let stats = consumer.stats();
     assert_eq!((stats.skipped_redeliveries, stats.lost), (1, 1));
+    assert_eq!(
+        stats.dead_lettered, 0,
+        "the delete finished an ack, not a move"
+    );
 }
 
 // ---- stats ----
@@ -700,4 +707,61 @@ async fn the_stream_yields_a_fatal_error_once_and_ends() {
         items[0].as_ref().unwrap_err().code(),
         Some("QueueDoesNotExist")
     );
+}
+
+/// A handler that panics when asked whether it is ready.
+struct PanicsInReady;
+
+impl Handler for PanicsInReady {
+    fn handle(&self, delivery: Delivery) -> BoxFuture<'static, Result<(), BoxError>> {
+        Box::pin(async move { delivery.ack().await.map_err(Into::into) })
+    }
+
+    fn ready(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async { panic!("asked whether it is ready") })
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_panic_in_ready_goes_on_where_the_run_is_awaited() {
+    let q = queue(30);
+    let consumer = Consumer::in_memory(&q).build().unwrap();
+    // The receive loop runs on a task of its own: its panic is not turned into an error.
+    let panic = AssertUnwindSafe(consumer.run(PanicsInReady))
+        .catch_unwind()
+        .await
+        .expect_err("the run panics");
+    assert_eq!(
+        panic.downcast_ref::<&str>(),
+        Some(&"asked whether it is ready")
+    );
+}
+
+#[test]
+fn a_run_whose_receive_loop_lost_its_runtime_returns_an_error() {
+    let awaited_on = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let loop_runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let q = queue(30);
+    let ended = awaited_on.block_on(async {
+        let consumer = Consumer::in_memory(&q).build().unwrap();
+        let mut run = std::pin::pin!(consumer.run(|d: Delivery| d.ack()));
+        {
+            // The run's receive loop starts on the runtime whose context its first poll sees.
+            let _context = loop_runtime.enter();
+            assert!(futures::poll!(run.as_mut()).is_pending());
+        }
+        loop_runtime.shutdown_background();
+        tokio::time::timeout(secs(10), run).await
+    });
+    let err = ended
+        .expect("ends at once")
+        .expect_err("an error, not a panic");
+    assert!(err.to_string().contains("runtime shut down"), "{err}");
+    assert!(err.is_retryable(), "{err:?}");
 }
