@@ -553,6 +553,38 @@ mod tests {
     }
 
     #[test]
+    fn a_lost_delivery_says_why_in_its_own_words_for_each_reason() {
+        let reasons = [
+            LostReason::ReceiptHandleInvalid,
+            LostReason::NotInFlight,
+            LostReason::ExtensionFailed,
+            LostReason::HardDeadline,
+            LostReason::LapsedBeforeAnswer,
+        ];
+        let said: Vec<String> = reasons
+            .iter()
+            .map(|&reason| {
+                Error::Lost {
+                    message_id: "m-1".into(),
+                    reason,
+                    source: None,
+                }
+                .to_string()
+            })
+            .collect();
+        assert_eq!(
+            said[3],
+            "delivery of message m-1 was lost: the 12-hour visibility limit counted from the \
+             receive was reached"
+        );
+        for (i, text) in said.iter().enumerate() {
+            let why = text.trim_start_matches("delivery of message m-1 was lost: ");
+            assert!(why.len() > 20, "{text}");
+            assert!(!said[..i].contains(text), "told apart: {said:?}");
+        }
+    }
+
+    #[test]
     fn codes_are_classified() {
         assert_eq!(
             classify_code("ReceiptHandleIsInvalid", Some(400)),
