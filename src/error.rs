@@ -734,9 +734,18 @@ mod tests {
             kind: ErrorKind::Retryable,
             source: Box::new(std::io::Error::other("connection refused")),
         };
+        let text = unsent.chain().to_string();
         assert_eq!(
-            unsent.chain().to_string(),
+            text,
             "SQS ReceiveMessage failed: the request could not be sent: connection refused"
+        );
+        // Through the copy a batch's callers get, too: its source is the shared original.
+        let copy = Error::replicate(&std::sync::Arc::new(unsent));
+        assert_eq!(copy.chain().to_string(), text);
+        let shared = std::error::Error::source(&copy).expect("the shared original");
+        assert_eq!(
+            shared.to_string(),
+            "SQS ReceiveMessage failed: the request could not be sent"
         );
     }
 
@@ -779,6 +788,13 @@ mod tests {
             shorten_handles(&moto),
             "The input receipt handle \"AQEBzWwa…\" is not a valid receipt handle."
         );
+        // Words, not a handle, where the handle would be: left alone.
+        for words in [
+            "Value of the handle for parameter ReceiptHandle is invalid.",
+            "No value given for parameter ReceiptHandle.",
+        ] {
+            assert_eq!(shorten_handles(words), words);
+        }
         // Message ids, codes and ordinary words are left alone, and nothing is copied then.
         let plain =
             "message 5fea7756-0ea4-451a-a703-a558b933e274: AWS.SimpleQueueService.NonExistentQueue";
