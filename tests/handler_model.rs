@@ -455,6 +455,11 @@ async fn run_batch_on_fifo_never_holds_two_of_a_group_and_keeps_their_order(kind
         let expected: Vec<String> = (0..4).map(|i| format!("{group}{i}")).collect();
         assert_eq!(order, expected, "group {group} in send order, once each");
     }
+    assert_eq!(
+        consumer.stats().released,
+        0,
+        "each receive handed out round by round, none of it released"
+    );
 }
 
 async fn attribute_selection_returns_exactly_the_named_attributes(kind: Kind) {

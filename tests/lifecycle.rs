@@ -6,6 +6,7 @@ mod common;
 
 guard_logs!();
 
+use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -15,7 +16,7 @@ use common::{eventually, memory_fifo as fifo, memory_queue as queue, run_while, 
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
 use sqs_consumer::memory::{Action, SendOptions};
-use sqs_consumer::{BoxError, Consumer, Delivery, Error, Handler, MemoryQueue, RetryPolicy};
+use sqs_consumer::{Batch, BoxError, Consumer, Delivery, Error, Handler, MemoryQueue, RetryPolicy};
 use tokio::sync::mpsc;
 use tokio::time::{sleep, sleep_until, Instant};
 
@@ -764,4 +765,71 @@ fn a_run_whose_receive_loop_lost_its_runtime_returns_an_error() {
         .expect_err("an error, not a panic");
     assert!(err.to_string().contains("runtime shut down"), "{err}");
     assert!(err.is_retryable(), "{err:?}");
+}
+
+/// Runs a batch handler on FIFO queue `q` that records each batch's bodies and acks it,
+/// until `signal`; returns the batches.
+async fn fifo_batches_until(
+    q: &MemoryQueue,
+    signal: impl Future<Output = ()> + Send + 'static,
+) -> Vec<Vec<String>> {
+    let consumer = Consumer::in_memory(q).wait_time(secs(10)).build().unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let handler = {
+        let seen = seen.clone();
+        move |batch: Batch| {
+            let seen = seen.clone();
+            async move {
+                let bodies: Vec<String> = batch.iter().map(|d| d.body().to_owned()).collect();
+                seen.lock().unwrap().push(bodies);
+                batch.ack_all().await
+            }
+        }
+    };
+    consumer.run_batch_until(handler, signal).await.unwrap();
+    assert_eq!(consumer.stats().handler_panics, 0);
+    let batches = seen.lock().unwrap().clone();
+    batches
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fifo_receive_is_handed_to_a_batch_handler_round_by_round_releasing_nothing() {
+    let (logs, _guard) = common::capture_logs();
+    let q = fifo(30);
+    for body in ["g1", "g2", "g3"] {
+        q.send_with(body, SendOptions::new().group_id("g")).unwrap();
+    }
+    let watched = q.clone();
+    let drained = async move { eventually("drained", LIMIT, || watched.is_empty()).await };
+    let batches = fifo_batches_until(&q, drained).await;
+    assert_eq!(batches, [["g1"], ["g2"], ["g3"]]);
+    assert_eq!(q.requests().visibility_changes(), 0, "nothing released");
+    let text = String::from_utf8_lossy(&logs.lock().unwrap()).into_owned();
+    assert!(!text.contains("releasing the rest"), "{text}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fifo_receive_that_comes_in_after_the_signal_hands_out_its_first_round_only() {
+    let (logs, _guard) = common::capture_logs();
+    let q = fifo(30);
+    // The signal comes at 1 s, while the poll waits; the messages reach that poll at 2 s.
+    let sender = q.clone();
+    tokio::spawn(async move {
+        sleep(secs(2)).await;
+        for body in ["g1", "g2", "g3"] {
+            sender
+                .send_with(body, SendOptions::new().group_id("g"))
+                .unwrap();
+        }
+    });
+    let batches = fifo_batches_until(&q, sleep(secs(1))).await;
+    // The run had decided to hand out what that receive brings: the first round goes out;
+    // the rest is released, to come back in order.
+    assert_eq!(batches, [["g1"]]);
+    assert_eq!((q.len(), q.visible_len()), (2, 2));
+    let text = String::from_utf8_lossy(&logs.lock().unwrap()).into_owned();
+    assert!(
+        text.contains("releasing the rest of FIFO message groups, to keep their order count=2"),
+        "{text}"
+    );
 }
