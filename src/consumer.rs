@@ -355,7 +355,7 @@ impl Consumer {
     pub async fn run_batch_until<H, S>(&self, handler: H, signal: S) -> Result<(), Error>
     where
         H: BatchHandler,
-        S: Future<Output = ()> + Send + 'static,
+        S: Future<Output = ()>,
     {
         self.engine
             .run_until(self.engine.batches(handler), signal)
