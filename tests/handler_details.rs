@@ -553,3 +553,34 @@ async fn a_stream_releases_at_once_what_its_poll_brings_after_the_shutdown_timeo
         "a late message is never handed out, so never waited for: {text}"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_timed_out_batch_handler_says_how_many_deliveries_it_stopped_on() {
+    let (logs, _guard) = capture_logs();
+    let q = queue(30);
+    for i in 0..3 {
+        q.send(format!("m{i}")).unwrap();
+    }
+    let consumer = Consumer::in_memory(&q)
+        .handler_timeout(secs(5))
+        .build()
+        .unwrap();
+    let handler = |batch: Batch| async move {
+        sleep(secs(3600)).await; // stopped at 5 s
+        batch.ack_all().await
+    };
+    let watched = consumer.handle();
+    consumer
+        .run_batch_until(
+            handler,
+            eventually("timed out", LIMIT, || watched.stats().handler_timeouts == 1),
+        )
+        .await
+        .unwrap();
+    let text = text(&logs);
+    let warning = text
+        .lines()
+        .find(|l| l.contains("handler timed out"))
+        .unwrap_or_else(|| panic!("no timeout warning: {text}"));
+    assert!(warning.contains("deliveries=3"), "{warning}");
+}
