@@ -35,7 +35,10 @@ use crate::stats::{Counter, Measure};
 /// handler settled itself (`ack`, `release`, `fail`, ...) stays settled as it said, and a
 /// delivery the handler moved elsewhere (and still holds) is not touched: it is settled, or
 /// meets the retry policy, when it is dropped. A handler cancelled by a shutdown past its
-/// timeout has no outcome: what it held is released, whatever the mode.
+/// timeout has no outcome: what it held is released, whatever the mode. One dropped by
+/// [`cancel_on_lost`](crate::ConsumerBuilder::cancel_on_lost) acks nothing, whatever the mode,
+/// not even a delivery it had dropped before: its work was cut short, and its messages may be
+/// with another consumer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum AckMode {

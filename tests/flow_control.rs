@@ -400,6 +400,52 @@ async fn cancel_on_lost_drops_a_batch_handler_once_its_whole_batch_is_lost() {
     assert!(!fate.finished.load(std::sync::atomic::Ordering::SeqCst));
 }
 
+/// Under `AckMode::Always` too, a handler dropped because its deliveries were lost acks
+/// nothing, not even a delivery it had dropped before: its work was cut short, and the
+/// message may be with another consumer.
+#[tokio::test(start_paused = true)]
+async fn a_batch_handler_cancelled_on_lost_acks_nothing_even_under_ack_mode_always() {
+    let q = sqs_consumer::MemoryQueue::builder()
+        .visibility_timeout(secs(T))
+        .build()
+        .unwrap();
+    q.send("dropped, then lost").unwrap();
+    q.send("held, then lost").unwrap();
+    // Every extension fails: both deliveries are lost at their first deadline.
+    q.fail_next(
+        sqs_consumer::memory::Action::ChangeMessageVisibility,
+        "InternalError",
+        1_000,
+    );
+    let consumer = Consumer::in_memory(&q)
+        .cancel_on_lost(true)
+        .ack_mode(sqs_consumer::AckMode::Always)
+        .build()
+        .unwrap();
+    let handler = |batch: sqs_consumer::Batch| async move {
+        let mut deliveries = batch.into_iter();
+        drop(deliveries.next()); // left to the outcome
+        sleep(secs(3600)).await;
+        drop(deliveries);
+        Ok::<(), sqs_consumer::BoxError>(())
+    };
+    let cancelled = async {
+        let start = Instant::now();
+        while consumer.stats().cancelled_on_lost == 0 {
+            assert!(start.elapsed() < LIMIT, "never cancelled");
+            sleep(Duration::from_millis(100)).await;
+        }
+        sleep(secs(1)).await; // for a delete the outcome might still send
+    };
+    tokio::select! {
+        result = consumer.run_batch(handler) => panic!("ended: {result:?}"),
+        () = cancelled => {}
+    }
+    assert_eq!(q.requests().deletes(), 0, "no delete for a lost delivery");
+    let stats = consumer.stats();
+    assert_eq!((stats.lost, stats.acked), (2, 0), "{stats:?}");
+}
+
 /// The sizes of the batches a batch handler got, and when each came.
 #[derive(Debug, Default, Clone)]
 struct Batches(Arc<Mutex<Vec<(usize, Instant)>>>);
