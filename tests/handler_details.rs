@@ -584,3 +584,29 @@ async fn a_timed_out_batch_handler_says_how_many_deliveries_it_stopped_on() {
         .unwrap_or_else(|| panic!("no timeout warning: {text}"));
     assert!(warning.contains("deliveries=3"), "{warning}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_ack_on_success_refused_for_good_is_warned_about() {
+    let (logs, _guard) = capture_logs();
+    let q = queue(30);
+    q.send("refused").unwrap();
+    q.fail_next(Action::DeleteMessage, "AccessDenied", 1);
+    let consumer = Consumer::in_memory(&q)
+        .ack_mode(AckMode::OnSuccess)
+        .build()
+        .unwrap();
+    let handler = |_d: Delivery| async move { Ok::<(), sqs_consumer::BoxError>(()) };
+    run_while(
+        &consumer,
+        handler,
+        eventually("tried", LIMIT, || q.requests().deletes() == 1),
+    )
+    .await;
+    let text = text(&logs);
+    let warning = text
+        .lines()
+        .find(|l| l.contains("acking a delivery its handler left unsettled failed"))
+        .unwrap_or_else(|| panic!("no warning: {text}"));
+    assert!(warning.contains("AccessDenied"), "{warning}");
+    assert_eq!(consumer.stats().acked, 0);
+}
