@@ -610,3 +610,86 @@ async fn an_ack_on_success_refused_for_good_is_warned_about() {
     assert!(warning.contains("AccessDenied"), "{warning}");
     assert_eq!(consumer.stats().acked, 0);
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_ack_on_success_that_finds_the_delivery_lost_is_no_failure_to_warn_about() {
+    let (logs, _guard) = capture_logs();
+    let q = queue(30);
+    q.send("lost").unwrap();
+    q.fail_next(Action::DeleteMessage, "ReceiptHandleIsInvalid", 1);
+    let consumer = Consumer::in_memory(&q)
+        .ack_mode(AckMode::OnSuccess)
+        .build()
+        .unwrap();
+    let handler = |_d: Delivery| async move { Ok::<(), sqs_consumer::BoxError>(()) };
+    run_while(
+        &consumer,
+        handler,
+        eventually("lost", LIMIT, || consumer.stats().lost == 1),
+    )
+    .await;
+    let text = text(&logs);
+    assert!(
+        !text.contains("left unsettled failed"),
+        "a loss is counted, not warned about as a failed call: {text}"
+    );
+    assert_eq!(consumer.stats().acked, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_delivery_dropped_and_lost_before_its_handler_failed_is_not_released() {
+    let q = queue(10);
+    q.send("lost").unwrap();
+    let consumer = Consumer::in_memory(&q)
+        .retry_policy(RetryPolicy::ReleaseNow)
+        .build()
+        .unwrap();
+    let (receipt_tx, mut receipt) = mpsc::unbounded_channel::<String>();
+    let handler = move |d: Delivery| {
+        let receipt_tx = receipt_tx.clone();
+        async move {
+            let _ = receipt_tx.send(d.message().receipt_handle().unwrap().to_owned());
+            drop(d); // left to the outcome
+            sleep(secs(15)).await; // lost meanwhile, at the extension at 5 s
+            Err::<(), _>("failed after the loss")
+        }
+    };
+    run_while(&consumer, handler, async {
+        // Deleted elsewhere: the extension finds the receipt handle invalid.
+        q.delete(&receipt.recv().await.unwrap()).unwrap();
+        eventually("lost", LIMIT, || consumer.stats().lost == 1).await;
+        eventually("failed", LIMIT, || consumer.stats().handler_errors == 1).await;
+        sleep(secs(1)).await; // for a release the outcome might send
+    })
+    .await;
+    assert_eq!(
+        q.requests().visibility_changes(),
+        1,
+        "the extension that found it lost, and no release with a stale receipt handle"
+    );
+    assert_eq!(consumer.stats().released, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_keeper_lets_go_of_what_the_outcome_acked() {
+    let q = queue(10);
+    q.send("acked by the outcome").unwrap();
+    let consumer = Consumer::in_memory(&q)
+        .ack_mode(AckMode::OnSuccess)
+        .build()
+        .unwrap();
+    let handler = |_d: Delivery| async move {
+        sleep(secs(1)).await;
+        Ok::<(), sqs_consumer::BoxError>(())
+    };
+    run_while(&consumer, handler, async {
+        eventually("acked", LIMIT, || consumer.stats().acked == 1).await;
+        sleep(secs(60)).await; // six timeouts
+    })
+    .await;
+    assert_eq!(
+        q.requests().visibility_changes(),
+        0,
+        "no extension for a deleted message"
+    );
+}
