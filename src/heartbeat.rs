@@ -1072,6 +1072,27 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_capped_extension_waits_for_the_limit_only_up_to_a_quarter_of_the_timeout() {
+        // T = 2 s: the usual time is 1 s before the deadline.
+        let usual = Instant::now() + secs(100);
+        let deadline = usual + secs(1);
+        // The limit leaves 1.4 s from then: 1 s sent 0.4 s later (within T / 4) ends at it.
+        assert_eq!(
+            next_extension(deadline, 2, usual + Duration::from_millis(1_400)),
+            Some(Extension {
+                at: usual + Duration::from_millis(400),
+                visibility: 1
+            })
+        );
+        // It leaves 1.7 s: waiting 0.7 s would leave too little time for retries, and 1 s
+        // sent at the usual time ends at the deadline, gaining nothing: no extension.
+        assert_eq!(
+            next_extension(deadline, 2, usual + Duration::from_millis(1_700)),
+            None
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_long_timeout_is_cut_to_the_limit() {
         let r = Instant::now();
         let limit = extension_limit(r);
