@@ -585,55 +585,46 @@ async fn a_timed_out_batch_handler_says_how_many_deliveries_it_stopped_on() {
     assert!(warning.contains("deliveries=3"), "{warning}");
 }
 
-#[tokio::test(start_paused = true)]
-async fn an_ack_on_success_refused_for_good_is_warned_about() {
+/// The logs and the stats of a handler's `Ok` under `AckMode::OnSuccess` whose delete SQS
+/// answers with the error `code`.
+async fn ack_on_success_answered_with(code: &str) -> (String, sqs_consumer::Stats) {
     let (logs, _guard) = capture_logs();
     let q = queue(30);
-    q.send("refused").unwrap();
-    q.fail_next(Action::DeleteMessage, "AccessDenied", 1);
+    q.send("left unsettled").unwrap();
+    q.fail_next(Action::DeleteMessage, code, 1);
     let consumer = Consumer::in_memory(&q)
         .ack_mode(AckMode::OnSuccess)
         .build()
         .unwrap();
     let handler = |_d: Delivery| async move { Ok::<(), sqs_consumer::BoxError>(()) };
-    run_while(
-        &consumer,
-        handler,
-        eventually("tried", LIMIT, || q.requests().deletes() == 1),
-    )
+    run_while(&consumer, handler, async {
+        eventually("answered", LIMIT, || q.requests().deletes() == 1).await;
+        sleep(secs(1)).await; // for what the answer leads to
+    })
     .await;
-    let text = text(&logs);
+    let stats = consumer.stats();
+    (text(&logs), stats)
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_ack_on_success_refused_for_good_is_warned_about() {
+    let (text, stats) = ack_on_success_answered_with("AccessDenied").await;
     let warning = text
         .lines()
         .find(|l| l.contains("acking a delivery its handler left unsettled failed"))
         .unwrap_or_else(|| panic!("no warning: {text}"));
     assert!(warning.contains("AccessDenied"), "{warning}");
-    assert_eq!(consumer.stats().acked, 0);
+    assert_eq!((stats.acked, stats.lost), (0, 0), "{stats:?}");
 }
 
 #[tokio::test(start_paused = true)]
 async fn an_ack_on_success_that_finds_the_delivery_lost_is_no_failure_to_warn_about() {
-    let (logs, _guard) = capture_logs();
-    let q = queue(30);
-    q.send("lost").unwrap();
-    q.fail_next(Action::DeleteMessage, "ReceiptHandleIsInvalid", 1);
-    let consumer = Consumer::in_memory(&q)
-        .ack_mode(AckMode::OnSuccess)
-        .build()
-        .unwrap();
-    let handler = |_d: Delivery| async move { Ok::<(), sqs_consumer::BoxError>(()) };
-    run_while(
-        &consumer,
-        handler,
-        eventually("lost", LIMIT, || consumer.stats().lost == 1),
-    )
-    .await;
-    let text = text(&logs);
+    let (text, stats) = ack_on_success_answered_with("ReceiptHandleIsInvalid").await;
     assert!(
         !text.contains("left unsettled failed"),
         "a loss is counted, not warned about as a failed call: {text}"
     );
-    assert_eq!(consumer.stats().acked, 0);
+    assert_eq!((stats.acked, stats.lost), (0, 1), "{stats:?}");
 }
 
 #[tokio::test(start_paused = true)]
