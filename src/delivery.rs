@@ -1122,6 +1122,37 @@ pub(crate) mod tests {
         assert_eq!(keeper.rings(), 1, "forgetting did not ring the keeper");
     }
 
+    /// Whoever settles or drops a delivery lets go of its lease, often more than one of
+    /// them: the first tells the keeper, the others add nothing to its inbox (a full inbox
+    /// rings the keeper).
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_let_go_of_again_and_again_is_forgotten_once() {
+        let q = queue(30);
+        q.send("a").unwrap();
+        let keeper = Keeper::new(Runner::Caller);
+        let run = RunTies::new(Default::default(), keeper.clone());
+        let d = hold_in(&q, None, run.clone()).await;
+        sleep(secs(1)).await;
+        assert_eq!(keeper.rings(), 1);
+        let lease = d.lease().clone();
+        for _ in 0..2_000 {
+            keeper.let_go(&lease);
+        }
+        assert_eq!(
+            keeper.rings(),
+            1,
+            "one command for the keeper, not one per call"
+        );
+        let let_go_at = Instant::now();
+        while Arc::strong_count(&lease) > 2 {
+            assert!(let_go_at.elapsed() <= secs(2), "still kept");
+            sleep(Duration::from_millis(10)).await;
+        }
+        drop(d);
+        sleep(secs(20)).await;
+        assert_eq!(extensions(&q), 0, "a lease let go of is not extended");
+    }
+
     #[test]
     fn a_keeper_gone_with_its_runtime_is_started_again_by_the_next_delivery() {
         let paused = || {

@@ -950,12 +950,43 @@ mod tests {
         Duration::from_secs(s)
     }
 
+    /// A timer's key holds its milliseconds from the keeper's start, rounded down for an
+    /// extension (never sent late) and up for a deadline (never declared passed early), then
+    /// its slot.
+    #[tokio::test(start_paused = true)]
+    async fn a_timer_key_rounds_extensions_down_and_deadlines_up() {
+        let epoch = Instant::now();
+        let timers = Timers {
+            epoch,
+            keys: BTreeSet::new(),
+        };
+        let ms = Duration::from_millis;
+        let between = epoch + Duration::from_micros(2_500);
+        let extend = timers.key(between, 7, Rounding::for_timer(Next::Extend));
+        let lost = Next::Expire(LostReason::HardDeadline);
+        let expire = timers.key(between, 7, Rounding::for_timer(lost));
+        assert_eq!(timers.at(extend), epoch + ms(2));
+        assert_eq!(timers.at(expire), epoch + ms(3));
+        assert_eq!((Timers::slot(extend), Timers::slot(expire)), (7, 7));
+        // On a whole millisecond, both are exact.
+        let whole = epoch + ms(2);
+        let up = timers.key(whole, 7, Rounding::Up);
+        assert_eq!(up, timers.key(whole, 7, Rounding::Down));
+        assert_eq!((timers.at(up), Timers::slot(up)), (whole, 7));
+        // Every slot keeps to its own bits, and the milliseconds to theirs, even past the
+        // largest they hold (34 years).
+        let last_slot = (1 << SLOT_BITS) - 1;
+        let key = timers.key(whole, last_slot, Rounding::Down);
+        assert_eq!((timers.at(key), Timers::slot(key)), (whole, last_slot));
+        let key = timers.key(epoch + ms(1 << 41), 5, Rounding::Up);
+        assert_eq!((key >> SLOT_BITS, Timers::slot(key)), ((1 << 40) - 1, 5));
+    }
+
     #[tokio::test(start_paused = true)]
     async fn extends_at_half_by_whole_timeout() {
         let r = Instant::now();
         let ext = next_extension(r + secs(30), 30, extension_limit(r)).expect("an extension");
         assert_eq!(ext.at, r + secs(15));
-        assert_eq!(ext.visibility, 30);
         assert_eq!(ext.visibility, 30);
     }
 
