@@ -982,6 +982,27 @@ mod tests {
         assert_eq!((key >> SLOT_BITS, Timers::slot(key)), ((1 << 40) - 1, 5));
     }
 
+    /// The timers due by an instant are every one up to its millisecond, whatever their
+    /// slots, first first.
+    #[tokio::test(start_paused = true)]
+    async fn the_timers_due_by_an_instant_include_every_slot_of_its_millisecond() {
+        let epoch = Instant::now();
+        let mut timers = Timers {
+            epoch,
+            keys: BTreeSet::new(),
+        };
+        let ms = Duration::from_millis;
+        let last_slot = (1 << SLOT_BITS) - 1;
+        let mut on_time = Vec::new();
+        for (at, slot) in [(ms(5), last_slot), (ms(5), 2), (ms(3), 9), (ms(5), 0)] {
+            on_time.push(timers.insert(epoch + at, slot, Next::Extend));
+        }
+        timers.insert(epoch + ms(6), 1, Next::Extend);
+        on_time.sort_unstable();
+        assert_eq!(timers.due(epoch + Duration::from_micros(5_900)), on_time);
+        assert_eq!(timers.first(), Some(epoch + ms(3)));
+    }
+
     #[tokio::test(start_paused = true)]
     async fn extends_at_half_by_whole_timeout() {
         let r = Instant::now();
