@@ -1425,6 +1425,32 @@ pub(crate) mod tests {
             .expect("valid queue")
     }
 
+    /// A release under way is not extended (an extension landing after it would hide the
+    /// message again). Its release lets go of the lease at once, but on another thread the
+    /// keeper may come to its timer first: it sends nothing then, and looks at it again
+    /// until its forget comes or its deadline passes; lost then, not when it fell due.
+    #[tokio::test(start_paused = true)]
+    async fn a_kept_lease_whose_release_is_under_way_is_lost_at_its_deadline_not_before() {
+        let q = queue(4);
+        q.send("m").unwrap();
+        let d = hold(&q, None).await;
+        let (r, deadline) = (d.received_at(), d.deadline());
+        let lost = d.lost();
+        sleep_until(r + secs(1)).await;
+        // What a release does before it lets go of the lease.
+        d.lease().begin_settle();
+        let reason = tokio::time::timeout(secs(4), lost)
+            .await
+            .expect("lost at its deadline");
+        assert_eq!(reason, LostReason::LapsedBeforeAnswer);
+        assert!(
+            Instant::now() >= deadline && Instant::now() < deadline + secs(1),
+            "lost at its deadline, not when its extension fell due: {:?}",
+            Instant::now() - r
+        );
+        assert_eq!(extensions(&q), 0, "no extension while it is released");
+    }
+
     #[tokio::test(start_paused = true)]
     async fn an_ack_unanswered_at_its_deadline_is_lost_there_and_reported_lost() {
         // The delete takes effect, but its answer comes 6 s late: after the 4 s deadline,
@@ -1783,6 +1809,35 @@ pub(crate) mod tests {
         assert_eq!(extensions(&q), 1);
         // Sent at its own due time: the deadline counts from the call.
         assert_eq!(second.deadline(), due + Duration::from_millis(10_200));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn at_a_one_second_timeout_extensions_go_early_by_an_eighth_of_it_at_most() {
+        // Three deliveries received 100 ms apart (T = 1 s): due at 0.5, 0.6 and 0.7 s. The
+        // window is 125 ms: the second goes with the first, the third at its own time.
+        let q = queue(1);
+        for _ in 0..3 {
+            q.send("job").unwrap();
+        }
+        let run = RunTies::new(Default::default(), Keeper::new(Runner::Caller));
+        let mut held = Vec::new();
+        for _ in 0..3 {
+            held.push(hold_in(&q, None, run.clone()).await);
+            sleep(Duration::from_millis(100)).await;
+        }
+        let r = held[0].received_at();
+        let ms = Duration::from_millis;
+        sleep_until(r + ms(501)).await;
+        assert_eq!(extensions(&q), 2, "the first and the second, early");
+        assert_eq!(held[1].deadline(), r + ms(1_500));
+        assert_eq!(held[2].deadline(), r + ms(1_200));
+        sleep_until(r + ms(701)).await;
+        assert_eq!(extensions(&q), 3);
+        assert_eq!(held[2].deadline(), r + ms(1_700));
+        assert_eq!(
+            q.requests().requests(Action::ChangeMessageVisibilityBatch),
+            2
+        );
     }
 
     #[tokio::test(start_paused = true)]
