@@ -1609,6 +1609,49 @@ pub(crate) mod tests {
         );
     }
 
+    /// A keeper held up past a deadline with no extension left to try (a starved runtime,
+    /// here a clock moved on at once) finds the delivery lost when it runs again.
+    #[tokio::test(start_paused = true)]
+    async fn a_deadline_passed_while_the_keeper_was_held_up_loses_the_delivery() {
+        let q = queue(10);
+        q.send("job").unwrap();
+        let d = hold(&q, None).await;
+        let r = d.received_at();
+        q.fail_next(Action::ChangeMessageVisibility, "InternalError", 10_000);
+        // The tries end a call margin (1 s) before the deadline; then the keeper waits for it.
+        sleep_until(r + Duration::from_millis(9_500)).await;
+        let tries = extensions(&q);
+        assert!(!d.is_lost());
+        tokio::time::advance(secs(3)).await;
+        for _ in 0..100 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(d.lease().lost_reason(), Some(LostReason::ExtensionFailed));
+        assert_eq!(extensions(&q), tries, "no try after the last one");
+    }
+
+    /// The last try of a failed extension may go exactly a call margin before the deadline.
+    #[tokio::test(start_paused = true)]
+    async fn an_extension_retried_exactly_at_its_last_moment_is_sent() {
+        // T = 1 s: a call margin of 250 ms. Calls take 150 ms: the extension due halfway
+        // fails 350 ms before the deadline and is tried again 100 ms later (its shortest
+        // wait), exactly at the last moment a call can still reach SQS in time.
+        let ms = Duration::from_millis;
+        let q = MemoryQueue::builder()
+            .visibility_timeout(secs(1))
+            .latency(ms(150))
+            .build()
+            .expect("valid queue");
+        q.send("job").unwrap();
+        let d = hold(&q, None).await;
+        let deadline = d.deadline();
+        q.fail_next(Action::ChangeMessageVisibility, "RequestThrottled", 1);
+        sleep_until(deadline + ms(500)).await;
+        assert_eq!(extensions(&q), 2, "the failed try and the last one");
+        assert!(!d.is_lost());
+        assert_eq!(d.deadline(), deadline - ms(250) + secs(1));
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_release_tries_four_times_on_transient_errors_and_once_on_others() {
         for (code, tries) in [
