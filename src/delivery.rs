@@ -1045,6 +1045,8 @@ pub(crate) mod tests {
         assert_eq!(q.in_flight_len(), 1);
         assert!(q.receive(10, Duration::ZERO).await.unwrap().is_empty());
         assert!(!d.is_lost());
+        let stats = d.context().stats(0);
+        assert_eq!((stats.extended, stats.capped), (10, 0), "none cut short");
     }
 
     #[tokio::test(start_paused = true)]
@@ -1186,17 +1188,47 @@ pub(crate) mod tests {
         drop(first);
     }
 
+    /// An extension answered after its delivery was acked extends nothing: it is not
+    /// counted, and nothing more is sent for it.
+    #[tokio::test(start_paused = true)]
+    async fn an_extension_answered_after_the_ack_is_not_counted() {
+        // Extensions are answered 300 ms late; the one due at 5 s is under way when the
+        // handler acks at 5.1 s.
+        let q = MemoryQueue::builder()
+            .visibility_timeout(secs(10))
+            .faults(
+                crate::memory::Faults::new(1)
+                    .held_answer(1.0, Duration::from_millis(300))
+                    .actions([Action::ChangeMessageVisibilityBatch]),
+            )
+            .build()
+            .expect("valid queue");
+        q.send("job").unwrap();
+        // The keeper outlives the delivery, as a consumer's does.
+        let run = RunTies::new(Default::default(), Keeper::new(Runner::Caller));
+        let d = hold_in(&q, None, run.clone()).await;
+        let r = d.received_at();
+        let ctx = d.context().clone();
+        sleep_until(r + Duration::from_millis(5_100)).await;
+        assert_eq!(extensions(&q), 1, "under way");
+        d.ack().await.expect("ack");
+        sleep(secs(30)).await;
+        let stats = ctx.stats(0);
+        assert_eq!((stats.acked, stats.extended), (1, 0));
+        assert_eq!(extensions(&q), 1);
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_late_extension_is_counted() {
         let q = queue(10);
         q.send("job").unwrap();
         let d = hold(&q, None).await;
         let late = || d.context().stats(0).late_heartbeats;
-        // Due at 5 s. Done 0.9 s late: not counted (the threshold is min(T/4, 1 s)).
-        tokio::time::advance(Duration::from_millis(5_900)).await;
+        // Due at 5 s. Done 1 s late: not counted (only later than min(T/4, 1 s) counts).
+        tokio::time::advance(Duration::from_millis(6_000)).await;
         sleep(Duration::from_millis(1)).await;
         assert_eq!((extensions(&q), late()), (1, 0));
-        // Next due at 5.9 + 5 = 10.9 s; jump the clock to about 12.9 s at once, as a runtime
+        // Next due at 6 + 5 = 11 s; jump the clock to about 13 s at once, as a runtime
         // whose threads were blocked for two seconds would see it.
         tokio::time::advance(secs(7)).await;
         sleep(Duration::from_millis(1)).await;
