@@ -1457,6 +1457,23 @@ pub(crate) mod tests {
             .expect("valid queue")
     }
 
+    /// Waits for `lost`: a lapse before an answer, at `deadline` and before `by`.
+    async fn lost_at_its_deadline(
+        lost: impl std::future::Future<Output = LostReason>,
+        deadline: Instant,
+        by: Instant,
+    ) {
+        let reason = tokio::time::timeout_at(by, lost)
+            .await
+            .expect("lost at its deadline");
+        assert_eq!(reason, LostReason::LapsedBeforeAnswer);
+        assert!(
+            Instant::now() >= deadline,
+            "lost {:?} before its deadline",
+            deadline - Instant::now()
+        );
+    }
+
     /// A release under way is not extended (an extension landing after it would hide the
     /// message again). Its release lets go of the lease at once, but on another thread the
     /// keeper may come to its timer first: it sends nothing then, and looks at it again
@@ -1471,15 +1488,7 @@ pub(crate) mod tests {
         sleep_until(r + secs(1)).await;
         // What a release does before it lets go of the lease.
         d.lease().begin_settle();
-        let reason = tokio::time::timeout(secs(4), lost)
-            .await
-            .expect("lost at its deadline");
-        assert_eq!(reason, LostReason::LapsedBeforeAnswer);
-        assert!(
-            Instant::now() >= deadline && Instant::now() < deadline + secs(1),
-            "lost at its deadline, not when its extension fell due: {:?}",
-            Instant::now() - r
-        );
+        lost_at_its_deadline(lost, deadline, deadline + secs(1)).await;
         assert_eq!(extensions(&q), 0, "no extension while it is released");
     }
 
@@ -1494,15 +1503,8 @@ pub(crate) mod tests {
         let lost = d.lost();
         let ctx = d.context().clone();
         let ack = tokio::spawn(d.ack());
-        let reason = tokio::time::timeout(secs(5), lost)
-            .await
-            .expect("lost at its deadline, before the answer came");
-        assert_eq!(reason, LostReason::LapsedBeforeAnswer);
-        assert!(
-            Instant::now() >= deadline && Instant::now() < r + secs(5),
-            "lost at its deadline, not when the answer came: {:?}",
-            Instant::now() - r
-        );
+        // Not when the answer came.
+        lost_at_its_deadline(lost, deadline, r + secs(5)).await;
         let err = ack.await.unwrap().expect_err("answered after the deadline");
         assert!(err.is_lost(), "{err}");
         assert!(Instant::now() >= r + secs(6), "the answer was awaited");
@@ -1624,13 +1626,19 @@ pub(crate) mod tests {
         assert!(q.is_empty());
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn extensions_failing_until_the_deadline_lose_the_delivery() {
+    /// A delivery held on a queue of T = 10 s whose extensions all fail transiently.
+    async fn held_with_failing_extensions() -> (MemoryQueue, Delivery) {
         let q = queue(10);
         q.send("job").unwrap();
         let d = hold(&q, None).await;
-        let r = d.received_at();
         q.fail_next(Action::ChangeMessageVisibility, "InternalError", 10_000);
+        (q, d)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn extensions_failing_until_the_deadline_lose_the_delivery() {
+        let (q, d) = held_with_failing_extensions().await;
+        let r = d.received_at();
         let lost = d.lost();
         assert_eq!(lost.await, LostReason::ExtensionFailed);
         assert_eq!(Instant::now(), r + secs(10), "lost exactly at the deadline");
@@ -1645,11 +1653,8 @@ pub(crate) mod tests {
     /// here a clock moved on at once) finds the delivery lost when it runs again.
     #[tokio::test(start_paused = true)]
     async fn a_deadline_passed_while_the_keeper_was_held_up_loses_the_delivery() {
-        let q = queue(10);
-        q.send("job").unwrap();
-        let d = hold(&q, None).await;
+        let (q, d) = held_with_failing_extensions().await;
         let r = d.received_at();
-        q.fail_next(Action::ChangeMessageVisibility, "InternalError", 10_000);
         // The tries end a call margin (1 s) before the deadline; then the keeper waits for it.
         sleep_until(r + Duration::from_millis(9_500)).await;
         let tries = extensions(&q);
@@ -1773,19 +1778,26 @@ pub(crate) mod tests {
         );
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn extensions_due_close_together_share_requests_early_within_the_window_never_late() {
-        // 20 deliveries received 37 ms apart (0.7 s in all) at T = 10 s, kept by one keeper.
-        let q = queue(10);
-        for _ in 0..20 {
+    /// `n` deliveries of a queue of timeout `t` seconds, received `gap` apart and kept by
+    /// one keeper.
+    async fn held_apart(t: u64, n: usize, gap: Duration) -> (MemoryQueue, Vec<Delivery>) {
+        let q = queue(t);
+        for _ in 0..n {
             q.send("job").unwrap();
         }
         let run = RunTies::new(Default::default(), Keeper::new(Runner::Caller));
         let mut held = Vec::new();
-        for _ in 0..20 {
+        for _ in 0..n {
             held.push(hold_in(&q, None, run.clone()).await);
-            sleep(Duration::from_millis(37)).await;
+            sleep(gap).await;
         }
+        (q, held)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn extensions_due_close_together_share_requests_early_within_the_window_never_late() {
+        // 20 deliveries received 37 ms apart (0.7 s in all) at T = 10 s, kept by one keeper.
+        let (q, held) = held_apart(10, 20, Duration::from_millis(37)).await;
         let first = held[0].received_at();
         let t = secs(10);
         // Every extension is seen as a change of its deadline (sent + T, on this queue without
@@ -1890,18 +1902,9 @@ pub(crate) mod tests {
     async fn at_a_one_second_timeout_extensions_go_early_by_an_eighth_of_it_at_most() {
         // Three deliveries received 100 ms apart (T = 1 s): due at 0.5, 0.6 and 0.7 s. The
         // window is 125 ms: the second goes with the first, the third at its own time.
-        let q = queue(1);
-        for _ in 0..3 {
-            q.send("job").unwrap();
-        }
-        let run = RunTies::new(Default::default(), Keeper::new(Runner::Caller));
-        let mut held = Vec::new();
-        for _ in 0..3 {
-            held.push(hold_in(&q, None, run.clone()).await);
-            sleep(Duration::from_millis(100)).await;
-        }
-        let r = held[0].received_at();
         let ms = Duration::from_millis;
+        let (q, held) = held_apart(1, 3, ms(100)).await;
+        let r = held[0].received_at();
         sleep_until(r + ms(501)).await;
         assert_eq!(extensions(&q), 2, "the first and the second, early");
         assert_eq!(held[1].deadline(), r + ms(1_500));
