@@ -1535,6 +1535,24 @@ pub(crate) mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn an_ack_waiting_to_try_its_delete_again_is_extended_on_time() {
+        // T = 10 s; deletes fail from 4 s to 7 s, so at 5 s the ack waits between tries. Only
+        // a try under way puts the extension off to the last moment (9 s): between tries it
+        // goes when due, leaving room to retry it.
+        let q = queue(10);
+        q.send("m").unwrap();
+        let d = hold(&q, None).await;
+        let r = d.received_at();
+        sleep_until(r + secs(4)).await;
+        q.fail_for(Action::DeleteMessage, "InternalError", secs(3));
+        let ack = tokio::spawn(d.ack());
+        sleep_until(r + secs(6)).await;
+        assert_eq!(extensions(&q), 1, "extended when due, between the delete's tries");
+        ack.await.unwrap().expect("acked once deletes work again");
+        assert!(q.requests().deletes() > 1, "the delete was tried again");
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn an_ack_answered_just_before_its_deadline_is_an_ack() {
         let q = holding_delete_answers(4, Duration::from_millis(3_900));
         q.send("m").unwrap();
