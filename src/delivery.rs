@@ -1547,7 +1547,11 @@ pub(crate) mod tests {
         q.fail_for(Action::DeleteMessage, "InternalError", secs(3));
         let ack = tokio::spawn(d.ack());
         sleep_until(r + secs(6)).await;
-        assert_eq!(extensions(&q), 1, "extended when due, between the delete's tries");
+        assert_eq!(
+            extensions(&q),
+            1,
+            "extended when due, between the delete's tries"
+        );
         ack.await.unwrap().expect("acked once deletes work again");
         assert!(q.requests().deletes() > 1, "the delete was tried again");
     }

@@ -833,6 +833,53 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_delete_answered_at_the_deadline_is_an_ack() {
+        let l = lease();
+        l.begin_settle();
+        tokio::time::advance(Duration::from_millis(30_000)).await;
+        assert_eq!(l.deadline(), Instant::now());
+        l.finish_ack(Ok(()), None).expect("not after the deadline");
+        assert_eq!(l.context().stats(0).acked, 1);
+    }
+
+    /// A move's delete that fails: lost, for the reason SQS gave, if the failure says so;
+    /// any other failure is the move's error and the lease still holds.
+    #[tokio::test]
+    async fn a_moves_failed_delete_is_lost_only_when_its_failure_says_so() {
+        let sqs = |kind| Error::Sqs {
+            operation: "DeleteMessage",
+            code: Some("Some.Code".into()),
+            message: "no".into(),
+            kind,
+            source: "4xx".into(),
+        };
+        let gone = lease();
+        gone.begin_delete();
+        let err = gone
+            .finish_move(Err(sqs(ErrorKind::Lost(LostReason::NotInFlight))), None)
+            .expect_err("lost");
+        assert!(matches!(
+            err,
+            Error::Lost {
+                reason: LostReason::NotInFlight,
+                ..
+            }
+        ));
+        assert_eq!(gone.lost_reason(), Some(LostReason::NotInFlight));
+        let stats = gone.context().stats(0);
+        assert_eq!((stats.lost, stats.dead_lettered), (1, 0));
+
+        let held = lease();
+        held.begin_delete();
+        let err = held
+            .finish_move(Err(sqs(ErrorKind::Retryable)), None)
+            .expect_err("failed");
+        assert!(err.is_retryable(), "the failure itself: {err}");
+        assert_eq!(held.lost_reason(), None, "still held");
+        assert_eq!(held.context().stats(0).lost, 0);
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_transient_failure_of_a_lapsed_ack_is_reported_lost() {
         let l = lease();
         l.begin_settle();
