@@ -842,21 +842,28 @@ mod tests {
         assert_eq!(l.context().stats(0).acked, 1);
     }
 
-    /// A move's delete that fails: lost, for the reason SQS gave, if the failure says so;
-    /// any other failure is the move's error and the lease still holds.
-    #[tokio::test]
-    async fn a_moves_failed_delete_is_lost_only_when_its_failure_says_so() {
-        let sqs = |kind| Error::Sqs {
+    /// A delete's failure of `kind`, as the SQS error classification makes it.
+    fn failed_delete(kind: ErrorKind) -> Error {
+        Error::Sqs {
             operation: "DeleteMessage",
             code: Some("Some.Code".into()),
             message: "no".into(),
             kind,
             source: "4xx".into(),
-        };
+        }
+    }
+
+    /// A move's delete that fails: lost, for the reason SQS gave, if the failure says so;
+    /// any other failure is the move's error and the lease still holds.
+    #[tokio::test]
+    async fn a_moves_failed_delete_is_lost_only_when_its_failure_says_so() {
         let gone = lease();
         gone.begin_delete();
         let err = gone
-            .finish_move(Err(sqs(ErrorKind::Lost(LostReason::NotInFlight))), None)
+            .finish_move(
+                Err(failed_delete(ErrorKind::Lost(LostReason::NotInFlight))),
+                None,
+            )
             .expect_err("lost");
         assert!(matches!(
             err,
@@ -872,11 +879,30 @@ mod tests {
         let held = lease();
         held.begin_delete();
         let err = held
-            .finish_move(Err(sqs(ErrorKind::Retryable)), None)
+            .finish_move(Err(failed_delete(ErrorKind::Retryable)), None)
             .expect_err("failed");
         assert!(err.is_retryable(), "the failure itself: {err}");
         assert_eq!(held.lost_reason(), None, "still held");
         assert_eq!(held.context().stats(0).lost, 0);
+    }
+
+    #[tokio::test]
+    async fn an_acks_delete_that_finds_it_gone_is_lost_for_the_reason_sqs_gave() {
+        let l = lease();
+        l.begin_delete();
+        let failed = failed_delete(ErrorKind::Lost(LostReason::NotInFlight));
+        let err = l.finish_ack(Err(failed), None).expect_err("lost");
+        assert!(matches!(
+            err,
+            Error::Lost {
+                reason: LostReason::NotInFlight,
+                source: Some(_),
+                ..
+            }
+        ));
+        assert_eq!(l.lost_reason(), Some(LostReason::NotInFlight));
+        let stats = l.context().stats(0);
+        assert_eq!((stats.acked, stats.lost_acks, stats.lost), (0, 1, 1));
     }
 
     #[tokio::test(start_paused = true)]
@@ -1012,6 +1038,20 @@ mod tests {
             },
         );
         assert_eq!(seen, Some(1), "acked: counted when woken");
+    }
+
+    #[tokio::test]
+    async fn dropping_a_held_delivery_wakes_whoever_waits_for_its_end() {
+        let l = lease();
+        let seen = seen_at_wake(
+            &l,
+            |s| s.lost,
+            l.ended(),
+            || {
+                assert_eq!(l.drop_delivery(), Dropped::Unsettled);
+            },
+        );
+        assert_eq!(seen, Some(0), "woken by the drop, not lost");
     }
 
     #[tokio::test]
