@@ -1493,6 +1493,23 @@ pub(crate) mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_release_trying_again_is_not_extended_while_its_try_is_under_way() {
+        use crate::context::SettleHooks;
+        let q = queue(4);
+        q.send("m").unwrap();
+        let d = hold(&q, None).await;
+        let (r, deadline) = (d.received_at(), d.deadline());
+        let lost = d.lost();
+        sleep_until(r + secs(1)).await;
+        // What a release whose first try failed does before its second.
+        d.lease().begin_settle();
+        d.lease().waiting_to_retry();
+        d.lease().retrying();
+        lost_at_its_deadline(lost, deadline, deadline + secs(1)).await;
+        assert_eq!(extensions(&q), 0, "no extension while it is released");
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn an_ack_unanswered_at_its_deadline_is_lost_there_and_reported_lost() {
         // The delete takes effect, but its answer comes 6 s late: after the 4 s deadline,
         // which nothing extends while the delete is under way.
