@@ -1480,31 +1480,31 @@ pub(crate) mod tests {
     /// until its forget comes or its deadline passes; lost then, not when it fell due.
     #[tokio::test(start_paused = true)]
     async fn a_kept_lease_whose_release_is_under_way_is_lost_at_its_deadline_not_before() {
-        let q = queue(4);
-        q.send("m").unwrap();
-        let d = hold(&q, None).await;
-        let (r, deadline) = (d.received_at(), d.deadline());
-        let lost = d.lost();
-        sleep_until(r + secs(1)).await;
         // What a release does before it lets go of the lease.
-        d.lease().begin_settle();
-        lost_at_its_deadline(lost, deadline, deadline + secs(1)).await;
-        assert_eq!(extensions(&q), 0, "no extension while it is released");
+        kept_while_released(|lease| lease.begin_settle()).await;
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_release_trying_again_is_not_extended_while_its_try_is_under_way() {
-        use crate::context::SettleHooks;
+        // What a release whose first try failed does before its second.
+        kept_while_released(|lease| {
+            lease.begin_settle();
+            lease.waiting_to_retry();
+            lease.retrying();
+        })
+        .await;
+    }
+
+    /// Holds a message (T = 4 s) and at 1 s does to its lease what a release under way does
+    /// (`release`), its keeper still keeping it: lost at its deadline, never extended.
+    async fn kept_while_released(release: impl FnOnce(&Lease)) {
         let q = queue(4);
         q.send("m").unwrap();
         let d = hold(&q, None).await;
         let (r, deadline) = (d.received_at(), d.deadline());
         let lost = d.lost();
         sleep_until(r + secs(1)).await;
-        // What a release whose first try failed does before its second.
-        d.lease().begin_settle();
-        d.lease().waiting_to_retry();
-        d.lease().retrying();
+        release(d.lease());
         lost_at_its_deadline(lost, deadline, deadline + secs(1)).await;
         assert_eq!(extensions(&q), 0, "no extension while it is released");
     }
