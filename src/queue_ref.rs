@@ -64,14 +64,6 @@ impl QueueRef {
         }
     }
 
-    /// The URL, when it was given as one.
-    pub(crate) fn url(&self) -> Option<&str> {
-        match self {
-            QueueRef::Url(url) => Some(url),
-            _ => None,
-        }
-    }
-
     /// The name to ask `GetQueueUrl` for, and the owner account (an ARN's).
     pub(crate) fn name_and_owner(&self) -> Option<(&str, Option<&str>)> {
         match self {

@@ -216,6 +216,33 @@ async fn a_name_is_resolved_once_and_its_url_used_for_every_call() {
     assert_eq!(delete.num_calls(), 1);
 }
 
+/// Through the real SDK, answered by mocks (no server): a queue given by URL is used as it
+/// is, every call goes to that URL, and no `GetQueueUrl` is ever made.
+#[tokio::test(start_paused = true)]
+async fn a_queue_given_by_url_is_used_as_given_without_get_queue_url() {
+    use aws_sdk_sqs::operation::get_queue_url::GetQueueUrlOutput;
+    use aws_sdk_sqs::Client;
+    use aws_smithy_mocks::mock;
+    use common::sdk::{deletes, mocked, receive_once, URL};
+
+    let resolve = mock!(Client::get_queue_url)
+        .then_output(|| GetQueueUrlOutput::builder().queue_url(URL).build());
+    let (receive, delete) = (receive_once(), deletes());
+    let elsewhere = mock!(Client::receive_message)
+        .match_requests(|r| r.queue_url() != Some(URL))
+        .then_output(|| panic!("a receive went to another URL than the one given"));
+    let client = mocked(&[&elsewhere, &resolve, &receive, &delete]);
+    let consumer = Consumer::builder(client, URL)
+        .visibility_timeout(secs(10))
+        .build()
+        .unwrap();
+    assert_eq!(consumer.queue_url().await.unwrap(), URL);
+    let d = common::take_one(&consumer).await;
+    d.ack().await.unwrap();
+    assert_eq!(resolve.num_calls(), 0);
+    assert_eq!(delete.num_calls(), 1);
+}
+
 /// A name that does not exist ends `run` at once with a fatal error naming it, after one
 /// `GetQueueUrl` (mocked: no server).
 #[tokio::test(start_paused = true)]

@@ -85,18 +85,19 @@ pub(crate) struct SdkQueue {
 #[derive(Debug)]
 struct Target {
     given: QueueRef,
+    /// Set by `resolve` for a name or an ARN; a queue given by URL never needs it, since the
+    /// URL is what it was given.
     url: OnceLock<Arc<str>>,
 }
 
 impl SdkQueue {
     pub(crate) fn new(client: aws_sdk_sqs::Client, queue: QueueRef) -> Self {
-        let url = OnceLock::new();
-        if let Some(given) = queue.url() {
-            let _ = url.set(Arc::from(given));
-        }
         Self {
             client,
-            target: Arc::new(Target { given: queue, url }),
+            target: Arc::new(Target {
+                given: queue,
+                url: OnceLock::new(),
+            }),
         }
     }
 
@@ -110,7 +111,8 @@ impl SdkQueue {
         self.client.config().region().map(|r| r.as_ref())
     }
 
-    /// The queue's URL; before a name or ARN is resolved (no call is made then), the name.
+    /// The queue's URL: as given, or once a name or ARN is resolved; before that (no call is
+    /// made then), the name or ARN.
     fn url(&self) -> &str {
         match self.target.url.get() {
             Some(url) => url,
