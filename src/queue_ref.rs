@@ -119,9 +119,10 @@ fn is_queue_name(name: &str) -> bool {
 fn url_queue_name(url: &str) -> &str {
     let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
     let rest = rest.split(['?', '#']).next().unwrap_or(rest);
+    // With the trailing slashes trimmed, what follows the last slash is never empty.
     match rest.trim_end_matches('/').rsplit_once('/') {
-        Some((_, name)) if !name.is_empty() => name,
-        _ => url,
+        Some((_, name)) => name,
+        None => url,
     }
 }
 
@@ -168,6 +169,8 @@ mod tests {
             ("http://127.0.0.1:4566/000000000000/q?x=1", "q"),
             ("http://localhost:9324/queue/jobs", "jobs"),
             ("http://localhost:9324", "http://localhost:9324"),
+            ("http://localhost:9324//?x=1", "http://localhost:9324//?x=1"),
+            ("http://localhost:9324/queue/jobs//#top", "jobs"),
             ("jobs", "jobs"),
             ("arn:aws:sqs:eu-west-1:123456789012:jobs.fifo", "jobs.fifo"),
         ] {
