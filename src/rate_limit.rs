@@ -427,6 +427,18 @@ mod tests {
         assert_eq!(limit.try_take(10), 10);
     }
 
+    /// A receive answered after its tokens were earned again, while another still holds
+    /// the rest of the burst: its tokens go back, and its messages are paid for from the sum.
+    #[tokio::test(start_paused = true)]
+    async fn a_late_answer_gives_its_tokens_back_and_pays_for_its_messages() {
+        let limit = RateLimit::new(10.0);
+        assert_eq!(limit.take(2, 2).await, 2);
+        assert_eq!(limit.take(8, 8).await, 8, "a second receive holds the rest");
+        tokio::time::advance(Duration::from_millis(300)).await; // 3 tokens earned
+        limit.settle(2, 1, Duration::from_millis(300));
+        assert_eq!(limit.take(10, 1).await, 4, "3 earned + 2 back - 1 paid for");
+    }
+
     #[tokio::test(start_paused = true)]
     async fn tokens_not_spent_go_back() {
         let (own, shared) = (RateLimit::new(10.0), RateLimit::new(5.0));
