@@ -439,6 +439,15 @@ mod tests {
         assert_eq!(limit.take(10, 1).await, 4, "3 earned + 2 back - 1 paid for");
     }
 
+    #[test]
+    fn debug_shows_the_rate_and_the_burst() {
+        let limit = RateLimit::new(5.0);
+        assert_eq!(
+            format!("{limit:?}"),
+            "RateLimit { per_second: 5.0, burst: 5 }"
+        );
+    }
+
     #[tokio::test(start_paused = true)]
     async fn tokens_not_spent_go_back() {
         let (own, shared) = (RateLimit::new(10.0), RateLimit::new(5.0));
@@ -452,6 +461,9 @@ mod tests {
         assert_eq!(shared.try_take(5), 0);
         assert_eq!(shared.try_take(2), 2, "the 2 not spent came back");
         shared.give_back(2);
+        assert_eq!(own.try_take(8), 0, "the bigger one kept 5, not 10");
+        assert_eq!(own.try_take(7), 7, "and the 2 of them not spent came back");
+        own.give_back(7);
         let (granted, tokens) = Tokens::take(&limits, 10, 1).await;
         assert_eq!(granted, 2);
         drop(tokens); // a receive that never started

@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use common::{eventually, memory_queue as queue, run_while, secs, take_one};
 use sqs_consumer::memory::{Action, RequestCounts};
-use sqs_consumer::{BoxError, Consumer, Delivery, Error, MemoryQueue, RetryPolicy};
+use sqs_consumer::{
+    BoxError, Consumer, ConsumerBuilder, Delivery, Error, MemoryQueue, RetryPolicy,
+};
 use tokio::sync::mpsc;
 use tokio::time::{sleep, Instant};
 
@@ -397,18 +399,20 @@ fn queue_with_50_ms_requests() -> MemoryQueue {
         .unwrap()
 }
 
-/// Drains 1,000 messages through a queue whose requests take 50 ms, with instant handlers;
-/// returns how long that took (virtual time).
-async fn drain_with_latency(max_concurrent_receives: usize) -> Duration {
+/// Drains 1,000 messages through a queue whose requests take 50 ms, with instant handlers,
+/// by a consumer `configure` sets up further; returns how long that took (virtual time).
+async fn drain_with_latency(
+    max_concurrent_receives: usize,
+    configure: impl FnOnce(ConsumerBuilder) -> ConsumerBuilder,
+) -> Duration {
     let q = queue_with_50_ms_requests();
     for i in 0..1_000 {
         q.send(format!("m{i}")).unwrap();
     }
-    let consumer = Consumer::in_memory(&q)
+    let builder = Consumer::in_memory(&q)
         .max_in_flight(100)
-        .max_concurrent_receives(max_concurrent_receives)
-        .build()
-        .unwrap();
+        .max_concurrent_receives(max_concurrent_receives);
+    let consumer = configure(builder).build().unwrap();
     let start = Instant::now();
     run_while(
         &consumer,
@@ -422,9 +426,23 @@ async fn drain_with_latency(max_concurrent_receives: usize) -> Duration {
 #[tokio::test(start_paused = true)]
 async fn concurrent_receives_keep_the_consumer_busy_when_requests_take_time() {
     // One receive at a time: 100 receives of 10, 50 ms each.
-    let alone = drain_with_latency(1).await;
+    let alone = drain_with_latency(1, |b| b).await;
     assert!(alone >= secs(5), "{alone:?}");
-    let together = drain_with_latency(8).await;
+    let together = drain_with_latency(8, |b| b).await;
+    assert!(
+        together * 3 < alone,
+        "{together:?} with 8, {alone:?} with 1"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn under_a_rate_limit_more_receives_start_on_the_tokens_there() {
+    // 5,000 a second (a burst of 10) leaves the 50 ms requests the bound: one receive of 2
+    // at a time takes 25 s; more receives start on the tokens there when an answer comes.
+    let limited = |b: ConsumerBuilder| b.batch_size(2).max_receive_rate(5_000.0);
+    let alone = drain_with_latency(1, limited).await;
+    assert!(alone >= secs(25), "{alone:?}");
+    let together = drain_with_latency(8, limited).await;
     assert!(
         together * 3 < alone,
         "{together:?} with 8, {alone:?} with 1"
@@ -828,4 +846,42 @@ async fn run_batch_until_stops_at_its_signal_after_the_running_batch() {
     q.send("after the signal").unwrap();
     sleep(secs(5)).await;
     assert_eq!(q.visible_len(), 1, "nothing receives after the stop");
+}
+
+/// Without a rate limit or a shared budget, a receive counts the queue busy only when it
+/// brings a whole batch. One that asked for fewer (the other slots were held) and got them
+/// is no sign of more: the next receive takes the first slot freed, without waiting to
+/// gather a batch.
+#[tokio::test(start_paused = true)]
+async fn a_receive_short_of_a_batch_does_not_make_the_next_wait_to_gather_one() {
+    use futures::StreamExt;
+
+    let q = queue(30);
+    for i in 0..10 {
+        q.send(format!("m{i}")).unwrap();
+    }
+    let consumer = Consumer::in_memory(&q)
+        .batch_size(2)
+        .max_in_flight(3)
+        .build()
+        .unwrap();
+    let mut deliveries = consumer.stream();
+    let mut next = async || {
+        let d = tokio::time::timeout(secs(60), deliveries.next()).await;
+        d.expect("a delivery within 60 s")
+            .expect("a delivery")
+            .unwrap()
+    };
+    // A whole batch of 2, then the one slot left: a receive of 1, answered in full.
+    let first = next().await;
+    let _held = (next().await, next().await);
+    assert_eq!(q.requests().non_empty_receives(), 2);
+    let freed = Instant::now();
+    first.ack().await.unwrap();
+    let _fourth = next().await;
+    assert!(
+        freed.elapsed() < Duration::from_millis(20),
+        "the fourth came {:?} after a slot was freed",
+        freed.elapsed()
+    );
 }
