@@ -885,3 +885,24 @@ async fn a_receive_short_of_a_batch_does_not_make_the_next_wait_to_gather_one() 
         freed.elapsed()
     );
 }
+
+/// Under a budget shared with other consumers, a receive on a quiet queue asks for one
+/// message; one that comes back full (as many as it asked for) counts the queue busy, so
+/// the next asks for a whole batch.
+#[tokio::test(start_paused = true)]
+async fn under_a_shared_budget_a_full_receive_of_one_brings_a_batch_next() {
+    let q = queue(30);
+    for i in 0..21 {
+        q.send(format!("m{i}")).unwrap();
+    }
+    let limit = sqs_consumer::InFlightLimit::new(100);
+    let consumer = Consumer::in_memory(&q)
+        .in_flight_limit(&limit)
+        .max_concurrent_receives(1)
+        .build()
+        .unwrap();
+    let drained = eventually("drained", LIMIT, || q.is_empty());
+    run_while(&consumer, |d: Delivery| d.ack(), drained).await;
+    // A receive of 1, then two of 10.
+    assert_eq!(q.requests().non_empty_receives(), 3, "{:?}", q.requests());
+}
