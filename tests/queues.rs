@@ -183,64 +183,62 @@ async fn a_delivery_knows_when_its_message_was_sent(kind: Kind) {
     d.ack().await.unwrap();
 }
 
-/// Through the real SDK, answered by mocks (no server): a name is resolved with one
-/// `GetQueueUrl` for that name, every call after it goes to the URL it answered, and the URL
-/// is asked for once however often the consumer needs it.
-#[tokio::test(start_paused = true)]
-async fn a_name_is_resolved_once_and_its_url_used_for_every_call() {
-    use aws_sdk_sqs::operation::get_queue_url::GetQueueUrlOutput;
+/// Through the real SDK, answered by mocks (no server): a consumer of the queue `given`,
+/// whose `GetQueueUrl` answers `resolve` counts, takes one message and acks it; every receive
+/// must go to the mocked queue's URL, which `queue_url` gives before and after.
+async fn one_message_through_mocks(given: &str, resolve: &aws_smithy_mocks::Rule) -> Consumer {
     use aws_sdk_sqs::Client;
     use aws_smithy_mocks::mock;
     use common::sdk::{deletes, mocked, receive_once, URL};
 
-    let resolve = mock!(Client::get_queue_url)
+    let (receive, delete) = (receive_once(), deletes());
+    let elsewhere = mock!(Client::receive_message)
+        .match_requests(|r| r.queue_url() != Some(URL))
+        .then_output(|| panic!("a receive went to another URL than the queue's"));
+    let client = mocked(&[&elsewhere, resolve, &receive, &delete]);
+    let consumer = Consumer::builder(client, given)
+        .visibility_timeout(secs(10))
+        .build()
+        .unwrap();
+    assert_eq!(consumer.queue_url().await.unwrap(), URL, "{given}");
+    let d = common::take_one(&consumer).await;
+    d.ack().await.unwrap();
+    assert_eq!(consumer.queue_url().await.unwrap(), URL, "{given}");
+    assert_eq!(delete.num_calls(), 1, "{given}");
+    consumer
+}
+
+/// A name is resolved with one `GetQueueUrl` for that name, every call after it goes to the
+/// URL it answered, and the URL is asked for once however often the consumer needs it.
+#[tokio::test(start_paused = true)]
+async fn a_name_is_resolved_once_and_its_url_used_for_every_call() {
+    use aws_sdk_sqs::operation::get_queue_url::GetQueueUrlOutput;
+    use aws_smithy_mocks::mock;
+    use common::sdk::URL;
+
+    let resolve = mock!(aws_sdk_sqs::Client::get_queue_url)
         .match_requests(|r| {
             r.queue_name() == Some("jobs") && r.queue_owner_aws_account_id() == Some("123456789012")
         })
         .then_output(|| GetQueueUrlOutput::builder().queue_url(URL).build());
-    let (receive, delete) = (receive_once(), deletes());
-    let elsewhere = mock!(Client::receive_message)
-        .match_requests(|r| r.queue_url() != Some(URL))
-        .then_output(|| panic!("a receive went to another URL than GetQueueUrl's"));
-    let client = mocked(&[&elsewhere, &resolve, &receive, &delete]);
-    let consumer = Consumer::builder(client, "arn:aws:sqs:us-east-1:123456789012:jobs")
-        .visibility_timeout(secs(10))
-        .build()
-        .unwrap();
-    assert_eq!(consumer.queue_url().await.unwrap(), URL);
-    let d = common::take_one(&consumer).await;
-    d.ack().await.unwrap();
-    assert_eq!(consumer.queue_url().await.unwrap(), URL);
+    let arn = "arn:aws:sqs:us-east-1:123456789012:jobs";
+    let consumer = one_message_through_mocks(arn, &resolve).await;
     assert!(format!("{consumer:?}").contains(URL), "{consumer:?}");
     assert_eq!(resolve.num_calls(), 1);
-    assert_eq!(delete.num_calls(), 1);
 }
 
-/// Through the real SDK, answered by mocks (no server): a queue given by URL is used as it
-/// is, every call goes to that URL, and no `GetQueueUrl` is ever made.
+/// A queue given by URL is used as it is: every call goes to that URL, and no `GetQueueUrl`
+/// is ever made.
 #[tokio::test(start_paused = true)]
 async fn a_queue_given_by_url_is_used_as_given_without_get_queue_url() {
     use aws_sdk_sqs::operation::get_queue_url::GetQueueUrlOutput;
-    use aws_sdk_sqs::Client;
     use aws_smithy_mocks::mock;
-    use common::sdk::{deletes, mocked, receive_once, URL};
+    use common::sdk::URL;
 
-    let resolve = mock!(Client::get_queue_url)
+    let resolve = mock!(aws_sdk_sqs::Client::get_queue_url)
         .then_output(|| GetQueueUrlOutput::builder().queue_url(URL).build());
-    let (receive, delete) = (receive_once(), deletes());
-    let elsewhere = mock!(Client::receive_message)
-        .match_requests(|r| r.queue_url() != Some(URL))
-        .then_output(|| panic!("a receive went to another URL than the one given"));
-    let client = mocked(&[&elsewhere, &resolve, &receive, &delete]);
-    let consumer = Consumer::builder(client, URL)
-        .visibility_timeout(secs(10))
-        .build()
-        .unwrap();
-    assert_eq!(consumer.queue_url().await.unwrap(), URL);
-    let d = common::take_one(&consumer).await;
-    d.ack().await.unwrap();
+    one_message_through_mocks(URL, &resolve).await;
     assert_eq!(resolve.num_calls(), 0);
-    assert_eq!(delete.num_calls(), 1);
 }
 
 /// A name that does not exist ends `run` at once with a fatal error naming it, after one
