@@ -309,7 +309,9 @@ impl ConsumerBuilder {
     }
 
     /// How long a `ReceiveMessage` waits for messages (long polling), whole seconds in
-    /// 0..=20. Defaults to 20 s, which costs the fewest requests on a quiet queue.
+    /// 0..=20. Defaults to 20 s, which costs the fewest requests on a quiet queue. An empty
+    /// answer before half the wait time (a short poll, or a server that answers early) is
+    /// followed by a back-off from 50 ms doubling to 2 s, so the consumer never spins.
     pub fn wait_time(mut self, wait: Duration) -> Self {
         self.wait_time = wait;
         self

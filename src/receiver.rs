@@ -244,7 +244,7 @@ impl Receiver {
             let halted = stop.is_cancelled() || state.fatal.is_some();
             let pausing = *paused.borrow_and_update();
             if !halted && !pausing {
-                self.log_resumed(&mut state);
+                self.on_resume(&mut state);
                 let start_one =
                     |(slots, tokens)| self.receive_once(slots, tokens, timeout, &backoffs, stop);
                 let refill = self
@@ -372,7 +372,7 @@ impl Receiver {
             return Some(Ok(()));
         }
         if *paused.borrow_and_update() {
-            self.log_paused(state);
+            self.on_pause(state);
             tokio::select! {
                 changed = paused.wait_for(|p| !*p) => if changed.is_err() { return Some(Ok(())) },
                 () = stop.cancelled() => {}
@@ -453,7 +453,9 @@ impl Receiver {
             .max(1)
     }
 
-    fn log_paused(&self, state: &mut LoopState) {
+    /// Once per pause: says so, and forgets the load, so that a resume starts again from one
+    /// receive, as at the start (the queue may have changed meanwhile).
+    fn on_pause(&self, state: &mut LoopState) {
         if !state.paused_logged {
             state.paused_logged = true;
             (state.target, state.load) = (1, Load::Quiet);
@@ -480,7 +482,8 @@ impl Receiver {
         );
     }
 
-    fn log_resumed(&self, state: &mut LoopState) {
+    /// Once per resume: says so.
+    fn on_resume(&self, state: &mut LoopState) {
         if std::mem::take(&mut state.paused_logged) {
             tracing::info!(queue = %self.queue.name(), "receiving resumed");
         }

@@ -772,6 +772,75 @@ async fn empty_short_polls_back_off_from_50_ms_doubling_to_at_most_2_s() {
     );
 }
 
+/// A server that answers an empty long poll early (here at once) is backed off as an empty
+/// short poll is: 50 ms doubling to 2 s, each wait jittered to between half and all of it.
+#[tokio::test(start_paused = true)]
+async fn empty_long_polls_answered_early_back_off_as_short_polls_do() {
+    use aws_sdk_sqs::operation::receive_message::ReceiveMessageOutput;
+    use aws_smithy_mocks::mock;
+    use common::sdk::{mocked, URL};
+
+    const RECEIVES: usize = 20;
+    let (count, twentieth) = (
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(tokio::sync::Notify::new()),
+    );
+    let (counted, notify) = (count.clone(), twentieth.clone());
+    let empty = mock!(aws_sdk_sqs::Client::receive_message)
+        .match_requests(|r| r.wait_time_seconds() == Some(20))
+        .then_output(move || {
+            if counted.fetch_add(1, Ordering::SeqCst) + 1 == RECEIVES {
+                notify.notify_one();
+            }
+            ReceiveMessageOutput::builder().build()
+        });
+    let consumer = Consumer::builder(mocked(&[&empty]), URL)
+        .visibility_timeout(secs(10))
+        .build()
+        .unwrap();
+    let start = Instant::now();
+    run_while(&consumer, |d: Delivery| d.ack(), twentieth.notified()).await;
+    let took = start.elapsed();
+    // 19 waits: the ramp 50 ms ..= 1.6 s, then 2 s each; jitter takes each to half or more.
+    let ramp = [50, 100, 200, 400, 800, 1600].map(Duration::from_millis);
+    let longest = ramp.iter().sum::<Duration>() + secs(2) * (RECEIVES - 1 - ramp.len()) as u32;
+    assert!(
+        (longest / 2..=longest).contains(&took),
+        "{RECEIVES} early empty answers took {took:?}, not {:?} to {longest:?}",
+        longest / 2
+    );
+    assert_eq!(count.load(Ordering::SeqCst), RECEIVES);
+}
+
+/// A resume starts one receive, as the start does, however many were under way before the
+/// pause: the queue may have changed meanwhile, and more follow as answers come back full.
+#[tokio::test(start_paused = true)]
+async fn a_resume_starts_one_receive_however_many_were_under_way_before_the_pause() {
+    let (q, consumer) = a_burst_for_up_to_8_receives(2_000);
+    let waiting = |c: &RequestCounts| {
+        c.requests(Action::ReceiveMessage) - c.empty_receives() - c.non_empty_receives()
+    };
+    let pause_and_resume = async {
+        let mut before = 0;
+        for _ in 0..1_000 {
+            before = before.max(waiting(&q.requests()));
+            sleep(Duration::from_millis(1)).await;
+        }
+        consumer.pause();
+        eventually("the receives in", LIMIT, || waiting(&q.requests()) == 0).await;
+        sleep(secs(1)).await;
+        consumer.resume();
+        // Less than the 50 ms a request takes: none has been answered yet.
+        sleep(Duration::from_millis(10)).await;
+        (before, waiting(&q.requests()))
+    };
+    let (before, after) = run_while(&consumer, |d: Delivery| d.ack(), pause_and_resume).await;
+    assert!(
+        before >= 4 && after == 1,
+        "receives under way: {before} before the pause, {after} after the resume"
+    );
+}
+
 /// The test helper fails the test when a handler panicked, though the consumer carried on
 /// (an assert in a handler would otherwise go unseen).
 #[tokio::test(start_paused = true)]

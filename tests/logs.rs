@@ -336,3 +336,41 @@ async fn the_delivery_span_hook_skips_a_span_no_subscriber_records() {
     .await;
     assert_eq!(*calls.lock().unwrap(), 0);
 }
+
+/// Each pause is logged once at `info` ("receiving paused", once the receive under way is
+/// in), and each resume once ("receiving resumed"), however long the pause lasts.
+#[tokio::test(start_paused = true)]
+async fn each_pause_and_each_resume_is_logged_once_at_info() {
+    let (logs, _guard) = capture_logs();
+    let q = MemoryQueue::new();
+    let consumer = Consumer::in_memory(&q).wait_time(secs(1)).build().unwrap();
+    let lines = |what: &str| {
+        let logs = String::from_utf8(logs.lock().unwrap().clone()).unwrap();
+        let lines: Vec<String> = logs
+            .lines()
+            .filter(|l| l.contains(what))
+            .map(Into::into)
+            .collect();
+        assert!(
+            lines
+                .iter()
+                .all(|l| l.contains("INFO") && l.contains("queue=")),
+            "{lines:?}"
+        );
+        lines.len()
+    };
+    run_while(&consumer, |d: Delivery| d.ack(), async {
+        sleep(secs(5)).await;
+        for round in 1..=2 {
+            assert_eq!(lines("receiving paused"), round - 1);
+            consumer.pause();
+            sleep(secs(30)).await; // the receive under way ends within its 1 s wait
+            assert_eq!(lines("receiving paused"), round);
+            assert_eq!(lines("receiving resumed"), round - 1);
+            consumer.resume();
+            sleep(secs(5)).await;
+            assert_eq!(lines("receiving resumed"), round);
+        }
+    })
+    .await;
+}
