@@ -426,13 +426,12 @@ impl Receiver {
         }
     }
 
-    /// One receive more after a full answer (while slots are free), one fewer after a short
-    /// one.
+    /// One receive more after a full answer, one fewer after a short one. A receive beside
+    /// those under way starts only on a whole batch of free slots, so a target the slots
+    /// cannot meet yet costs nothing.
     fn follow_load(&self, state: &mut LoopState) {
         match state.load {
-            Load::Busy if state.target < self.most_receives() && self.slot_free() => {
-                state.target += 1;
-            }
+            Load::Busy if state.target < self.most_receives() => state.target += 1,
             // Fewer visible messages than the receives under way ask for: one receive fewer,
             // or they split what there is into ever shorter answers.
             Load::Quiet => state.target = state.target.saturating_sub(1).max(1),
@@ -639,14 +638,6 @@ impl Receiver {
     /// A whole batch of slots (fewer if `max_in_flight` is smaller).
     fn batch_slots(&self) -> usize {
         (self.settings.batch_size as usize).min(self.settings.max_in_flight)
-    }
-
-    /// `true` if a slot is free now, in this consumer's own budget and the shared one.
-    fn slot_free(&self) -> bool {
-        self.permits.available_permits() > 0
-            && self
-                .shared()
-                .is_none_or(|shared| shared.available_permits() > 0)
     }
 
     fn shared(&self) -> Option<&Arc<Semaphore>> {
