@@ -736,6 +736,62 @@ with_s3!(
     poison_payloads_meet_the_retry_policy_then_the_dead_letter_step,
 );
 
+/// By default a payload of 64 MiB is read whole, and a pointer declaring a byte more is
+/// refused unread. The limit is the crate's own, so the fake S3 alone serves the 64 MiB.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_default_limit_reads_64_mib_and_refuses_a_byte_more_unread() {
+    const LIMIT: usize = 64 * 1024 * 1024;
+    let s3 = S3::new(Kind::Memory);
+    let bucket = s3.new_bucket().await;
+    let q = TestQueue::new(Kind::Memory, 30).await;
+    s3.put(&bucket, "at-limit", &vec![b'a'; LIMIT]).await;
+    s3.put(&bucket, "over", &vec![b'b'; LIMIT + 1]).await;
+    send_pointer(&q, Producer::Java, &bucket, "at-limit", LIMIT as u64).await;
+    send_pointer(&q, Producer::Java, &bucket, "over", LIMIT as u64 + 1).await;
+    let counted = s3.counted().await;
+    let consumer = consumer_of(&q, counted.client(), &bucket)
+        .retry_policy(RetryPolicy::ReleaseNow)
+        .build()
+        .unwrap();
+    let seen = Seen::default();
+    let both = eventually("the payload read and the other refused", secs(60), || {
+        !seen.lock().unwrap().is_empty() && consumer.stats().payload_failures >= 1
+    });
+    common::run_while(&consumer, recording(&seen), both).await;
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].0.len(), LIMIT);
+    assert_eq!(seen[0].1.as_ref().map(|l| l.1.as_str()), Some("at-limit"));
+    assert_eq!(
+        counted.requests("GetObject"),
+        1,
+        "the one over the limit was not read"
+    );
+}
+
+/// An object served without its length (as an S3-compatible server may stream it) that
+/// outgrows the size its message declares is refused as soon as its bytes do, not read to
+/// the end: one chunk of 100, well within `max_payload_bytes`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unsized_download_stops_once_it_outgrows_the_declared_size() {
+    let fake = FakeS3::default();
+    fake.create_bucket("payloads");
+    fake.put("payloads", "lying", &vec![b'x'; 100 * fake_s3::CHUNK]);
+    fake.serve_unsized("payloads", "lying");
+    let q = TestQueue::new(Kind::Memory, 30).await;
+    send_pointer(&q, Producer::Java, "payloads", "lying", 10).await;
+    let consumer = consumer_of(&q, fake.client(), "payloads")
+        .retry_policy(RetryPolicy::backoff(secs(30), secs(30)))
+        .build()
+        .unwrap();
+    let refused = eventually("the payload refused", secs(60), || {
+        consumer.stats().payload_failures >= 1
+    });
+    common::run_while(&consumer, |d: Delivery| d.ack(), refused).await;
+    assert_eq!(fake.requests("GetObject"), 1);
+    assert_eq!(fake.chunks_taken(), 1, "chunks read of the object");
+}
+
 /// A graceful stop while a payload downloads lets the download end and the handler run
 /// (within the shutdown timeout): the handler gets the payload, the message is deleted.
 async fn a_stop_during_a_download_waits_for_it_within_the_shutdown_timeout(kind: Kind) {

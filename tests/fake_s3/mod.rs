@@ -3,9 +3,11 @@
 //! tests) from a map of buckets, as S3 answers them, so that a plain `cargo test` runs the
 //! whole payload path with no server. It counts requests by action, and can fail every
 //! request of some actions with `500 InternalError` or hold their answers, as the fault
-//! proxy does in front of a server.
+//! proxy does in front of a server; and serve an object as a stream without its length, as
+//! an S3-compatible server may.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -16,6 +18,7 @@ use aws_smithy_runtime_api::client::orchestrator::{HttpRequest, HttpResponse};
 use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
 use aws_smithy_runtime_api::http::StatusCode;
 use aws_smithy_types::body::SdkBody;
+use futures::StreamExt;
 
 /// What the fake does to every request of some actions.
 #[derive(Debug, Clone, Copy)]
@@ -32,6 +35,10 @@ struct State {
     buckets: HashMap<String, HashMap<String, Vec<u8>>>,
     requests: HashMap<&'static str, usize>,
     disturbed: Vec<(&'static str, Disturb)>,
+    /// Bucket and key of the objects served without a length, in chunks.
+    streamed: HashSet<(String, String)>,
+    /// The chunks of those objects taken by the client so far.
+    chunks_taken: Arc<AtomicUsize>,
 }
 
 /// The fake S3; clones share it.
@@ -77,6 +84,18 @@ impl FakeS3 {
         state
             .disturbed
             .extend(actions.iter().map(|a| (*a, disturb)));
+    }
+
+    /// Serves the object at `bucket`/`key` without a `Content-Length`, in chunks of
+    /// [`CHUNK`] bytes made as the client takes them.
+    pub fn serve_unsized(&self, bucket: &str, key: &str) {
+        let object = (bucket.to_owned(), key.to_owned());
+        self.state().streamed.insert(object);
+    }
+
+    /// The chunks of objects served without a length that the client took.
+    pub fn chunks_taken(&self) -> usize {
+        self.state().chunks_taken.load(Ordering::SeqCst)
     }
 
     /// Requests of `action` so far.
@@ -125,7 +144,13 @@ impl FakeS3 {
                 None => error(404, "NoSuchBucket", &key),
                 Some(objects) => match objects.get(&key) {
                     None => error(404, "NoSuchKey", &key),
-                    Some(body) if action == "GetObject" => response(200, body.clone()),
+                    Some(body) if action == "GetObject" => {
+                        if state.streamed.contains(&(bucket.clone(), key.clone())) {
+                            unsized_response(body.clone(), state.chunks_taken.clone())
+                        } else {
+                            response(200, body.clone())
+                        }
+                    }
                     Some(body) => {
                         let mut head = response(200, Vec::new());
                         let length = body.len().to_string();
@@ -203,6 +228,24 @@ fn response(status: u16, body: Vec<u8>) -> HttpResponse {
     );
     response.headers_mut().insert("content-length", length);
     response
+}
+
+/// The size of the chunks of an object served without a length.
+pub const CHUNK: usize = 1024;
+
+/// A `200` whose body comes in chunks, each counted in `taken` as the client takes it, with
+/// no `Content-Length`.
+fn unsized_response(body: Vec<u8>, taken: Arc<AtomicUsize>) -> HttpResponse {
+    let chunks: Vec<bytes::Bytes> = body
+        .chunks(CHUNK)
+        .map(bytes::Bytes::copy_from_slice)
+        .collect();
+    let frames = futures::stream::iter(chunks).map(move |chunk| {
+        taken.fetch_add(1, Ordering::SeqCst);
+        Ok::<_, std::convert::Infallible>(http_body::Frame::data(chunk))
+    });
+    let body = SdkBody::from_body_1_x(http_body_util::StreamBody::new(frames));
+    HttpResponse::new(StatusCode::try_from(200).expect("a valid status"), body)
 }
 
 /// S3's error document.
