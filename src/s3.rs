@@ -138,7 +138,9 @@ impl PayloadStore {
                 }
                 Some(Ok(chunk)) => {
                     let read = (bytes.len() + chunk.len()) as u64;
-                    if read > declared || read > self.max_bytes {
+                    // The declared size is within the limit (checked above), so past it
+                    // is the first sign of either.
+                    if read > declared {
                         self.check_size(read, declared)?;
                     }
                     bytes.extend_from_slice(&chunk);
