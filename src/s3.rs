@@ -388,6 +388,42 @@ mod tests {
         }
     }
 
+    /// A request that could not be built or sent would fail the same way again: fatal. A
+    /// failure to reach S3 may pass: retryable.
+    #[test]
+    fn requests_not_built_or_not_sent_are_fatal_and_s3_out_of_reach_retryable() {
+        use aws_sdk_s3::operation::get_object::GetObjectError;
+        use aws_smithy_runtime_api::client::result::ConnectorError;
+
+        type Failure = SdkError<GetObjectError, aws_sdk_s3::config::http::HttpResponse>;
+        for (err, kind, says) in [
+            (
+                Failure::construction_failure("no region"),
+                ErrorKind::Fatal,
+                "could not be built",
+            ),
+            (
+                Failure::dispatch_failure(ConnectorError::user("a bad endpoint".into())),
+                ErrorKind::Fatal,
+                "could not be sent",
+            ),
+            (
+                Failure::dispatch_failure(ConnectorError::io("connection refused".into())),
+                ErrorKind::Retryable,
+                "GetObject failed",
+            ),
+            (
+                Failure::timeout_error("no answer"),
+                ErrorKind::Retryable,
+                "GetObject failed",
+            ),
+        ] {
+            let err = classify("GetObject", err);
+            assert_eq!(err.kind, kind, "{}", err.reason);
+            assert!(err.reason.contains(says), "{}", err.reason);
+        }
+    }
+
     #[tokio::test]
     async fn sizes_over_the_limit_or_not_as_declared_and_bodies_not_utf8_are_refused() {
         let answer = |body: &'static [u8], length: Option<i64>| {
