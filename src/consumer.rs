@@ -392,7 +392,8 @@ impl Consumer {
     /// next is yielded once the one before it was acked; if it ended otherwise, the rest of
     /// the group is released). A fatal error is yielded once, and the stream ends.
     ///
-    /// Dropping the stream stops receiving and releases the deliveries it had not yielded;
+    /// Dropping the stream stops receiving and releases the deliveries it had not yielded at
+    /// once (visible again, not kept until the receives under way are in);
     /// deliveries yielded and dropped after that are released at once. The receives under
     /// way are not abandoned: a task finishes them in the background and releases what they
     /// bring. [`ConsumerHandle::shutdown`] ends it as

@@ -10,7 +10,7 @@ use std::task::{Context, Poll};
 use futures_util::future::BoxFuture;
 use futures_util::task::AtomicWaker;
 use futures_util::Stream;
-use tokio_util::sync::{CancellationToken, DropGuard};
+use tokio_util::sync::CancellationToken;
 use tracing::instrument::WithSubscriber;
 
 use crate::delivery::Delivery;
@@ -24,7 +24,7 @@ pub struct DeliveryStream {
     inbox: Arc<Yielded>,
     /// Cancelled when the stream is dropped: the pump receives no more, and releases what
     /// the receives under way bring.
-    _shutdown: DropGuard,
+    shutdown: CancellationToken,
 }
 
 /// What the pump has handed out and the stream has not yielded yet.
@@ -33,12 +33,33 @@ struct Yielded {
     items: Mutex<VecDeque<Result<Delivery, Error>>>,
     waker: AtomicWaker,
     closed: AtomicBool,
+    /// The stream was dropped: nothing is kept for it any more.
+    dropped: AtomicBool,
 }
 
 impl Yielded {
     fn push(&self, item: Result<Delivery, Error>) {
-        self.lock().push_back(item);
+        let mut items = self.lock();
+        if self.dropped.load(Ordering::Acquire) {
+            drop(items);
+            drop(item); // a delivery dropped is released at once
+            return;
+        }
+        items.push_back(item);
+        drop(items);
         self.waker.wake();
+    }
+
+    /// The stream is gone: what it had not yielded is released now, and whatever comes
+    /// later at once (the receives under way end in the background).
+    fn drop_all(&self) {
+        let dropped = {
+            let mut items = self.lock();
+            self.dropped.store(true, Ordering::Release);
+            std::mem::take(&mut *items)
+        };
+        // Dropped outside the lock.
+        drop(dropped);
     }
 
     /// Drops the deliveries not yielded yet (their run is shutting down: each is released at
@@ -120,10 +141,7 @@ impl DeliveryStream {
         // A spawned task logs for the subscriber its worker sees; this one carries the caller's.
         let pump = tokio::spawn(pump.with_current_subscriber());
         drop(pump); // detached: it ends by itself once the receives under way are in
-        Self {
-            inbox,
-            _shutdown: shutdown.drop_guard(),
-        }
+        Self { inbox, shutdown }
     }
 }
 
@@ -141,6 +159,14 @@ impl Stream for DeliveryStream {
             return Poll::Ready(inbox.lock().pop_front());
         }
         Poll::Pending
+    }
+}
+
+impl Drop for DeliveryStream {
+    fn drop(&mut self) {
+        // Cancelled first: what is dropped now is released as on a shutdown, visible at once.
+        self.shutdown.cancel();
+        self.inbox.drop_all();
     }
 }
 

@@ -378,6 +378,64 @@ async fn metrics_go_through_the_facade() {
     assert_eq!(labels, [format!("queue = {}", q.name())]);
 }
 
+/// How receives fare goes through the facade too: the failures, the current run of them,
+/// and when SQS last answered, in Unix seconds (0 before the first answer).
+#[cfg(feature = "metrics")]
+#[tokio::test(start_paused = true)]
+async fn receive_health_goes_through_the_facade() {
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+    use sqs_consumer::memory::Action;
+
+    /// The three, as they stand (the snapshot takes each value, so it is read once).
+    fn health(snapshotter: &Snapshotter) -> [f64; 3] {
+        let snapshot = snapshotter.snapshot().into_hashmap();
+        let value = |name: &str| match snapshot.iter().find(|(key, _)| key.key().name() == name) {
+            Some((_, (_, _, DebugValue::Counter(n)))) => *n as f64,
+            Some((_, (_, _, DebugValue::Gauge(g)))) => g.into_inner(),
+            other => panic!("{name}: {other:?}"),
+        };
+        [
+            "sqs_consumer_receive_failures_total",
+            "sqs_consumer_consecutive_receive_failures",
+            "sqs_consumer_last_receive_timestamp_seconds",
+        ]
+        .map(value)
+    }
+    let unix_now = || {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+        now.unwrap().as_secs_f64()
+    };
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let q = common::memory_queue(30);
+    q.fail_next(Action::ReceiveMessage, "InternalError", 3);
+    q.send("after the failures").unwrap();
+    let consumer =
+        metrics::with_local_recorder(&recorder, || Consumer::in_memory(&q).build().unwrap());
+    let before = unix_now();
+    let during = common::run_while(&consumer, |d: Delivery| d.ack(), async {
+        common::eventually("3 failures", secs(100), || {
+            consumer.stats().consecutive_receive_failures == 3
+        })
+        .await;
+        let during = health(&snapshotter);
+        common::eventually("the ack", secs(100), || consumer.stats().acked == 1).await;
+        during
+    })
+    .await;
+    assert_eq!(
+        during,
+        [3.0, 3.0, 0.0],
+        "during the failures, before any answer"
+    );
+    let [failures, consecutive, answered] = health(&snapshotter);
+    assert_eq!((failures, consecutive), (0.0, 0.0), "no failure since");
+    assert!(
+        (before..=unix_now()).contains(&answered),
+        "last answer at {answered}, the run from {before}"
+    );
+}
+
 /// An EventBridge event as a rule delivers it to an SQS target (the example of EventBridge's
 /// User Guide, "Amazon EventBridge events"), with `detail` as given.
 #[cfg(feature = "json")]

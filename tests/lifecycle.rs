@@ -710,6 +710,89 @@ async fn the_stream_yields_a_fatal_error_once_and_ends() {
     );
 }
 
+/// Five messages received at once; a stream of them (`stream_until` with a signal that never
+/// comes if `graceful`) that has yielded the first, with the next long poll under way.
+async fn a_stream_holding_four_not_yielded(
+    graceful: bool,
+) -> (
+    MemoryQueue,
+    Consumer,
+    sqs_consumer::DeliveryStream,
+    Delivery,
+) {
+    let q = queue(30);
+    for i in 0..5 {
+        q.send(format!("m{i}")).unwrap();
+    }
+    // Past the poll's 20 s: a graceful end waits for the delivery yielded, not the timeout.
+    let consumer = Consumer::in_memory(&q)
+        .shutdown_timeout(secs(60))
+        .build()
+        .unwrap();
+    let mut stream = if graceful {
+        consumer.stream_until(std::future::pending())
+    } else {
+        consumer.stream()
+    };
+    let first = stream.next().await.unwrap().unwrap();
+    eventually("the next poll under way", LIMIT, || {
+        q.requests().requests(Action::ReceiveMessage) == 2
+    })
+    .await;
+    let shown = format!("{stream:?}");
+    assert!(shown.starts_with("DeliveryStream") && shown.contains("buffered: 4"), "{shown}");
+    (q, consumer, stream, first)
+}
+
+/// Dropping a stream releases the deliveries it had not yielded at once, not when the long
+/// poll under way ends (20 s later).
+#[tokio::test(start_paused = true)]
+async fn dropping_a_stream_releases_what_it_had_not_yielded_at_once_while_a_poll_waits() {
+    for graceful in [false, true] {
+        let (q, _consumer, stream, first) = a_stream_holding_four_not_yielded(graceful).await;
+        drop(stream);
+        eventually("the other four visible again", secs(1), || {
+            q.visible_len() == 4
+        })
+        .await;
+        first.ack().await.unwrap();
+    }
+}
+
+/// A shutdown from the handle ends a stream as `stream_until`'s signal does: what it had
+/// not yielded is released once the poll under way is in, and it ends once the delivery it
+/// yielded is settled.
+#[tokio::test(start_paused = true)]
+async fn a_handle_shutdown_ends_a_stream_once_what_it_yielded_is_settled() {
+    let (q, consumer, mut stream, first) = a_stream_holding_four_not_yielded(false).await;
+    consumer.handle().shutdown();
+    // Once the poll under way is in: it started with the stream's first receive's answer.
+    eventually("the other four visible again", secs(21), || {
+        q.visible_len() == 4
+    })
+    .await;
+    let early = tokio::time::timeout(secs(5), stream.next()).await;
+    assert!(early.is_err(), "ended while a delivery was held: {early:?}");
+    first.ack().await.unwrap();
+    let end = tokio::time::timeout(secs(1), stream.next()).await;
+    assert!(matches!(end, Ok(None)), "{end:?}");
+}
+
+/// After a fatal error the stream ends at once, even with a delivery it yielded still held.
+#[tokio::test(start_paused = true)]
+async fn a_fatal_error_ends_the_stream_at_once_though_a_delivery_is_held() {
+    let (q, _consumer, mut stream, first) = a_stream_holding_four_not_yielded(false).await;
+    for _ in 0..4 {
+        stream.next().await.unwrap().unwrap().ack().await.unwrap();
+    }
+    q.fail_next(Action::ReceiveMessage, "QueueDoesNotExist", 1);
+    let error = tokio::time::timeout(secs(30), stream.next()).await;
+    assert!(matches!(error, Ok(Some(Err(_)))), "{error:?}");
+    let end = tokio::time::timeout(secs(1), stream.next()).await;
+    assert!(matches!(end, Ok(None)), "{end:?}");
+    first.ack().await.unwrap();
+}
+
 /// A handler that panics when asked whether it is ready.
 struct PanicsInReady;
 
