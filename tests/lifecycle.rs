@@ -740,7 +740,10 @@ async fn a_stream_holding_four_not_yielded(
     })
     .await;
     let shown = format!("{stream:?}");
-    assert!(shown.starts_with("DeliveryStream") && shown.contains("buffered: 4"), "{shown}");
+    assert!(
+        shown.starts_with("DeliveryStream") && shown.contains("buffered: 4"),
+        "{shown}"
+    );
     (q, consumer, stream, first)
 }
 

@@ -546,6 +546,42 @@ mod tests {
         assert_eq!(seen.ok().flatten(), Some("run"));
     }
 
+    /// A panic in the call goes on where the call is awaited.
+    #[tokio::test]
+    async fn a_panic_in_a_call_made_a_task_goes_on_where_it_is_awaited() {
+        let awaited = tokio::spawn(as_task("ReceiveMessage", async {
+            panic!("in the call");
+            #[allow(unreachable_code)]
+            Ok::<(), Error>(())
+        }))
+        .await;
+        assert!(awaited.is_err_and(|ended| ended.is_panic()));
+    }
+
+    /// A call cut off by its runtime shutting down (awaited off that runtime) is a
+    /// retryable error that says so, not a panic.
+    #[test]
+    fn a_call_cut_off_by_its_runtime_shutting_down_is_a_retryable_error() {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .build()
+            .unwrap();
+        let (started_tx, started) = std::sync::mpsc::channel();
+        let handle = runtime.handle().clone();
+        let awaiting = std::thread::spawn(move || {
+            let _in_context = handle.enter();
+            futures::executor::block_on(as_task("ReceiveMessage", async move {
+                started_tx.send(()).unwrap();
+                std::future::pending::<Result<(), Error>>().await
+            }))
+        });
+        started.recv().unwrap();
+        runtime.shutdown_background();
+        let err = awaiting.join().expect("no panic").unwrap_err();
+        assert!(err.is_retryable(), "{err}");
+        assert!(err.to_string().contains("runtime shut down"), "{err}");
+    }
+
     /// Made outside any runtime's context, the call is polled where it is awaited.
     #[test]
     fn outside_a_runtime_a_call_runs_where_it_is_awaited() {
