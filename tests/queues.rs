@@ -191,6 +191,7 @@ async fn one_message_through_mocks(given: &str, resolve: &aws_smithy_mocks::Rule
     use aws_smithy_mocks::mock;
     use common::sdk::{deletes, mocked, receive_once, URL};
 
+    let (logs, _guard) = common::capture_logs();
     let (receive, delete) = (receive_once(), deletes());
     let elsewhere = mock!(Client::receive_message)
         .match_requests(|r| r.queue_url() != Some(URL))
@@ -202,9 +203,17 @@ async fn one_message_through_mocks(given: &str, resolve: &aws_smithy_mocks::Rule
         .unwrap();
     assert_eq!(consumer.queue_url().await.unwrap(), URL, "{given}");
     let d = common::take_one(&consumer).await;
+    d.span().in_scope(|| tracing::info!("in the delivery span"));
     d.ack().await.unwrap();
     assert_eq!(consumer.queue_url().await.unwrap(), URL, "{given}");
     assert_eq!(delete.num_calls(), 1, "{given}");
+    // The span names the queue by its name alone, however it was given.
+    let logs = String::from_utf8(logs.lock().unwrap().clone()).unwrap();
+    let line = logs.lines().find(|l| l.contains("in the delivery span"));
+    assert!(
+        line.is_some_and(|l| l.contains("messaging.destination.name=\"jobs\"")),
+        "{given}: {line:?}"
+    );
     consumer
 }
 
