@@ -512,6 +512,29 @@ async fn a_missing_region_ends_the_run_with_a_clear_error() {
     assert!(fatal_message(&err).contains("region"), "{err}");
 }
 
+/// A broken credentials configuration (here a profile the provider cannot use) ends the run
+/// at its first failure: retrying would read the same configuration.
+#[tokio::test(start_paused = true)]
+async fn a_broken_credentials_configuration_ends_the_run_at_once() {
+    let client = client_with(
+        Silent::default(),
+        FailingCredentials(|| {
+            CredentialsError::invalid_configuration("profile `jobs` has no role_arn (test)")
+        }),
+        Some("us-east-1"),
+    );
+    let start = Instant::now();
+    let err = consumer(client)
+        .run(|d: Delivery| d.ack())
+        .await
+        .unwrap_err();
+    assert!(
+        fatal_message(&err).contains("the AWS credentials configuration is invalid"),
+        "{err}"
+    );
+    assert_eq!(start.elapsed(), Duration::ZERO, "not retried");
+}
+
 /// Every kind of credentials failure (none found: the chain says "not found"; a provider
 /// that fails: an instance metadata service answering 403; one that times out) is retried,
 /// and ends `run` with that error once failures have gone on for `give_up_after`, within one

@@ -582,6 +582,75 @@ mod tests {
         assert!(err.to_string().contains("runtime shut down"), "{err}");
     }
 
+    /// Each way a request fails short of SQS's own answer says what failed and whether a
+    /// retry can help: a request not built, or refused by the client before it was sent, is
+    /// fatal; one that got no answer in time, reached no server or whose answer could not be
+    /// read is retryable.
+    #[test]
+    fn failures_before_an_answer_say_what_failed_and_whether_to_retry() {
+        use aws_sdk_sqs::operation::receive_message::ReceiveMessageError;
+        use aws_smithy_runtime_api::client::result::ConnectorError;
+        use aws_smithy_runtime_api::http::StatusCode;
+
+        type Failure = SdkError<ReceiveMessageError, HttpResponse>;
+        let unreadable = HttpResponse::new(
+            StatusCode::try_from(200).expect("a valid status"),
+            aws_smithy_types::body::SdkBody::from("{not json"),
+        );
+        // (failure, kind, what the message starts with, the cause it then gives)
+        for (err, kind, (says, cause)) in [
+            (
+                Failure::construction_failure("no region"),
+                ErrorKind::Fatal,
+                ("the request could not be built", "no region"),
+            ),
+            (
+                Failure::dispatch_failure(ConnectorError::user("a bad endpoint".into())),
+                ErrorKind::Fatal,
+                ("the request could not be sent", "a bad endpoint"),
+            ),
+            (
+                Failure::dispatch_failure(ConnectorError::io("connection refused".into())),
+                ErrorKind::Retryable,
+                ("the request could not be sent", "connection refused"),
+            ),
+            (
+                Failure::timeout_error("no answer"),
+                ErrorKind::Retryable,
+                ("the request timed out", ""),
+            ),
+            (
+                Failure::response_error("expected a JSON object", unreadable),
+                ErrorKind::Retryable,
+                ("the response could not be read", "expected a JSON object"),
+            ),
+        ] {
+            let Error::Sqs {
+                operation,
+                message,
+                kind: got,
+                ..
+            } = sdk_error("ReceiveMessage", err)
+            else {
+                panic!("an SQS error")
+            };
+            assert_eq!(operation, "ReceiveMessage");
+            assert_eq!(got, kind, "{message}");
+            assert!(message.starts_with(says), "{message}");
+            assert!(message.contains(cause), "{message}");
+        }
+    }
+
+    /// Numbers go to the SDK as they are, and one too large for its `i32` as the largest
+    /// (which SQS refuses, naming the field) rather than wrapped round.
+    #[test]
+    fn numbers_reach_the_request_unchanged_or_capped() {
+        assert_eq!(to_i32(10usize), 10);
+        assert_eq!(to_i32(20u64), 20);
+        assert_eq!(to_i32(43_200u32), 43_200);
+        assert_eq!(to_i32(u64::MAX), i32::MAX);
+    }
+
     /// Made outside any runtime's context, the call is polled where it is awaited.
     #[test]
     fn outside_a_runtime_a_call_runs_where_it_is_awaited() {
