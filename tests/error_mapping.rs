@@ -516,11 +516,23 @@ async fn a_missing_region_ends_the_run_with_a_clear_error() {
 /// at its first failure: retrying would read the same configuration.
 #[tokio::test(start_paused = true)]
 async fn a_broken_credentials_configuration_ends_the_run_at_once() {
+    let (err, took) = run_with_credentials_failing(|| {
+        CredentialsError::invalid_configuration("profile `jobs` has no role_arn (test)")
+    })
+    .await;
+    assert!(
+        fatal_message(&err).contains("the AWS credentials configuration is invalid"),
+        "{err}"
+    );
+    assert_eq!(took, Duration::ZERO, "not retried");
+}
+
+/// The error a consumer with default settings ends its run with, and how long the run took,
+/// when its credentials provider always fails with `fail`'s error.
+async fn run_with_credentials_failing(fail: Failure) -> (Error, Duration) {
     let client = client_with(
         Silent::default(),
-        FailingCredentials(|| {
-            CredentialsError::invalid_configuration("profile `jobs` has no role_arn (test)")
-        }),
+        FailingCredentials(fail),
         Some("us-east-1"),
     );
     let start = Instant::now();
@@ -528,11 +540,7 @@ async fn a_broken_credentials_configuration_ends_the_run_at_once() {
         .run(|d: Delivery| d.ack())
         .await
         .unwrap_err();
-    assert!(
-        fatal_message(&err).contains("the AWS credentials configuration is invalid"),
-        "{err}"
-    );
-    assert_eq!(start.elapsed(), Duration::ZERO, "not retried");
+    (err, start.elapsed())
 }
 
 /// Every kind of credentials failure (none found: the chain says "not found"; a provider
@@ -642,17 +650,10 @@ async fn a_start_whose_calls_keep_failing_gives_up_too() {
 /// Without a `give_up_after` of its own, a consumer gives up after 5 minutes.
 #[tokio::test(start_paused = true)]
 async fn the_default_give_up_after_is_five_minutes() {
-    let client = client_with(
-        Silent::default(),
-        FailingCredentials(|| CredentialsError::provider_error("IMDS answered 403 (test)")),
-        Some("us-east-1"),
-    );
-    let start = Instant::now();
-    let err = consumer(client)
-        .run(|d: Delivery| d.ack())
-        .await
-        .unwrap_err();
-    let took = start.elapsed();
+    let (err, took) = run_with_credentials_failing(|| {
+        CredentialsError::provider_error("IMDS answered 403 (test)")
+    })
+    .await;
     assert!(err.is_retryable(), "{err}");
     assert!(
         took >= Duration::from_secs(300) && took <= Duration::from_secs(320),
