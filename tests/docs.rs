@@ -2,7 +2,8 @@
 //! fails (an `# Errors` section, as `clippy::missing_errors_doc` asks, checked here too so
 //! that the test command holds the crate to it); every cargo feature is in the README's
 //! table and in the crate docs; every test the docs cite (`file::test`, `module::test`)
-//! exists at exactly that path, and every file they cite exists.
+//! exists at exactly that path, and every file they cite exists; the mutants page has a row
+//! for every mutant the committed runs missed, and their totals.
 
 use std::path::{Path, PathBuf};
 
@@ -301,6 +302,103 @@ fn every_row_of_the_fidelity_table_cites_a_test() {
             "a row without a test: {row}"
         );
     }
+}
+
+/// The outcomes committed under `mutants/`: for each mutant, the outcome of the highest
+/// shard that names it (as `scripts/mutants-figures.sh` counts them), and the mutants each
+/// `--in-diff` run missed.
+fn mutant_outcomes(root: &str) -> (std::collections::BTreeMap<String, String>, Vec<String>) {
+    let mut latest = std::collections::BTreeMap::new();
+    let mut shards: Vec<(u32, PathBuf)> = Vec::new();
+    let mut in_diff_missed = Vec::new();
+    for entry in std::fs::read_dir(format!("{root}/mutants")).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if let Some(k) = name.strip_prefix("shard-") {
+            shards.push((k.split('-').next().unwrap().parse().unwrap(), path));
+        } else if name.starts_with("in-diff-") {
+            let missed = std::fs::read_to_string(path.join("missed.txt")).unwrap();
+            in_diff_missed.extend(missed.lines().map(str::to_owned));
+        }
+    }
+    shards.sort();
+    for (_, dir) in shards {
+        for outcome in ["caught", "missed", "unviable", "timeout"] {
+            let list = std::fs::read_to_string(dir.join(format!("{outcome}.txt"))).unwrap();
+            for mutant in list.lines().filter(|l| !l.is_empty()) {
+                latest.insert(mutant.to_owned(), outcome.to_owned());
+            }
+        }
+    }
+    (latest, in_diff_missed)
+}
+
+/// Whether a row of the mutants page names `mutant` (`src/f.rs:LINE:COL: what`): its first
+/// cell names the file and the line, alone or in a list (`:LINE:`, `` :LINE` ``, `:LINE `).
+fn has_row(rows: &[&str], mutant: &str) -> bool {
+    let mut parts = mutant.splitn(3, ':');
+    let (file, line) = (parts.next().unwrap(), parts.next().unwrap());
+    rows.iter().any(|row| {
+        row.contains(file)
+            && row
+                .match_indices(&format!(":{line}"))
+                .any(|(at, m)| !row[at + m.len()..].starts_with(|c: char| c.is_ascii_digit()))
+    })
+}
+
+/// Every mutant the committed runs missed has its row on the mutants page (killed by a
+/// named test, or left with a reason), and the page's totals are the committed ones.
+#[test]
+fn every_mutant_missed_has_its_row_and_the_totals_are_the_committed_ones() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let page = std::fs::read_to_string(format!("{root}/docs/mutants.md")).unwrap();
+    let alive = page
+        .split("\n## Mutants left alive\n")
+        .nth(1)
+        .expect("the section");
+    let rows: Vec<&str> = alive
+        .lines()
+        .filter(|l| l.starts_with("| `src/"))
+        .map(|l| l.split(" | ").next().unwrap())
+        .collect();
+    let (latest, in_diff_missed) = mutant_outcomes(root);
+    let missed: Vec<&String> = latest
+        .iter()
+        .filter(|(_, o)| *o == "missed")
+        .map(|(m, _)| m)
+        .collect();
+    for mutant in missed.iter().copied().chain(&in_diff_missed) {
+        assert!(has_row(&rows, mutant), "no row for {mutant}");
+    }
+    let count = |outcome: &str| latest.values().filter(|o| *o == outcome).count();
+    let with_commas = |n: usize| match n {
+        0..=999 => n.to_string(),
+        _ => format!("{},{:03}", n / 1000, n % 1000),
+    };
+    let totals = format!(
+        "{} caught, {} missed, {} unviable and {} timed out",
+        with_commas(count("caught")),
+        with_commas(count("missed")),
+        with_commas(count("unviable")),
+        match count("timeout") {
+            0 => "none".to_owned(),
+            n => with_commas(n),
+        }
+    );
+    assert!(page.contains(&totals), "the page does not say {totals}");
+}
+
+#[test]
+fn a_row_names_a_mutant_by_its_file_and_exact_line() {
+    let rows = [
+        "| `src/s3.rs:141:29: replace > with >=`",
+        "| `src/batch.rs:264` and `:269`",
+    ];
+    assert!(has_row(&rows, "src/s3.rs:141:29: replace > with =="));
+    assert!(has_row(&rows, "src/batch.rs:269:9: delete !"));
+    assert!(!has_row(&rows, "src/s3.rs:14:29: replace > with =="));
+    assert!(!has_row(&rows, "src/batch.rs:26:9: delete !"));
+    assert!(!has_row(&rows, "src/rate_limit.rs:141:29: replace"));
 }
 
 /// What crates.io and docs.rs show of the package is there: description, licence, links,
