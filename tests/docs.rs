@@ -281,15 +281,20 @@ fn the_resolver_tells_a_wrong_citation_from_a_right_one() {
     assert_eq!(resolve(root, "tokio::time"), Ok(false));
 }
 
+/// The text of a page's section `## {heading}`, up to the next section.
+fn section<'a>(page: &'a str, heading: &str) -> &'a str {
+    let section = page
+        .split(&format!("\n## {heading}\n"))
+        .nth(1)
+        .unwrap_or_else(|| panic!("no section \"## {heading}\""));
+    section.split("\n## ").next().unwrap_or(section)
+}
+
 #[test]
 fn every_row_of_the_fidelity_table_cites_a_test() {
     let root = env!("CARGO_MANIFEST_DIR");
     let page = std::fs::read_to_string(format!("{root}/docs/testing.md")).unwrap();
-    let section = page
-        .split("\n## Test servers and AWS\n")
-        .nth(1)
-        .expect("the section");
-    let section = section.split("\n## ").next().unwrap_or(section);
+    let section = section(&page, "Test servers and AWS");
     let rows: Vec<&str> = section
         .lines()
         .filter(|l| l.starts_with("| ") && !l.starts_with("| Behaviour"))
@@ -352,11 +357,7 @@ fn has_row(rows: &[&str], mutant: &str) -> bool {
 fn every_mutant_missed_has_its_row_and_the_totals_are_the_committed_ones() {
     let root = env!("CARGO_MANIFEST_DIR");
     let page = std::fs::read_to_string(format!("{root}/docs/mutants.md")).unwrap();
-    let alive = page
-        .split("\n## Mutants left alive\n")
-        .nth(1)
-        .expect("the section");
-    let rows: Vec<&str> = alive
+    let rows: Vec<&str> = section(&page, "Mutants left alive")
         .lines()
         .filter(|l| l.starts_with("| `src/"))
         .map(|l| l.split(" | ").next().unwrap())
