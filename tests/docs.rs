@@ -145,7 +145,12 @@ fn every_feature_is_in_the_readme_table_and_the_crate_docs() {
 }
 
 /// The pages that cite tests.
-const PAGES: &[&str] = &["README.md", "CONTRIBUTING.md", "benches/README.md"];
+const PAGES: &[&str] = &[
+    "README.md",
+    "CONTRIBUTING.md",
+    "benches/README.md",
+    "benches/notes.md",
+];
 
 fn pages() -> Vec<(String, String)> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -400,6 +405,32 @@ fn a_row_names_a_mutant_by_its_file_and_exact_line() {
     assert!(!has_row(&rows, "src/s3.rs:14:29: replace > with =="));
     assert!(!has_row(&rows, "src/batch.rs:26:9: delete !"));
     assert!(!has_row(&rows, "src/rate_limit.rs:141:29: replace"));
+}
+
+/// The benchmarks page reads in two minutes: one short row per bench (what it measures, its
+/// figure, its target), each with a row in the notes' "What each bench does"; the detail of
+/// each figure lives in `benches/notes.md`.
+#[test]
+fn the_benchmarks_page_gives_one_short_row_per_bench() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let page = std::fs::read_to_string(format!("{root}/benches/README.md")).unwrap();
+    let notes = std::fs::read_to_string(format!("{root}/benches/notes.md")).unwrap();
+    assert!(page.len() <= 8 * 1024, "{} bytes", page.len());
+    let table = section(&page, "What each measures, and where it stands");
+    let rows: Vec<&str> = table
+        .lines()
+        .filter(|l| l.starts_with("| ") && !l.starts_with("| bench "))
+        .collect();
+    assert!(rows.len() >= 15, "{} rows", rows.len());
+    for row in rows {
+        assert!(row.len() <= 400, "a row of {} bytes: {row}", row.len());
+        assert_eq!(row.matches(" | ").count(), 3, "four cells: {row}");
+        let bench = row[2..].split(' ').next().unwrap().trim_end_matches(',');
+        assert!(
+            notes.contains(&format!("\n### {bench} ")),
+            "{bench} is not in benches/notes.md"
+        );
+    }
 }
 
 /// What crates.io and docs.rs show of the package is there: description, licence, links,
