@@ -72,7 +72,7 @@ impl Cohort {
 /// cohort, and on a thread of its own every wake-up costs a thread switch), and only a
 /// submission that may end the wait rings it.
 #[derive(Debug, Default)]
-struct Bell {
+struct BatcherBell {
     /// Set while the task waits for cohorts.
     waiting_for_cohorts: AtomicBool,
     /// Entries handed over and not yet sent: ten of them fill a batch.
@@ -83,7 +83,7 @@ struct Bell {
     wakes: AtomicUsize,
 }
 
-impl Bell {
+impl BatcherBell {
     /// After `added` entries were handed over: rings the task if it is waiting for cohorts
     /// and these may end the wait (they complete a batch, or the cohort of the last one has
     /// no delivery left to settle, or it has none).
@@ -138,7 +138,7 @@ pub(crate) struct Batcher {
     /// The batching task's inbox; the task runs where the runner says (for a caller's
     /// runner: inside the runtime that first uses it).
     inbox: Mailbox<Submission>,
-    bell: Arc<Bell>,
+    bell: Arc<BatcherBell>,
 }
 
 impl Batcher {
@@ -239,7 +239,7 @@ impl Call {
 async fn batcher_task(
     queue: Queue,
     call: Call,
-    bell: Arc<Bell>,
+    bell: Arc<BatcherBell>,
     mut rx: mpsc::UnboundedReceiver<Submission>,
 ) {
     let slots = Arc::new(Semaphore::new(MAX_REQUESTS_IN_FLIGHT));
@@ -340,7 +340,7 @@ fn take_queued(
 /// submission that may end the wait rings the bell. Returns at once if something was handed
 /// over since the inbox was last read (its caller looks again).
 async fn wait_for_cohorts(
-    bell: &Bell,
+    bell: &BatcherBell,
     rx: &mut mpsc::UnboundedReceiver<Submission>,
     waiting: &mut VecDeque<Entry>,
     until: Instant,

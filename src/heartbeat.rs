@@ -302,7 +302,7 @@ struct ExtensionAnswer {
 
 /// The keeper's task.
 async fn keeper_task(bell: mpsc::UnboundedReceiver<()>, inbox: Arc<Mutex<Inbox>>, epoch: Instant) {
-    let mut bell = Bell {
+    let mut bell = KeeperBell {
         rx: bell,
         inbox: inbox.clone(),
     };
@@ -345,12 +345,12 @@ pub(crate) const LET_GO_WITHIN: Duration = Duration::from_secs(1);
 /// The keeper task's end of its bell. Whatever ends the task (its handles gone, or its
 /// runtime), the bell is closed first and the inbox then set to ring: the next command
 /// rings, and that ring starts a new task.
-struct Bell {
+struct KeeperBell {
     rx: mpsc::UnboundedReceiver<()>,
     inbox: Arc<Mutex<Inbox>>,
 }
 
-impl Bell {
+impl KeeperBell {
     /// Waits to be rung (the rings so far count as one); `false` once every handle is gone.
     async fn rung(&mut self) -> bool {
         if self.rx.recv().await.is_none() {
@@ -361,7 +361,7 @@ impl Bell {
     }
 }
 
-impl Drop for Bell {
+impl Drop for KeeperBell {
     fn drop(&mut self) {
         self.rx.close();
         self.inbox
