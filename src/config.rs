@@ -8,9 +8,10 @@ use aws_sdk_sqs::types::MessageSystemAttributeName;
 
 use crate::adaptive_visibility::AdaptiveVisibility;
 use crate::batch_window::Batching;
-use crate::consumer::{Consumer, ConsumerSettings};
+use crate::consumer::Consumer;
 use crate::dead_letter::DeadLetter;
 use crate::dead_letter_queue::DeadLetterQueue;
+use crate::dispatch::{ConsumerSettings, Leases};
 use crate::error::Error;
 use crate::handling::{AckMode, HandlerSettings, OnLost};
 use crate::in_flight_limit::InFlightLimit;
@@ -788,14 +789,14 @@ impl ConsumerBuilder {
             same_kind(&queue, dead_letter)?;
         }
         let leases = match lease_queue {
-            Some(lease_queue) => (
-                lease_queue.with_request_timeout(request_timeout),
-                Runner::thread().map_err(|source| Error::LeaseThread { source })?,
-            ),
-            None => (
-                queue.clone().with_request_timeout(request_timeout),
-                Runner::Caller,
-            ),
+            Some(lease_queue) => Leases {
+                queue: lease_queue.with_request_timeout(request_timeout),
+                runner: Runner::thread().map_err(|source| Error::LeaseThread { source })?,
+            },
+            None => Leases {
+                queue: queue.clone().with_request_timeout(request_timeout),
+                runner: Runner::Caller,
+            },
         };
         Ok(Consumer::new(
             queue.with_request_timeout(request_timeout),

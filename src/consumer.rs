@@ -3,41 +3,17 @@
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::backlog::Backlog;
 use crate::batch_handler::BatchHandler;
 use crate::consumer_handle::ConsumerHandle;
-use crate::dead_letter::DeadLetter;
-use crate::dispatch::Engine;
+use crate::dispatch::{ConsumerSettings, Engine};
 use crate::error::Error;
 use crate::handler::Handler;
-use crate::handling::HandlerSettings;
-use crate::lease_thread::Runner;
 use crate::queue::Queue;
-use crate::receiver::{ReceiveSettings, Receiving};
-use crate::redelivery::RetryPolicy;
+use crate::receiver::Receiving;
 use crate::stats::Stats;
 use crate::stream::DeliveryStream;
-use crate::trace_parent::SpanHook;
-
-/// The validated settings a [`Consumer`] runs with.
-#[derive(Debug, Clone)]
-pub(crate) struct ConsumerSettings {
-    pub(crate) receive: ReceiveSettings,
-    pub(crate) shutdown_timeout: Duration,
-    pub(crate) retry_policy: RetryPolicy,
-    /// Where failed messages are moved, if anywhere.
-    pub(crate) dead_letter: Option<DeadLetter>,
-    /// Called with each `delivery` span before it is entered, if set.
-    pub(crate) span_hook: Option<SpanHook>,
-    pub(crate) handling: HandlerSettings,
-    /// The queue the keeper and the settle calls use, and where they run.
-    pub(crate) leases: (Queue, Runner),
-    /// Where payloads are read from (feature `s3`), if the consumer reads them.
-    #[cfg(feature = "s3")]
-    pub(crate) payloads: Option<crate::s3::PayloadStore>,
-}
 
 /// Receives messages from one SQS queue and hands each to a handler as a
 /// [`Delivery`](crate::Delivery).
@@ -58,25 +34,12 @@ pub struct Consumer {
 impl Consumer {
     pub(crate) fn new(queue: Queue, settings: ConsumerSettings) -> Self {
         Self {
-            engine: Arc::new(Engine::new(
-                queue,
-                settings.leases,
-                settings.receive,
-                (
-                    settings.retry_policy,
-                    settings.dead_letter,
-                    settings.span_hook,
-                ),
-                settings.shutdown_timeout,
-                settings.handling,
-                #[cfg(feature = "s3")]
-                settings.payloads,
-            )),
+            engine: Arc::new(Engine::new(queue, settings)),
         }
     }
 
     #[cfg(test)]
-    pub(crate) fn receive_settings(&self) -> &ReceiveSettings {
+    pub(crate) fn receive_settings(&self) -> &crate::receiver::ReceiveSettings {
         self.engine.receive_settings()
     }
 

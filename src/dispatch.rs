@@ -102,6 +102,33 @@ impl Dispatch {
 pub(crate) type BatchDispatch =
     Arc<dyn Fn(Vec<Delivery>, CancellationToken) -> BoxFuture<'static, ()> + Send + Sync>;
 
+/// The validated settings a consumer runs with.
+#[derive(Debug, Clone)]
+pub(crate) struct ConsumerSettings {
+    pub(crate) receive: ReceiveSettings,
+    pub(crate) shutdown_timeout: Duration,
+    pub(crate) retry_policy: RetryPolicy,
+    /// Where failed messages are moved, if anywhere.
+    pub(crate) dead_letter: Option<DeadLetter>,
+    /// Called with each `delivery` span before it is entered, if set.
+    pub(crate) span_hook: Option<SpanHook>,
+    pub(crate) handling: HandlerSettings,
+    pub(crate) leases: Leases,
+    /// Where payloads are read from (feature `s3`), if the consumer reads them.
+    #[cfg(feature = "s3")]
+    pub(crate) payloads: Option<crate::s3::PayloadStore>,
+}
+
+/// Where a consumer's leases are kept and settled.
+#[derive(Debug, Clone)]
+pub(crate) struct Leases {
+    /// The queue the keeper and the settle calls use: the consumer's own, or the same queue
+    /// through a client of its own when the keeper is isolated.
+    pub(crate) queue: Queue,
+    /// Where the keeper and the settle calls run.
+    pub(crate) runner: Runner,
+}
+
 /// The receive loop and what it feeds: one per consumer.
 #[derive(Debug)]
 pub(crate) struct Engine {
@@ -117,31 +144,27 @@ pub(crate) struct Engine {
 }
 
 impl Engine {
-    /// An engine that receives from `queue`, and keeps and settles its deliveries through
-    /// `lease_queue` (the same queue, through a client of its own when isolated), on
-    /// `runner`.
-    pub(crate) fn new(
-        queue: Queue,
-        (lease_queue, runner): (Queue, Runner),
-        receive: ReceiveSettings,
-        (retry, dead_letter, span_hook): (RetryPolicy, Option<DeadLetter>, Option<SpanHook>),
-        shutdown_timeout: Duration,
-        handling: HandlerSettings,
-        #[cfg(feature = "s3")] payloads: Option<crate::s3::PayloadStore>,
-    ) -> Self {
-        let ctx = Context::new(&lease_queue, retry, runner.clone())
-            .with_dead_letter(dead_letter)
-            .with_span_hook(span_hook)
+    /// An engine that receives from `queue`, and keeps and settles its deliveries as
+    /// `settings.leases` says.
+    pub(crate) fn new(queue: Queue, settings: ConsumerSettings) -> Self {
+        let Leases {
+            queue: lease_queue,
+            runner,
+        } = settings.leases;
+        let receive = settings.receive;
+        let ctx = Context::new(&lease_queue, settings.retry_policy, runner.clone())
+            .with_dead_letter(settings.dead_letter)
+            .with_span_hook(settings.span_hook)
             .with_adaptive_visibility(receive.adaptive.clone());
         #[cfg(feature = "s3")]
-        let ctx = ctx.with_payloads(payloads);
+        let ctx = ctx.with_payloads(settings.payloads);
         let receiver = Receiver::new(queue, receive, ctx.releases_at_once(), ctx.receive_health());
         Self {
             ctx: Arc::new(ctx),
             keeper: Keeper::new(runner),
             receiver,
-            shutdown_timeout,
-            handling,
+            shutdown_timeout: settings.shutdown_timeout,
+            handling: settings.handling,
             shutdown_requested: CancellationToken::new(),
         }
     }
