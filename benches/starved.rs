@@ -1,4 +1,4 @@
-//! How late heartbeats get when handlers block the runtime's threads, and what
+//! How late extensions get when handlers block the runtime's threads, and what
 //! `spawn_blocking` does about it.
 //!
 //! ```sh
@@ -90,7 +90,7 @@ fn run(blockers: usize, work: Work, isolated: bool) {
             if isolated { "isolated," } else { "shared," },
             format!("{work:?}:"),
             s.worst_extension_delay,
-            s.late_heartbeats,
+            s.late_extensions,
             s.lost,
             s.acked,
         );

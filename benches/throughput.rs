@@ -1,4 +1,4 @@
-//! Cost and throughput: requests per message, CPU per message, heartbeat cost, memory per
+//! Cost and throughput: requests per message, CPU per message, extension cost, memory per
 //! held delivery.
 //!
 //! ```text
@@ -10,8 +10,8 @@
 //! - B1: MemoryQueue, an instant-ack handler, 100,000 messages, on a one-thread runtime:
 //!   messages/s, CPU microseconds per message, requests per message by action.
 //! - B2: MemoryQueue, 10,000 deliveries held for 3 visibility timeouts (paused clock):
-//!   heartbeat requests per delivery per extension round.
-//! - B3: 120,000 deliveries held at once with heartbeats (real time): memory per delivery and
+//!   extension requests per delivery per extension round.
+//! - B3: 120,000 deliveries held at once kept by the keeper (real time): memory per delivery and
 //!   the worst delay of an extension past its due time (half a timeout).
 //! - B4: the test server, 5,000 messages, instant ack, with the default settings (on two
 //!   threads and on one, the keeper isolated or not), with `max_in_flight(100)`, and with no
@@ -313,7 +313,7 @@ fn b2() {
         let c = q.requests();
         let stats = consumer.stats();
         // Every extension sent counts, including those of the last round, which the acks
-        // overtook (the heartbeat stops before it records them).
+        // overtook (the keeper stops before it records them).
         let sent = c.visibility_changes();
         let requests = c.requests(Action::ChangeMessageVisibilityBatch)
             + c.requests(Action::ChangeMessageVisibility);
@@ -821,7 +821,7 @@ fn b4(endpoint: &str) {
     );
     // The consumer runs on a 2-thread runtime, except on the current-thread lines: one
     // thread, with the keeper on it too (line 3: what the hops between threads cost) or on its
-    // own thread (line 7: what the lease thread's hops cost alone).
+    // own thread (line 7: what the keeper thread's hops cost alone).
     let variants: [(&str, Taker); 8] = [
         ("default settings", Taker::Consumer(|b| b, Threads::Two)),
         (

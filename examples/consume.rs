@@ -21,7 +21,7 @@
 //! ```
 //!
 //! `HOLD_SECS` (default 0) makes the handler hold each message that long before acking, to
-//! watch the heartbeat at work.
+//! watch the keeper at work.
 
 use std::future::Future;
 use std::io::Write;

@@ -1,7 +1,7 @@
 //! Runs a consumer against an in-memory queue: no AWS account needed.
 //!
 //! Three messages, each held for 5 s by a handler while the visibility timeout is 2 s. The
-//! heartbeat keeps each one hidden (see the `visibility extended` lines), the handler acks,
+//! keeper keeps each one hidden (see the `visibility extended` lines), the handler acks,
 //! and the example exits once the queue is empty, printing what it cost:
 //!
 //! ```text

@@ -3,7 +3,7 @@
 # SQS_TEST_ENDPOINT is set) under the kernel's scheduler trace (`perf record -e
 # sched:sched_wakeup`, every CPU), then counts, per 10 messages (one full receive), the
 # wake-ups of the runtime's threads (`consumer-rt`), of the bench's own thread (the runtime of
-# the one-thread lines, 3 and 7) and of the lease thread (`sqs-leases`) by who woke them: each
+# the one-thread lines, 3 and 7) and of the keeper thread (`sqs-keeper`) by who woke them: each
 # other, the test server and other processes (an answer arriving), or an interrupt or idle CPU
 # (a timer). Each wake-up of a sleeping thread costs it a thread switch;
 # B4's per-thread line counts the sleeps, this says where the wake-ups come from.
@@ -51,7 +51,7 @@ for line in "${lines[@]}"; do
     # A thread by what it is.
     function who(comm, tid) {
       if (comm ~ /^throughput-/ && tid in main) return "the bench thread"
-      if (comm == "consumer-rt" || comm == "sqs-leases") return comm
+      if (comm == "consumer-rt" || comm == "sqs-keeper") return comm
       return ""
     }
     /sched_wakeup/ {

@@ -5,7 +5,7 @@
 //! it is dropped). The estimate is the 90th percentile of the last [`SAMPLE`] holds, each
 //! weighted [`DECAY`] times its successor (newer holds count more), times [`MARGIN`], plus
 //! [`SLACK`], rounded up to whole seconds and clamped to `[min, max]`. The margin is the
-//! heartbeat's: it extends halfway through the timeout (up to a quarter second early, to share
+//! keeper's: it extends halfway through the timeout (up to a quarter second early, to share
 //! a request), so a delivery held no longer than the percentile settles before its first
 //! extension. Until a delivery has been held, the start
 //! value (the consumer's visibility timeout, clamped) is used.
@@ -23,7 +23,7 @@ pub(crate) const DECAY: f64 = 0.97;
 /// The quantile of the weighted sample the estimate rests on.
 pub(crate) const QUANTILE: f64 = 0.9;
 
-/// The timeout is the quantile times this: the heartbeat extends halfway through it.
+/// The timeout is the quantile times this: the keeper extends halfway through it.
 pub(crate) const MARGIN: f64 = 2.0;
 
 /// Added to the quantile times the margin: the keeper may send an extension this much early.

@@ -13,7 +13,7 @@ use crate::error::{BoxError, Error};
 /// [`batch_window`](crate::ConsumerBuilder::batch_window) several receives' (up to
 /// [`max_batch`](crate::ConsumerBuilder::max_batch)).
 ///
-/// Each delivery keeps its own lease (heartbeat) and can be settled alone; [`ack_all`] and
+/// Each delivery keeps its own lease (kept by the keeper) and can be settled alone; [`ack_all`] and
 /// [`release_all`] settle them together, in as few requests as SQS allows (one per 10). On a FIFO queue a batch never holds two messages of one message group: a
 /// group's later messages come in a later batch, once the one before them was acked.
 ///

@@ -56,7 +56,7 @@ pub(crate) const SETTLE: Schedule = Schedule {
     longest: Duration::from_secs(2),
 };
 
-/// How long an ack retries transient failures (the heartbeat keeps its message hidden
+/// How long an ack retries transient failures (the keeper keeps its message hidden
 /// meanwhile) before it reports the error.
 pub(crate) const ACK_RETRY_WINDOW: Duration = Duration::from_secs(20);
 

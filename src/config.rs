@@ -9,13 +9,13 @@ use aws_sdk_sqs::types::MessageSystemAttributeName;
 use crate::adaptive_visibility::AdaptiveVisibility;
 use crate::batch_window::Batching;
 use crate::consumer::Consumer;
+use crate::dead_letter::queue::DeadLetterQueue;
 use crate::dead_letter::DeadLetter;
-use crate::dead_letter_queue::DeadLetterQueue;
-use crate::dispatch::{ConsumerSettings, Leases};
+use crate::engine::{ConsumerSettings, Leases};
 use crate::error::Error;
 use crate::handling::{AckMode, HandlerSettings, OnLost};
 use crate::in_flight_limit::InFlightLimit;
-use crate::lease_thread::Runner;
+use crate::keeper::thread::KeeperRuntime;
 use crate::limits::{self, HARD_LIMIT, MAX_BATCH, MAX_IN_FLIGHT, RECEIVE_COUNTS};
 use crate::memory::MemoryQueue;
 use crate::queue::sdk::SdkQueue;
@@ -23,7 +23,7 @@ use crate::queue::{Queue, DEFAULT_REQUEST_TIMEOUT};
 use crate::queue_ref::QueueRef;
 use crate::rate_limit::{RateLimit, RateLimits};
 use crate::receiver::ReceiveSettings;
-use crate::redelivery::RetryPolicy;
+use crate::retry_policy::RetryPolicy;
 use crate::trace_parent::{SpanHook, TraceParent};
 
 /// Defaults, as documented on the setters.
@@ -32,7 +32,7 @@ const DEFAULT_BATCH_SIZE: u32 = 10;
 // A multiple of the batch size: receives of 10 fill the slots exactly, and so do the
 // extension and delete batches of the deliveries they bring.
 const DEFAULT_MAX_IN_FLIGHT: usize = 40;
-// With the final flush's few seconds (`dispatch::FINAL_FLUSH`), a stop fits in 28 s: inside
+// With the final flush's few seconds (`engine::FINAL_FLUSH`), a stop fits in 28 s: inside
 // the 30 s grace period Kubernetes, ECS and systemd give by default before SIGKILL.
 const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(25);
 // Long enough to ride out SQS's brief failures and a credentials provider's restart; short
@@ -252,14 +252,14 @@ impl ConsumerBuilder {
             #[cfg(feature = "s3")]
             payloads: PayloadSettings {
                 client: None,
-                max_bytes: crate::s3::DEFAULT_MAX_PAYLOAD_BYTES,
+                max_bytes: crate::payload::store::DEFAULT_MAX_PAYLOAD_BYTES,
                 delete_on_ack: false,
                 buckets: PayloadBuckets::Unset,
             },
         }
     }
 
-    /// The visibility timeout each receive asks for, and so the heartbeat's period (it
+    /// The visibility timeout each receive asks for, and so the keeper's period (it
     /// extends halfway through each timeout). Whole seconds in 1..=43200 (12 hours): with 0 a
     /// received message would be visible to every other receive at once, and no delivery
     /// could be kept.
@@ -282,7 +282,7 @@ impl ConsumerBuilder {
     ///
     /// The estimate is twice the 90th percentile of the last 100 holds, newer ones weighing
     /// more (each counts 0.97 of the next newer), plus half a second, rounded up to whole
-    /// seconds and clamped to `[min, max]`: the heartbeat extends halfway through the
+    /// seconds and clamped to `[min, max]`: the keeper extends halfway through the
     /// timeout, so a delivery held no longer than that percentile settles before its first
     /// extension. Until a delivery has been held, receives ask for the consumer's visibility
     /// timeout (the builder's, or the queue's own) clamped to `[min, max]`. A few slow holds
@@ -407,7 +407,7 @@ impl ConsumerBuilder {
     /// that receive is released, as after a failure. Counted in
     /// [`Stats::handler_timeouts`](crate::Stats::handler_timeouts) and logged at `warn`.
     ///
-    /// Defaults to none: the heartbeat keeps a message hidden for as long as its handler
+    /// Defaults to none: the keeper keeps a message hidden for as long as its handler
     /// holds it, up to SQS's 12 hours.
     pub fn handler_timeout(mut self, timeout: Duration) -> Self {
         self.handler_timeout = Some(timeout);
@@ -781,21 +781,22 @@ impl ConsumerBuilder {
         #[cfg(feature = "s3")]
         let payloads = self.payloads.build(request_timeout)?;
         let dead_letter = self.dead_letter_queue(request_timeout)?;
-        let (queue, lease_queue) = queues(self.source, self.keeper_client, self.keeper)?;
+        let (queue, keeper_queue) = queues(self.source, self.keeper_client, self.keeper)?;
         if queue.is_fifo() {
             fifo_batching(handling.batching)?;
         }
         if let Some(dead_letter) = &dead_letter {
             same_kind(&queue, dead_letter)?;
         }
-        let leases = match lease_queue {
-            Some(lease_queue) => Leases {
-                queue: lease_queue.with_request_timeout(request_timeout),
-                runner: Runner::thread().map_err(|source| Error::LeaseThread { source })?,
+        let leases = match keeper_queue {
+            Some(keeper_queue) => Leases {
+                queue: keeper_queue.with_request_timeout(request_timeout),
+                keeper_runtime: KeeperRuntime::thread()
+                    .map_err(|source| Error::KeeperThread { source })?,
             },
             None => Leases {
                 queue: queue.clone().with_request_timeout(request_timeout),
-                runner: Runner::Caller,
+                keeper_runtime: KeeperRuntime::Caller,
             },
         };
         Ok(Consumer::new(
@@ -852,7 +853,7 @@ impl ConsumerBuilder {
         if self.payloads.client.is_some() {
             asking_for(
                 &mut self.message_attribute_names,
-                &crate::payload::SIZE_ATTRIBUTES,
+                &crate::payload::pointer::SIZE_ATTRIBUTES,
             );
         }
         // The producer's trace context, which the `delivery` span joins (an empty list, which
@@ -1040,7 +1041,7 @@ impl PayloadSettings {
     fn build(
         &mut self,
         request_timeout: std::time::Duration,
-    ) -> Result<Option<crate::s3::PayloadStore>, Error> {
+    ) -> Result<Option<crate::payload::store::PayloadStore>, Error> {
         let max_bytes = limits::in_range(
             "max_payload_bytes",
             self.max_bytes,
@@ -1065,7 +1066,7 @@ impl PayloadSettings {
             return Ok(None);
         };
         let buckets = self.allowed_buckets()?;
-        Ok(Some(crate::s3::PayloadStore::new(
+        Ok(Some(crate::payload::store::PayloadStore::new(
             client,
             max_bytes,
             self.delete_on_ack,
@@ -1177,7 +1178,7 @@ fn queues(
                 None => sqs.with_own_connections(),
             };
             let queue = Queue::new(sqs);
-            let lease_queue = match (placement, own) {
+            let keeper_queue = match (placement, own) {
                 (KeeperPlacement::CallersRuntime, _) | (KeeperPlacement::Default, None) => None,
                 (_, Some(own)) => Some(queue.through(own)),
                 (KeeperPlacement::OwnThread, None) => {
@@ -1189,7 +1190,7 @@ fn queues(
                     ))
                 }
             };
-            Ok((queue, lease_queue))
+            Ok((queue, keeper_queue))
         }
         Source::Memory(memory) => {
             if keeper_client.is_some() {
@@ -1200,8 +1201,8 @@ fn queues(
                 ));
             }
             let queue = Queue::new(memory);
-            let lease_queue = (placement == KeeperPlacement::OwnThread).then(|| queue.clone());
-            Ok((queue, lease_queue))
+            let keeper_queue = (placement == KeeperPlacement::OwnThread).then(|| queue.clone());
+            Ok((queue, keeper_queue))
         }
     }
 }
@@ -1706,10 +1707,10 @@ mod tests {
             client,
             queue: "orders".into(),
         };
-        let (queue, lease_queue) = queues(source, None, KeeperPlacement::Default).unwrap();
-        let lease_queue = lease_queue.expect("the keeper has connections of its own");
+        let (queue, keeper_queue) = queues(source, None, KeeperPlacement::Default).unwrap();
+        let keeper_queue = keeper_queue.expect("the keeper has connections of its own");
         // What the receive loop's calls teach bounds the keeper's batches' waits.
-        assert!(lease_queue.shares_round_trip_with(&queue));
+        assert!(keeper_queue.shares_round_trip_with(&queue));
     }
 
     #[tokio::test]

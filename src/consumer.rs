@@ -7,7 +7,7 @@ use std::sync::Arc;
 use crate::backlog::Backlog;
 use crate::batch_handler::BatchHandler;
 use crate::consumer_handle::ConsumerHandle;
-use crate::dispatch::{ConsumerSettings, Engine};
+use crate::engine::{ConsumerSettings, Engine};
 use crate::error::Error;
 use crate::handler::Handler;
 use crate::queue::Queue;
@@ -25,7 +25,7 @@ use crate::stream::DeliveryStream;
 /// The consumer long-polls `ReceiveMessage` only while fewer than
 /// [`max_in_flight`](crate::ConsumerBuilder::max_in_flight) deliveries are held, asks for no
 /// more messages than there are free slots, and runs each handler as its own task. Every
-/// delivery starts its visibility heartbeat the moment it is received. On a FIFO queue (URL
+/// delivery is kept hidden by the keeper from the moment it is received. On a FIFO queue (URL
 /// ending in `.fifo`) the messages of one message group are handled one at a time, in order.
 pub struct Consumer {
     engine: Arc<Engine>,
@@ -188,7 +188,7 @@ impl Consumer {
     /// 4. running handlers may finish, until
     ///    [`shutdown_timeout`](crate::ConsumerBuilder::shutdown_timeout) after the signal
     ///    (25 s by default; or until the receives are in, if that is later), their
-    ///    deliveries still kept hidden by their heartbeats; a delivery a handler drops now
+    ///    deliveries still kept hidden by the keeper; a delivery a handler drops now
     ///    is released at once;
     /// 5. handlers still running then are cancelled and their messages released;
     /// 6. the acks and releases under way are waited for, 3 s at most; then `run_until`
@@ -204,7 +204,7 @@ impl Consumer {
     ///
     /// Dropping the returned future instead (an aborted task, a `select!` or a timeout
     /// around it) cannot wait: it aborts the handlers it started and releases their
-    /// messages in the background, and no heartbeat of theirs keeps running. It abandons no
+    /// messages in the background, and the keeper lets go of them. It abandons no
     /// receive: the one under way finishes in the background (the server still serves it),
     /// and what it brings is released at once (visibility 0), not left hidden for a
     /// visibility timeout.
@@ -328,7 +328,7 @@ impl Consumer {
     /// Pauses receiving: no receive starts until [`resume`](Consumer::resume). The
     /// receives under way are not abandoned (the server would still hand them a message):
     /// each ends within its [`wait_time`](crate::ConsumerBuilder::wait_time), and what it
-    /// brings is handled as usual. Deliveries already received keep their heartbeats;
+    /// brings is handled as usual. Deliveries already received stay kept hidden;
     /// handlers go on running, and acks and releases go out as usual. Affects every `run*`
     /// and stream of this consumer; [`Stats::reserved`](crate::Stats::reserved) falls to 0
     /// once the receives under way are in. Also on [`ConsumerHandle`].
@@ -349,7 +349,7 @@ impl Consumer {
     /// The deliveries as a stream, for driving your own concurrency with `futures`
     /// combinators.
     ///
-    /// The same guarantees as [`run`](Consumer::run): heartbeats from the receive on, one
+    /// The same guarantees as [`run`](Consumer::run): kept hidden from the receive on, one
     /// [`max_in_flight`](crate::ConsumerBuilder::max_in_flight) slot per delivery until it is
     /// settled or dropped, and on a FIFO queue one delivery of a message group at a time (the
     /// next is yielded once the one before it was acked; if it ended otherwise, the rest of
@@ -390,8 +390,8 @@ impl Consumer {
     /// yielded; then deliveries not yet yielded are released (visible again at once), and the
     /// stream waits (until [`shutdown_timeout`](crate::ConsumerBuilder::shutdown_timeout)
     /// after the signal) until every delivery it yielded has been settled or dropped, then
-    /// for the acks and releases under way, and ends. A delivery still held after the timeout stays yours: its heartbeat goes on, and
-    /// dropping it releases it at once.
+    /// for the acks and releases under way, and ends. A delivery still held after the timeout
+    /// stays yours: the keeper goes on extending it, and dropping it releases it at once.
     ///
     /// ```no_run
     /// # async fn example(consumer: sqs_consumer::Consumer) {

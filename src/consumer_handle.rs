@@ -3,7 +3,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::dispatch::Engine;
+use crate::engine::Engine;
 use crate::receiver::Receiving;
 use crate::stats::Stats;
 

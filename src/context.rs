@@ -15,15 +15,15 @@ use tracing::instrument::WithSubscriber;
 use tracing::{Instrument, Span};
 
 use crate::adaptive_visibility::AdaptiveVisibility;
-use crate::batch::{Batcher, Call, Cohort};
 use crate::call_retries::{self, ACK_RETRY_WINDOW, RELEASE_ATTEMPTS};
 use crate::dead_letter::DeadLetter;
 use crate::error::Error;
-use crate::lease_thread::Runner;
+use crate::keeper::thread::KeeperRuntime;
 use crate::millis::Epoch;
 use crate::queue::Queue;
 use crate::readable::Secs;
-use crate::redelivery::RetryPolicy;
+use crate::request_batch::{Batcher, Call, Cohort};
+use crate::retry_policy::RetryPolicy;
 use crate::stats::{Counter, Counters, Measure, Stats};
 use crate::trace_parent::SpanHook;
 use crate::unfinished_deletes::{Unfinished, UnfinishedDeletes};
@@ -121,24 +121,25 @@ pub(crate) struct Context {
     /// Every visibility change (extensions and releases) goes through this, in batches.
     visibility: Batcher,
     /// Where the batchers and the settle retries run.
-    runner: Runner,
+    keeper_runtime: KeeperRuntime,
     releases_at_once: ReleasesAtOnce,
     /// Where payloads are read from and deleted (feature `s3`), if the consumer reads them.
     #[cfg(feature = "s3")]
-    payloads: Option<crate::s3::PayloadStore>,
+    payloads: Option<crate::payload::store::PayloadStore>,
 }
 
 impl Context {
-    /// A context whose settle calls go to `queue`, run by `runner`.
-    pub(crate) fn new(queue: &Queue, retry: RetryPolicy, runner: Runner) -> Self {
+    /// A context whose settle calls go to `queue`, run by `keeper_runtime`.
+    pub(crate) fn new(queue: &Queue, retry: RetryPolicy, keeper_runtime: KeeperRuntime) -> Self {
         let settles = TaskTracker::new();
-        let batcher = |call| Batcher::new(queue.clone(), call, settles.clone(), runner.clone());
+        let batcher =
+            |call| Batcher::new(queue.clone(), call, settles.clone(), keeper_runtime.clone());
         Self {
             epoch: Epoch::now(),
             queue: queue.clone(),
             deletes: batcher(Call::Delete),
             visibility: batcher(Call::ChangeVisibility),
-            runner,
+            keeper_runtime,
             releases_at_once: ReleasesAtOnce::default(),
             retry,
             counters: Counters::new(queue.short_name()),
@@ -154,7 +155,10 @@ impl Context {
 
     /// The same context, reading payloads from `store`.
     #[cfg(feature = "s3")]
-    pub(crate) fn with_payloads(mut self, store: Option<crate::s3::PayloadStore>) -> Self {
+    pub(crate) fn with_payloads(
+        mut self,
+        store: Option<crate::payload::store::PayloadStore>,
+    ) -> Self {
         self.payloads = store;
         self
     }
@@ -210,7 +214,7 @@ impl Context {
 
     /// Where payloads are read from, if the consumer reads them.
     #[cfg(feature = "s3")]
-    pub(crate) fn payloads(&self) -> Option<&crate::s3::PayloadStore> {
+    pub(crate) fn payloads(&self) -> Option<&crate::payload::store::PayloadStore> {
         self.payloads.as_ref()
     }
 
@@ -220,7 +224,7 @@ impl Context {
     #[cfg(feature = "s3")]
     pub(crate) fn delete_payload(
         self: &Arc<Self>,
-        location: &crate::payload::PayloadLocation,
+        location: &crate::payload::pointer::PayloadLocation,
         span: &Span,
     ) {
         let Some(store) = self.payloads.clone().filter(|s| s.deletes_on_ack()) else {
@@ -254,7 +258,7 @@ impl Context {
 
     /// `true` when the keeper and the settle calls run on a thread of their own.
     pub(crate) fn is_isolated(&self) -> bool {
-        self.runner.is_isolated()
+        self.keeper_runtime.is_isolated()
     }
 
     pub(crate) fn queue_name(&self) -> &str {
@@ -467,7 +471,7 @@ impl Context {
             let _ = tx.send(result);
         };
         // Without a runtime, the channel closes unanswered: "runtime gone".
-        if let Some(runtime) = self.runner.runtime(None) {
+        if let Some(runtime) = self.keeper_runtime.runtime(None) {
             self.settles.spawn_on(
                 retries
                     .instrument(Span::current())
@@ -524,10 +528,10 @@ impl Context {
         }
     }
 
-    /// The runtime settle calls run on: the lease thread's, else `caller` (the runtime the
+    /// The runtime settle calls run on: the keeper thread's, else `caller` (the runtime the
     /// delivery was received on), else the current one; `None` outside any runtime.
     pub(crate) fn settle_runtime(&self, caller: Option<&Handle>) -> Option<Handle> {
-        self.runner.runtime(caller)
+        self.keeper_runtime.runtime(caller)
     }
 
     /// Runs a settle call to its end on `runtime` (see
@@ -563,7 +567,7 @@ mod tests {
         Arc::new(Context::new(
             &Queue::new(q.clone()),
             RetryPolicy::Leave,
-            Runner::Caller,
+            KeeperRuntime::Caller,
         ))
     }
 

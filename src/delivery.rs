@@ -13,28 +13,28 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, Span};
 
-use crate::batch::Cohort;
 use crate::context::{Context, SettleHooks};
+use crate::dead_letter::moving::{move_to_dead_letter, Holder, Moved};
 use crate::dead_letter::{DeadLetter, Failure};
-use crate::dead_letter_move::{move_to_dead_letter, Holder, Moved};
 use crate::error::{BoxError, Error, ErrorKind, LostReason};
-use crate::heartbeat::Keeper;
+use crate::keeper::Keeper;
 use crate::lease::{Dropped, End, Lease};
 use crate::limits::{secs_rounded_up, HARD_LIMIT, MAX_VISIBILITY_SECS};
 use crate::process_span::process_span;
+use crate::request_batch::Cohort;
 use crate::stats::{Counter, Measure};
 use crate::trace_parent::{self, parse_x_ray, Malformed, TraceParent};
 
 /// One received SQS message, hidden from other consumers while you hold it.
 ///
-/// From the moment it is received, a background heartbeat calls `ChangeMessageVisibility`
+/// From the moment it is received, the consumer's keeper calls `ChangeMessageVisibility`
 /// halfway through each visibility timeout, so the message stays hidden however long your
 /// handler takes (up to SQS's limit of 12 hours after the receive).
 ///
 /// Settle it with [`ack`](Delivery::ack) (delete), [`release`](Delivery::release) (visible
 /// again at once) or [`release_after`](Delivery::release_after) (visible again later). Each
 /// consumes the delivery, so a message cannot be settled twice. Dropping a delivery without
-/// settling it stops the heartbeat and applies the consumer's
+/// settling it makes the keeper let go of it and applies the consumer's
 /// [`RetryPolicy`](crate::RetryPolicy) (by default the message becomes visible again when its
 /// current visibility timeout lapses); once the consumer is shutting down, it releases the
 /// message at once. Inside a handler, what an unsettled drop means waits for the handler's
@@ -51,7 +51,7 @@ pub struct Delivery {
     /// The payload read from S3 (feature `s3`), freed with the delivery; boxed, so that a
     /// delivery stays a few words.
     #[cfg(feature = "s3")]
-    payload: Option<Box<crate::payload::Payload>>,
+    payload: Option<Box<crate::payload::pointer::Payload>>,
 }
 
 /// What the deliveries of one run (a `run_until`, or a stream) share: the run's shutdown
@@ -157,7 +157,7 @@ pub(crate) struct Received {
 }
 
 impl Delivery {
-    /// Wraps a received message and starts its heartbeat at once. The message has a receipt
+    /// Wraps a received message and hands it to the keeper at once. The message has a receipt
     /// handle (the caller checked).
     pub(crate) fn start(ctx: Arc<Context>, message: Message, received: Received) -> Self {
         let receive_count = message
@@ -210,7 +210,7 @@ impl Delivery {
     pub fn body(&self) -> &str {
         #[cfg(feature = "s3")]
         if let Some(payload) = &self.payload {
-            if payload.carrier == crate::payload::Carrier::Sqs {
+            if payload.carrier == crate::payload::pointer::Carrier::Sqs {
                 return &payload.body;
             }
         }
@@ -229,7 +229,7 @@ impl Delivery {
     /// ```
     #[cfg(feature = "s3")]
     #[cfg_attr(docsrs, doc(cfg(feature = "s3")))]
-    pub fn payload_location(&self) -> Option<&crate::payload::PayloadLocation> {
+    pub fn payload_location(&self) -> Option<&crate::payload::pointer::PayloadLocation> {
         self.lease.payload_location()
     }
 
@@ -237,8 +237,8 @@ impl Delivery {
     #[cfg(feature = "s3")]
     pub(crate) fn set_payload(
         &mut self,
-        location: crate::payload::PayloadLocation,
-        payload: crate::payload::Payload,
+        location: crate::payload::pointer::PayloadLocation,
+        payload: crate::payload::pointer::Payload,
     ) {
         self.lease.set_payload_location(location);
         self.payload = Some(Box::new(payload));
@@ -249,7 +249,7 @@ impl Delivery {
     pub(crate) fn sns_payload(&self) -> Option<&str> {
         #[cfg(feature = "s3")]
         if let Some(payload) = &self.payload {
-            if payload.carrier == crate::payload::Carrier::Sns {
+            if payload.carrier == crate::payload::pointer::Carrier::Sns {
                 return Some(&payload.body);
             }
         }
@@ -325,7 +325,7 @@ impl Delivery {
     /// It starts as the visibility timeout counted from when the receive's answer left SQS
     /// (SQS starts the timeout when it hands the message out): the answer's arrival, less
     /// the time the consumer allows for any call's way (a quarter of the timeout, at most
-    /// 1 s, and never before the request). The heartbeat moves it forward with every
+    /// 1 s, and never before the request). The keeper moves it forward with every
     /// extension. After it passes without an extension, the delivery is lost. With a
     /// visibility timeout of 0 there is no deadline to keep.
     pub fn deadline(&self) -> Instant {
@@ -373,7 +373,7 @@ impl Delivery {
     }
 
     /// The `delivery` span the consumer handles this delivery in: its handler, its
-    /// heartbeats and its settling log there. Its fields follow OpenTelemetry's messaging
+    /// extensions and its settling log there. Its fields follow OpenTelemetry's messaging
     /// conventions (see the guide's integrations page). Set its parent from
     /// [`trace_parent`](Delivery::trace_parent) to join the producer's trace with a
     /// `tracing-opentelemetry` version other than the one feature `opentelemetry` uses.
@@ -411,7 +411,7 @@ impl Delivery {
 
     /// Deletes the message (`DeleteMessage`): it will not be delivered again.
     ///
-    /// Transient failures are retried for up to 20 s; the heartbeat keeps the message hidden
+    /// Transient failures are retried for up to 20 s; the keeper keeps the message hidden
     /// meanwhile. The delete goes out in a batch with others: once asked for, it is sent even
     /// if the caller stops waiting (a cancelled handler), and a graceful shutdown waits for
     /// it.
@@ -470,7 +470,7 @@ impl Delivery {
         result: Result<(), Error>,
         lost_before: Option<LostReason>,
     ) -> Result<(), Error> {
-        self.stop_heartbeat();
+        self.let_go();
         self.lease.finish_ack(result, lost_before)
     }
 
@@ -732,10 +732,10 @@ impl Delivery {
         self.finish_release(result)
     }
 
-    /// Starts a release: the heartbeat stops first, so that no extension lands after it.
+    /// Starts a release: the keeper lets go first, so that no extension lands after it.
     fn begin_release(&self) {
         self.lease.begin_settle();
-        self.stop_heartbeat();
+        self.let_go();
     }
 
     /// Ends a release with its `result`: `Error::Lost` (the call's error as its source) when
@@ -763,7 +763,7 @@ impl Delivery {
     }
 
     /// Tells the keeper to let go (once).
-    fn stop_heartbeat(&self) {
+    fn let_go(&self) {
         self.run.keeper.let_go(&self.lease);
     }
 }
@@ -907,11 +907,11 @@ fn record_trace_context(span: &Span, message: &Message) {
 
 impl Drop for Delivery {
     fn drop(&mut self) {
-        // Only signals: stop the heartbeat, hand a release to its own task. A delivery dropped
-        // in its handler stays kept until the handler's outcome settles it.
+        // Only signals: tell the keeper to let go, hand a release to its own task. A delivery
+        // dropped in its handler stays kept until the handler's outcome settles it.
         let dropped = self.lease.drop_delivery();
         if dropped != Dropped::Deferred {
-            self.stop_heartbeat();
+            self.let_go();
         }
         if dropped == Dropped::Unsettled {
             let span = self.lease.span().clone();
@@ -925,7 +925,7 @@ impl Drop for Delivery {
                     self.lease.release_unsettled(shutting_down, &runtime, &span);
                 }
                 // No runtime to release it on: it returns when its visibility lapses.
-                None => self.lease.end(),
+                None => self.lease.mark_ended(),
             }
         }
         self.lease.context().delivery_ended();
@@ -961,18 +961,18 @@ impl fmt::Debug for ShortHandle<'_> {
 
 #[cfg(test)]
 pub(crate) mod tests {
-    //! The guard and its heartbeat driven through a real `Delivery` on a `MemoryQueue`, on
+    //! The guard and its keeper driven through a real `Delivery` on a `MemoryQueue`, on
     //! the paused clock: `sleep` here only moves virtual time forward.
     use tokio::time::{sleep, sleep_until};
 
     use super::*;
-    use crate::heartbeat::COALESCE_WINDOW;
-    use crate::lease_thread::Runner;
+    use crate::keeper::thread::KeeperRuntime;
+    use crate::keeper::COALESCE_WINDOW;
     use crate::limits::CAP_MARGIN;
     use crate::memory::counts::Action;
     use crate::memory::MemoryQueue;
     use crate::queue::Queue;
-    use crate::redelivery::RetryPolicy;
+    use crate::retry_policy::RetryPolicy;
 
     fn secs(s: u64) -> Duration {
         Duration::from_secs(s)
@@ -988,7 +988,7 @@ pub(crate) mod tests {
     /// Receives the queue's first message the way the consumer does, with `visibility`
     /// (or the queue's own timeout) and no in-flight slot.
     pub(crate) async fn hold(queue: &MemoryQueue, visibility: Option<u32>) -> Delivery {
-        let run = RunTies::new(Default::default(), Keeper::new(Runner::Caller));
+        let run = RunTies::new(Default::default(), Keeper::new(KeeperRuntime::Caller));
         hold_in(queue, visibility, run).await
     }
 
@@ -1005,7 +1005,7 @@ pub(crate) mod tests {
         let ctx = Context::new(
             &Queue::new(queue.clone()),
             RetryPolicy::Leave,
-            Runner::Caller,
+            KeeperRuntime::Caller,
         );
         let received = Received {
             received_at,
@@ -1055,7 +1055,7 @@ pub(crate) mod tests {
         for i in 0..20 {
             q.send(format!("m{i}")).unwrap();
         }
-        let keeper = Keeper::new(Runner::Caller);
+        let keeper = Keeper::new(KeeperRuntime::Caller);
         let run = RunTies::new(Default::default(), keeper.clone());
         let mut held = Vec::new();
         for _ in 0..20 {
@@ -1086,7 +1086,7 @@ pub(crate) mod tests {
         sleep(Duration::from_millis(2_100)).await;
         assert_eq!(extensions(&q), 6);
         short.ack().await.unwrap();
-        // At 15 s the keeper wakes for the leases it was told to forget without being woken:
+        // At 15 s the keeper wakes for the leases it was told to let go of without being woken:
         // nothing is sent for them.
         let before = extensions(&q);
         sleep(secs(20)).await;
@@ -1096,15 +1096,15 @@ pub(crate) mod tests {
 
     /// A settled or dropped delivery's lease (and with it its `delivery` span, which ends
     /// when the last handle goes) leaves the keeper within `LET_GO_WITHIN`, though the
-    /// keeper's next timer is a whole half timeout away and forgetting does not ring it.
+    /// keeper's next timer is a whole half timeout away and letting go does not ring it.
     #[tokio::test(start_paused = true)]
     async fn a_settled_lease_leaves_the_keeper_within_a_second() {
-        use crate::heartbeat::LET_GO_WITHIN;
+        use crate::keeper::LET_GO_WITHIN;
         let q = queue(30);
         for i in 0..3 {
             q.send(format!("m{i}")).unwrap();
         }
-        let keeper = Keeper::new(Runner::Caller);
+        let keeper = Keeper::new(KeeperRuntime::Caller);
         let run = RunTies::new(Default::default(), keeper.clone());
         let mut held = Vec::new();
         for _ in 0..3 {
@@ -1121,7 +1121,7 @@ pub(crate) mod tests {
             assert!(settled.elapsed() <= LET_GO_WITHIN, "still kept");
             sleep(Duration::from_millis(10)).await;
         }
-        assert_eq!(keeper.rings(), 1, "forgetting did not ring the keeper");
+        assert_eq!(keeper.rings(), 1, "letting go did not ring the keeper");
     }
 
     /// Whoever settles or drops a delivery lets go of its lease, often more than one of
@@ -1131,7 +1131,7 @@ pub(crate) mod tests {
     async fn a_lease_let_go_of_again_and_again_is_forgotten_once() {
         let q = queue(30);
         q.send("a").unwrap();
-        let keeper = Keeper::new(Runner::Caller);
+        let keeper = Keeper::new(KeeperRuntime::Caller);
         let run = RunTies::new(Default::default(), keeper.clone());
         let d = hold_in(&q, None, run.clone()).await;
         sleep(secs(1)).await;
@@ -1167,7 +1167,7 @@ pub(crate) mod tests {
         let q = queue(30);
         q.send("a").unwrap();
         q.send("b").unwrap();
-        let keeper = Keeper::new(Runner::Caller);
+        let keeper = Keeper::new(KeeperRuntime::Caller);
         let run = RunTies::new(Default::default(), keeper.clone());
         let first = paused().block_on(async {
             let d = hold_in(&q, None, run.clone()).await;
@@ -1205,7 +1205,7 @@ pub(crate) mod tests {
             .expect("valid queue");
         q.send("job").unwrap();
         // The keeper outlives the delivery, as a consumer's does.
-        let run = RunTies::new(Default::default(), Keeper::new(Runner::Caller));
+        let run = RunTies::new(Default::default(), Keeper::new(KeeperRuntime::Caller));
         let d = hold_in(&q, None, run.clone()).await;
         let r = d.received_at();
         let ctx = d.context().clone();
@@ -1223,7 +1223,7 @@ pub(crate) mod tests {
         let q = queue(10);
         q.send("job").unwrap();
         let d = hold(&q, None).await;
-        let late = || d.context().stats(0).late_heartbeats;
+        let late = || d.context().stats(0).late_extensions;
         // Due at 5 s. Done 1 s late: not counted (only later than min(T/4, 1 s) counts).
         tokio::time::advance(Duration::from_millis(6_000)).await;
         sleep(Duration::from_millis(1)).await;
@@ -1262,7 +1262,7 @@ pub(crate) mod tests {
         assert_eq!(Instant::now(), r + Duration::from_millis(9_100));
         assert_eq!(extensions(&q), 1, "no extension for the late one");
         let stats = too_late.context().stats(0);
-        assert_eq!(stats.late_heartbeats, 1, "{stats:?}");
+        assert_eq!(stats.late_extensions, 1, "{stats:?}");
     }
 
     #[tokio::test(start_paused = true)]
@@ -1278,7 +1278,7 @@ pub(crate) mod tests {
         sleep(Duration::from_millis(1)).await;
         assert_eq!(extensions(&q), 1);
         assert!(!on_time.is_lost());
-        assert_eq!(on_time.context().stats(0).late_heartbeats, 0);
+        assert_eq!(on_time.context().stats(0).late_extensions, 0);
         on_time.ack().await.unwrap();
 
         let too_late = hold(&q, None).await;
@@ -1286,7 +1286,7 @@ pub(crate) mod tests {
         tokio::time::advance(Duration::from_millis(1_550)).await;
         assert_eq!(too_late.lost().await, LostReason::ExtensionFailed);
         assert_eq!(extensions(&q), 1, "no extension for the late one");
-        assert_eq!(too_late.context().stats(0).late_heartbeats, 1);
+        assert_eq!(too_late.context().stats(0).late_extensions, 1);
     }
 
     #[tokio::test(start_paused = true)]
@@ -1301,14 +1301,14 @@ pub(crate) mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn ack_release_and_drop_each_stop_the_heartbeat() {
+    async fn ack_release_and_drop_each_let_the_keeper_go() {
         let q = queue(10);
         for _ in 0..3 {
             q.send("job").unwrap();
         }
         // One keeper for the three, alive to the end (as a consumer's is): a keeper of its
-        // own would end with its delivery, and so would the heartbeat, whatever settling did.
-        let run = RunTies::new(Default::default(), Keeper::new(Runner::Caller));
+        // own would end with its delivery, and so would the keeper, whatever settling did.
+        let run = RunTies::new(Default::default(), Keeper::new(KeeperRuntime::Caller));
         let acked = hold_in(&q, None, run.clone()).await;
         let released = hold_in(&q, None, run.clone()).await;
         let dropped = hold_in(&q, None, run.clone()).await;
@@ -1389,7 +1389,7 @@ pub(crate) mod tests {
     async fn late_retries_near_the_limit_stop_extending_instead_of_spinning() {
         // T = 30: the capped extensions are due at 43,170 s and 43,180 s. Failures make
         // the first land late (0.3..0.6 s) and the second less late (0.1..0.2 s), so the
-        // second can no longer gain anything: the heartbeat must stop, not retry at once
+        // second can no longer gain anything: the keeper must let go, not retry at once
         // forever.
         let q = queue(30);
         q.send("job").unwrap();
@@ -1420,7 +1420,7 @@ pub(crate) mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn an_ack_racing_an_extension_is_not_reported_lost() {
-        // The extension due at 5 s is throttled; the heartbeat would retry it 100..200 ms
+        // The extension due at 5 s is throttled; the keeper would retry it 100..200 ms
         // later, but the ack goes out at 5.01 s and stops it: no extension races the delete,
         // and the successful ack is not turned into a "lost" one. (An extension already
         // under way when the ack starts is covered in `lease.rs`.)
@@ -1477,7 +1477,7 @@ pub(crate) mod tests {
     /// A release under way is not extended (an extension landing after it would hide the
     /// message again). Its release lets go of the lease at once, but on another thread the
     /// keeper may come to its timer first: it sends nothing then, and looks at it again
-    /// until its forget comes or its deadline passes; lost then, not when it fell due.
+    /// until its let-go comes or its deadline passes; lost then, not when it fell due.
     #[tokio::test(start_paused = true)]
     async fn a_kept_lease_whose_release_is_under_way_is_lost_at_its_deadline_not_before() {
         // What a release does before it lets go of the lease.
@@ -1824,7 +1824,7 @@ pub(crate) mod tests {
         for _ in 0..n {
             q.send("job").unwrap();
         }
-        let run = RunTies::new(Default::default(), Keeper::new(Runner::Caller));
+        let run = RunTies::new(Default::default(), Keeper::new(KeeperRuntime::Caller));
         let mut held = Vec::new();
         for _ in 0..n {
             held.push(hold_in(&q, None, run.clone()).await);
@@ -1894,7 +1894,7 @@ pub(crate) mod tests {
         for _ in 0..4 {
             q.send("job").unwrap();
         }
-        let run = RunTies::new(Default::default(), Keeper::new(Runner::Caller));
+        let run = RunTies::new(Default::default(), Keeper::new(KeeperRuntime::Caller));
         let first = hold_in(&q, None, run.clone()).await;
         sleep(Duration::from_millis(200)).await;
         let second = hold_in(&q, None, run.clone()).await;
@@ -1969,7 +1969,7 @@ pub(crate) mod tests {
             .expect("valid queue");
         q.send("acked").unwrap();
         q.send("released").unwrap();
-        let run = RunTies::new(Default::default(), Keeper::new(Runner::Caller));
+        let run = RunTies::new(Default::default(), Keeper::new(KeeperRuntime::Caller));
         let (acked, released) =
             tokio::join!(hold_in(&q, None, run.clone()), hold_in(&q, None, run));
         let due = acked.deadline() - secs(5);
@@ -2019,11 +2019,11 @@ mod size {
 
     use super::{Delivery, Received, RunTies};
     use crate::context::Context;
-    use crate::heartbeat::Keeper;
-    use crate::lease_thread::Runner;
+    use crate::keeper::thread::KeeperRuntime;
+    use crate::keeper::Keeper;
     use crate::memory::MemoryQueue;
     use crate::queue::Queue;
-    use crate::redelivery::RetryPolicy;
+    use crate::retry_policy::RetryPolicy;
 
     /// 120,000 deliveries may be held at once: the guard and its lease must stay small.
     #[tokio::test]
@@ -2032,7 +2032,7 @@ mod size {
         let ctx = Arc::new(Context::new(
             &Queue::new(q.clone()),
             RetryPolicy::Leave,
-            Runner::Caller,
+            KeeperRuntime::Caller,
         ));
         q.send("x").unwrap();
         let m = q.receive(1, Duration::ZERO).await.unwrap().pop().unwrap();
@@ -2041,7 +2041,7 @@ mod size {
             returned_at: Instant::now(),
             timeout: 30,
             slot: None,
-            run: RunTies::new(Default::default(), Keeper::new(Runner::Caller)),
+            run: RunTies::new(Default::default(), Keeper::new(KeeperRuntime::Caller)),
             cohort: None,
         };
         let d = Delivery::start(ctx, m, received);

@@ -77,8 +77,8 @@ pub enum Error {
     /// `build` could not start the thread the consumer's keeper and settle calls run on (see
     /// [`isolated_keeper`](crate::ConsumerBuilder::isolated_keeper)): the operating system
     /// refused a thread, or its runtime's I/O driver.
-    #[error("could not start the consumer's lease thread: {source}")]
-    LeaseThread {
+    #[error("could not start the consumer's keeper thread: {source}")]
+    KeeperThread {
         /// Why.
         #[source]
         source: std::io::Error,
@@ -197,13 +197,13 @@ impl Error {
     ///
     /// `None` for the errors that are none of the three: a refused `release_after`
     /// ([`Error::PastHardDeadline`]), a body that did not decode ([`Error::Decode`]), and a
-    /// lease thread that could not start ([`Error::LeaseThread`]).
+    /// keeper thread that could not start ([`Error::KeeperThread`]).
     pub fn kind(&self) -> Option<ErrorKind> {
         match self {
             Error::Sqs { kind, .. } | Error::Payload { kind, .. } => Some(*kind),
             Error::InvalidConfig { .. } => Some(ErrorKind::Fatal),
             Error::Lost { reason, .. } => Some(ErrorKind::Lost(*reason)),
-            Error::PastHardDeadline { .. } | Error::Decode { .. } | Error::LeaseThread { .. } => {
+            Error::PastHardDeadline { .. } | Error::Decode { .. } | Error::KeeperThread { .. } => {
                 None
             }
         }
@@ -411,14 +411,14 @@ impl Error {
 }
 
 /// What an SQS error means to the crate. Public callers see it as an [`ErrorKind`]; the
-/// heartbeat also tells a refused visibility apart from other fatal errors.
+/// keeper also tells a refused visibility apart from other fatal errors.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Class {
     Lost(LostReason),
     Retryable,
     Fatal,
     /// SQS refused the visibility asked for (past its 12-hour limit by its own clock, or out
-    /// of range): asking again cannot help. Fatal to every caller but the heartbeat, which
+    /// of range): asking again cannot help. Fatal to every caller but the keeper, which
     /// keeps the delivery until its current deadline.
     VisibilityRefused,
 }

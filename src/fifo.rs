@@ -3,7 +3,7 @@
 //! One receive from a FIFO queue may return several messages of one group, in order. SQS
 //! hands out no more of that group while any of them is in flight, but handling them at
 //! once would still break their order. So the deliveries of a group from one receive are
-//! handed out one at a time; the next waits (hidden by its own heartbeat) until the one
+//! handed out one at a time; the next waits (kept hidden by the keeper) until the one
 //! before it has ended. If one ends without an ack, the rest are released, so that SQS
 //! delivers them again in order after it.
 

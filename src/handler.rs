@@ -25,14 +25,14 @@ use crate::error::BoxError;
 ///
 /// Handlers run on your runtime's threads. Do CPU-bound or blocking work in
 /// [`tokio::task::spawn_blocking`]: a handler that blocks its thread stalls every task on it.
-/// The heartbeats that keep messages hidden run on a thread of their own for a client on the
+/// The keeper that keeps messages hidden runs on a thread of their own for a client on the
 /// SDK's default HTTP client, and on your runtime otherwise, where blocked handlers delay
 /// them and enough of them lose messages (see the guide's [keeper](crate::guide::keeper)
-/// page and [`Stats::late_heartbeats`](crate::Stats::late_heartbeats)).
+/// page and [`Stats::late_extensions`](crate::Stats::late_extensions)).
 ///
 /// Move the delivery into the returned future. A closure whose `async move` block does not
 /// use the delivery (`|_d| async move { .. }`) drops it before the work starts, which stops
-/// its heartbeat and frees its slot:
+/// its keeper's extensions and frees its slot:
 ///
 /// ```
 /// # use sqs_consumer::{Delivery, Error};

@@ -14,12 +14,12 @@ use tracing::{Instrument, Span};
 use crate::batch_handler::{Batch, BatchHandler};
 use crate::batch_window::Batching;
 use crate::context::{Context, SettleHooks};
+use crate::dead_letter::moving::{move_to_dead_letter, Holder, Moved};
 use crate::dead_letter::Failure;
-use crate::dead_letter_move::{move_to_dead_letter, Holder, Moved};
 use crate::delivery::Delivery;
 use crate::error::{self, BoxError};
 use crate::handler::Handler;
-use crate::heartbeat::Keeper;
+use crate::keeper::Keeper;
 use crate::lease::{Lease, Left};
 use crate::process_span::process_span;
 use crate::readable::Secs;
@@ -379,7 +379,7 @@ impl Handed {
         for ((item, _), moved) in due.iter().zip(join_all(moves).await) {
             match moved {
                 Moved::Done => {}
-                Moved::CopyOnly(_) => item.lease.end(),
+                Moved::CopyOnly(_) => item.lease.mark_ended(),
                 Moved::NotSent(_) => self.release(item),
             }
         }
@@ -408,9 +408,9 @@ impl Handed {
             self.let_go(item);
             match item.lease.finish_ack(result, lost_before) {
                 Ok(()) => tracing::debug!(parent: &item.span, ack_mode = ?self.ack_mode, "acked"),
-                Err(err) if err.is_lost() => item.lease.end(),
+                Err(err) if err.is_lost() => item.lease.mark_ended(),
                 Err(err) => {
-                    item.lease.end();
+                    item.lease.mark_ended();
                     tracing::warn!(parent: &item.span, error = %err.chain(), "acking a delivery its handler left unsettled failed; the message comes back when its visibility lapses");
                 }
             }
@@ -427,7 +427,7 @@ impl Handed {
                 item.lease
                     .release_unsettled(self.shutdown.is_cancelled(), &runtime, &item.span);
             }
-            _ => item.lease.end(),
+            _ => item.lease.mark_ended(),
         }
     }
 

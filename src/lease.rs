@@ -1,16 +1,16 @@
 //! A delivery's lease: its receipt handle, its current visibility deadline, what its retry
-//! policy needs to know, and the one state that its guard, its heartbeat, its handler and its
+//! policy needs to know, and the one state that its guard, the keeper, its handler and its
 //! watchers (`lost()`, FIFO sequencing) agree on.
 //!
 //! ```text
 //!   Held <--> InHandler --dropped unsettled--> Abandoned --the handler's outcome decides:
 //!    |            |                              |         acked (Settling, then Acked), or
 //!    |            |                              |         released (Ended)
-//!    |            | ack/release starts           | heartbeat: gone/lapsed
+//!    |            | ack/release starts           | extension: gone/lapsed
 //!    +------------+---------> Settling           v
 //!    |                        |   ^          AbandonedLost(reason) --the outcome--> Ended
 //!    |                        |   | a try failed: SettleWaiting until the next try
-//!    | heartbeat: gone/lapsed | the settle call: gone
+//!    | extension: gone/lapsed | the settle call: gone
 //!    v                        v
 //!   Lost(reason) <------------+                 Settling --delete answered in time--> Acked
 //!                  (and Settling, SettleWaiting --deadline passed unextended--> Lost)
@@ -28,11 +28,11 @@
 //! | -> Settling | `begin_delete`, `begin_settle` | `Delivery::ack` and the batch acks (a delete: extended while it is under way), `release`, `release_after`, `fail` and the batch releases (not extended), `delivery.rs` |
 //! | Abandoned -> Settling | `begin_abandoned_ack` | the handler's `OnSuccess` outcome, `handling.rs` |
 //! | Settling <-> SettleWaiting | `waiting_to_retry`, `retrying` | a settle call between its tries, `context.rs` |
-//! | -> Lost, -> AbandonedLost | `heartbeat_lost` | the keeper, on an extension's answer "gone" while held, `heartbeat.rs` |
+//! | -> Lost, -> AbandonedLost | `extension_lost` | the keeper, on an extension's answer "gone" while held, `keeper/mod.rs` |
 //! | -> Lost, -> AbandonedLost | `lapsed` | the keeper, at a deadline passed unextended (settling too); a delete answered after the deadline, `deleted` |
 //! | -> Lost | `mark_lost` | a settle call answered "gone" |
 //! | Settling -> Acked, or -> Lost | `finish_ack` | an ack's result, for `Delivery::ack` and `OnSuccess` alike |
-//! | -> Abandoned, -> Ended | `drop_delivery`, `end` | `Delivery`'s `Drop`, `delivery.rs` |
+//! | -> Abandoned, -> Ended | `drop_delivery`, `mark_ended` | `Delivery`'s `Drop`, `delivery.rs` |
 //!
 //! Only a held lease can be lost by an extension's answer: once an ack or release has
 //! started, an extension that reaches SQS just after the delete fails, but the message was
@@ -59,18 +59,18 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tracing::{Instrument, Span};
 
-use crate::batch::Cohort;
 use crate::context::{Context, SettleHooks};
 use crate::error::{BoxError, Error, ErrorKind, LostReason};
 use crate::limits::{call_margin, extension_limit, MAX_VISIBILITY_SECS};
 use crate::millis::{millis_after, Millis};
+use crate::request_batch::Cohort;
 use crate::stats::Counter;
 use crate::unfinished_deletes::Unfinished;
 
 /// Where a delivery stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum State {
-    /// The heartbeat keeps the message hidden; whoever drops the delivery unsettled applies
+    /// The keeper keeps the message hidden; whoever drops the delivery unsettled applies
     /// the retry policy.
     Held,
     /// Held, and handed to a handler whose outcome decides what an unsettled drop means.
@@ -134,7 +134,7 @@ struct Status {
     state: State,
 }
 
-/// What a delivery, its heartbeat and its handler share.
+/// What a delivery, the keeper and its handler share.
 #[derive(Debug)]
 pub(crate) struct Lease {
     ctx: Arc<Context>,
@@ -176,7 +176,7 @@ pub(crate) struct Lease {
     /// payload itself is the `Delivery`'s, freed with it (the keeper may hold a lease a while
     /// longer). Boxed: a lease of an ordinary message stays small.
     #[cfg(feature = "s3")]
-    payload_location: std::sync::OnceLock<Box<crate::payload::PayloadLocation>>,
+    payload_location: std::sync::OnceLock<Box<crate::payload::pointer::PayloadLocation>>,
 }
 
 impl Lease {
@@ -255,18 +255,18 @@ impl Lease {
 
     /// Where this message's payload was read from, if it was.
     #[cfg(feature = "s3")]
-    pub(crate) fn payload_location(&self) -> Option<&crate::payload::PayloadLocation> {
+    pub(crate) fn payload_location(&self) -> Option<&crate::payload::pointer::PayloadLocation> {
         self.payload_location.get().map(|l| &**l)
     }
 
     /// Remembers where the payload was read from (once: a second is ignored).
     #[cfg(feature = "s3")]
-    pub(crate) fn set_payload_location(&self, location: crate::payload::PayloadLocation) {
+    pub(crate) fn set_payload_location(&self, location: crate::payload::pointer::PayloadLocation) {
         let _ = self.payload_location.set(Box::new(location));
     }
 
     /// `true` the first time only: whoever gets it tells the keeper to let go.
-    pub(crate) fn let_go(&self) -> bool {
+    pub(crate) fn first_let_go(&self) -> bool {
         !self.let_go.swap(true, AtomicOrdering::Relaxed)
     }
 
@@ -421,9 +421,9 @@ impl Lease {
         self.transition(|s| s == State::Abandoned, |_| State::Settling)
     }
 
-    /// The heartbeat found the delivery lost; it counts only while the lease is held.
+    /// An extension found the delivery lost; it counts only while the lease is held.
     /// Returns whether it counted.
-    pub(crate) fn heartbeat_lost(&self, reason: LostReason) -> bool {
+    pub(crate) fn extension_lost(&self, reason: LostReason) -> bool {
         self.lose(reason, |s| held(s) || s == State::Abandoned)
     }
 
@@ -620,7 +620,7 @@ impl Lease {
 
     /// An abandoned delivery was settled by its handler's outcome (or its release was handed
     /// on): it has ended, unless it was acked.
-    pub(crate) fn end(&self) {
+    pub(crate) fn mark_ended(&self) {
         self.transition(
             |s| !matches!(s, State::Acked | State::Ended { .. }),
             |s| State::Ended {
@@ -639,7 +639,7 @@ impl Lease {
         runtime: &Handle,
         span: &Span,
     ) {
-        self.end();
+        self.mark_ended();
         if self.timeout() == 0 {
             return; // visible to others already
         }
@@ -749,16 +749,16 @@ fn lost_reason(state: State) -> Option<LostReason> {
 mod tests {
     use super::*;
     use crate::adaptive_visibility::AdaptiveVisibility;
-    use crate::lease_thread::Runner;
+    use crate::keeper::thread::KeeperRuntime;
     use crate::memory::MemoryQueue;
     use crate::queue::Queue;
-    use crate::redelivery::RetryPolicy;
+    use crate::retry_policy::RetryPolicy;
 
     fn lease() -> Arc<Lease> {
         let ctx = Context::new(
             &Queue::new(MemoryQueue::new()),
             RetryPolicy::Leave,
-            Runner::Caller,
+            KeeperRuntime::Caller,
         );
         let now = Instant::now();
         Arc::new(Lease::new(
@@ -773,11 +773,11 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_heartbeat_result_racing_a_settle_call_does_not_lose_the_delivery() {
+    async fn an_extension_answer_racing_a_settle_call_does_not_lose_the_delivery() {
         // An extension sent just before the ack reaches SQS just after the delete, and fails.
         let l = lease();
         l.begin_settle();
-        assert!(!l.heartbeat_lost(LostReason::ReceiptHandleInvalid));
+        assert!(!l.extension_lost(LostReason::ReceiptHandleInvalid));
         assert_eq!(l.state(), State::Settling);
         l.acked();
         assert_eq!(l.drop_delivery(), Dropped::Settled);
@@ -790,7 +790,7 @@ mod tests {
         let ctx = Arc::new(Context::new(
             &Queue::new(MemoryQueue::new()),
             RetryPolicy::Leave,
-            Runner::Caller,
+            KeeperRuntime::Caller,
         ));
         let t0 = Instant::now();
         let at = |request: u64, answer: u64, timeout: u32| {
@@ -963,7 +963,7 @@ mod tests {
     async fn the_first_reason_wins_and_survives_the_drop() {
         let l = lease();
         let lost = l.lost();
-        assert!(l.heartbeat_lost(LostReason::NotInFlight));
+        assert!(l.extension_lost(LostReason::NotInFlight));
         l.mark_lost(LostReason::ReceiptHandleInvalid);
         assert_eq!(l.lost_reason(), Some(LostReason::NotInFlight));
         assert!(
@@ -1022,7 +1022,7 @@ mod tests {
             |s| s.lost,
             l.lost(),
             || {
-                assert!(l.heartbeat_lost(LostReason::ExtensionFailed));
+                assert!(l.extension_lost(LostReason::ExtensionFailed));
             },
         );
         assert_eq!(seen, Some(1), "lost: counted when woken");
@@ -1101,7 +1101,7 @@ mod tests {
     async fn a_delivery_in_its_handler_can_still_be_lost_or_settled() {
         let l = lease();
         l.enter_handler();
-        assert!(l.heartbeat_lost(LostReason::ExtensionFailed));
+        assert!(l.extension_lost(LostReason::ExtensionFailed));
         assert_eq!(l.drop_delivery(), Dropped::Settled);
         assert_eq!(l.leave_handler(), Left::NotAbandoned);
         assert_eq!(l.lost_reason(), Some(LostReason::ExtensionFailed));
@@ -1113,7 +1113,7 @@ mod tests {
         l.enter_handler();
         assert_eq!(l.drop_delivery(), Dropped::Deferred);
         let lost = l.lost();
-        assert!(l.heartbeat_lost(LostReason::ExtensionFailed));
+        assert!(l.extension_lost(LostReason::ExtensionFailed));
         assert_eq!(lost.await, LostReason::ExtensionFailed);
         assert!(!l.is_extendable());
         assert_eq!(
@@ -1127,7 +1127,7 @@ mod tests {
         assert!(err.is_lost(), "{err}");
         let stats = l.context().stats(0);
         assert_eq!((stats.acked, stats.lost_acks, stats.lost), (0, 1, 1));
-        l.end();
+        l.mark_ended();
         assert_eq!(l.ended().await, End::NotAcked);
     }
 
@@ -1137,7 +1137,7 @@ mod tests {
         let ctx = Context::new(
             &Queue::new(MemoryQueue::new()),
             RetryPolicy::Leave,
-            Runner::Caller,
+            KeeperRuntime::Caller,
         )
         .with_adaptive_visibility(Some(adaptive.clone()));
         let now = Instant::now();
@@ -1166,7 +1166,7 @@ mod tests {
 
         let (l, adaptive) = lease_with_estimate();
         tokio::time::advance(Duration::from_secs(20)).await;
-        assert!(l.heartbeat_lost(LostReason::ExtensionFailed));
+        assert!(l.extension_lost(LostReason::ExtensionFailed));
         l.drop_delivery();
         assert_eq!(adaptive.timeout(30), 30, "a lost delivery says nothing");
 

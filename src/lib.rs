@@ -3,7 +3,7 @@
 //! SQS has no lease: a received message is hidden for its visibility timeout, and if the
 //! consumer is still working when that lapses, the queue hands the message to someone else.
 //! This crate receives messages with long polling, wraps each in a [`Delivery`], and keeps
-//! it hidden with a heartbeat (`ChangeMessageVisibility` halfway through each timeout) until
+//! it hidden with a keeper (`ChangeMessageVisibility` halfway through each timeout) until
 //! you [`ack`](Delivery::ack) it, [`release`](Delivery::release) it, or drop it, up to
 //! SQS's limit of 12 hours after the receive.
 //!
@@ -123,7 +123,6 @@ fn install_the_leak_guard() {
 // CONTRIBUTING.md, "Layers", and `tests/layers.rs` reads it and holds the crate to it.
 mod adaptive_visibility;
 mod backlog;
-mod batch;
 mod batch_handler;
 mod batch_window;
 mod call_retries;
@@ -132,11 +131,9 @@ mod consumer;
 mod consumer_handle;
 mod context;
 mod dead_letter;
-mod dead_letter_move;
-mod dead_letter_queue;
 mod delivery;
 mod detached_receive;
-mod dispatch;
+mod engine;
 mod error;
 #[cfg(feature = "json")]
 mod eventbridge;
@@ -144,28 +141,24 @@ mod fifo;
 pub mod guide;
 mod handler;
 mod handling;
-mod heartbeat;
 mod in_flight_limit;
 #[cfg(feature = "json")]
 mod json;
+mod keeper;
 mod lease;
-mod lease_thread;
 mod limits;
 pub mod memory;
 mod millis;
 #[cfg(feature = "s3")]
 mod payload;
-#[cfg(feature = "s3")]
-mod payloads;
 mod process_span;
 mod queue;
 mod queue_ref;
 mod rate_limit;
 mod readable;
 mod receiver;
-mod redelivery;
-#[cfg(feature = "s3")]
-mod s3;
+mod request_batch;
+mod retry_policy;
 #[cfg(feature = "tower")]
 mod service_handler;
 #[cfg(feature = "signal")]
@@ -182,7 +175,7 @@ pub use batch_handler::{Batch, BatchHandler};
 pub use config::ConsumerBuilder;
 pub use consumer::Consumer;
 pub use consumer_handle::ConsumerHandle;
-pub use dead_letter_queue::DeadLetterQueue;
+pub use dead_letter::queue::DeadLetterQueue;
 pub use delivery::Delivery;
 pub use error::{BoxError, Error, ErrorKind, LostReason};
 #[cfg(feature = "json")]
@@ -197,9 +190,9 @@ pub use json::{SnsMessageAttribute, SnsNotification};
 pub use memory::MemoryQueue;
 #[cfg(feature = "s3")]
 #[cfg_attr(docsrs, doc(cfg(feature = "s3")))]
-pub use payload::PayloadLocation;
+pub use payload::pointer::PayloadLocation;
 pub use rate_limit::RateLimit;
-pub use redelivery::RetryPolicy;
+pub use retry_policy::RetryPolicy;
 #[cfg(feature = "tower")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
 pub use service_handler::{ServiceBatchHandler, ServiceHandler};

@@ -122,7 +122,7 @@ impl RateLimit {
 
     /// Gives back `n` tokens taken and not used.
     pub(crate) fn give_back(&self, n: usize) {
-        self.settle(n, 0, Duration::ZERO);
+        self.reconcile(n, 0, Duration::ZERO);
     }
 
     /// A receive that took `taken` tokens `out_for` ago came back with `received` messages;
@@ -134,7 +134,7 @@ impl RateLimit {
     /// tokens go back and the messages are taken from what is there. A receive answered
     /// sooner keeps what it took: the little the bucket earned meanwhile is not lost, so the
     /// rate is reached whatever the server's latency.
-    pub(crate) fn settle(&self, taken: usize, received: usize, out_for: Duration) {
+    pub(crate) fn reconcile(&self, taken: usize, received: usize, out_for: Duration) {
         if taken == 0 {
             return;
         }
@@ -288,11 +288,11 @@ impl Tokens {
     }
 
     /// The receive came back with `messages`: each limit pays for them now (see
-    /// [`RateLimit::settle`]).
+    /// [`RateLimit::reconcile`]).
     pub(crate) fn spend(mut self, messages: usize) {
         let out_for = self.at.elapsed();
         for (limit, taken) in self.taken.drain(..) {
-            limit.settle(taken, messages.min(taken), out_for);
+            limit.reconcile(taken, messages.min(taken), out_for);
         }
     }
 }
@@ -312,7 +312,7 @@ mod tests {
     /// Takes and spends, as a receive answered at once with every message it asked for.
     async fn take_spent(limit: &RateLimit, want: usize, at_least: usize) -> usize {
         let n = limit.take(want, at_least).await;
-        limit.settle(n, n, Duration::ZERO);
+        limit.reconcile(n, n, Duration::ZERO);
         n
     }
 
@@ -367,16 +367,16 @@ mod tests {
         assert_eq!(limit.try_take(1), 0);
     }
 
-    /// After an idle spell the bucket is full: a receive settled then, long-polled or
+    /// After an idle spell the bucket is full: a receive reconciled then, long-polled or
     /// answered soon, with nothing or little received, leaves no more than the burst.
     #[tokio::test(start_paused = true)]
-    async fn after_an_idle_spell_a_settled_receive_leaves_no_more_than_the_burst() {
+    async fn after_an_idle_spell_a_reconciled_receive_leaves_no_more_than_the_burst() {
         // A long poll (out longer than its tokens take to earn) that brought nothing.
         let limit = RateLimit::new(2.0);
         tokio::time::advance(Duration::from_secs(3600)).await;
         assert_eq!(limit.take(2, 1).await, 2);
         tokio::time::advance(Duration::from_secs(20)).await;
-        limit.settle(2, 0, Duration::from_secs(20));
+        limit.reconcile(2, 0, Duration::from_secs(20));
         assert_eq!(limit.try_take(2), 2, "a long poll's tokens back");
         assert_eq!(limit.try_take(1), 0, "and no more than the burst");
         // A receive answered sooner (0.9 s: 1.8 tokens earned meanwhile) that brought none.
@@ -384,7 +384,7 @@ mod tests {
         tokio::time::advance(Duration::from_secs(3600)).await;
         assert_eq!(limit.take(2, 1).await, 2);
         tokio::time::advance(Duration::from_millis(900)).await;
-        limit.settle(2, 0, Duration::from_millis(900));
+        limit.reconcile(2, 0, Duration::from_millis(900));
         assert_eq!(limit.try_take(2), 2, "the unused tokens back");
         assert_eq!(limit.try_take(1), 0, "and no more than the burst");
     }
@@ -395,7 +395,7 @@ mod tests {
         let start = Instant::now();
         assert_eq!(limit.take(10, 10).await, 10);
         tokio::time::advance(Duration::from_millis(5)).await; // the request's flight
-        limit.settle(10, 10, Duration::from_millis(5));
+        limit.reconcile(10, 10, Duration::from_millis(5));
         assert_eq!(take_spent(&limit, 10, 10).await, 10);
         assert_eq!(
             start.elapsed(),
@@ -411,7 +411,7 @@ mod tests {
         let limit = RateLimit::new(10.0);
         assert_eq!(limit.take(10, 10).await, 10);
         tokio::time::advance(Duration::from_secs(20)).await;
-        limit.settle(10, 10, Duration::from_secs(20));
+        limit.reconcile(10, 10, Duration::from_secs(20));
         assert_eq!(
             limit.try_take(1),
             0,
@@ -423,7 +423,7 @@ mod tests {
         // A poll that brought fewer: the rest of the refill is there at once.
         assert_eq!(limit.take(10, 1).await, 1);
         tokio::time::advance(Duration::from_secs(20)).await;
-        limit.settle(1, 0, Duration::from_secs(20));
+        limit.reconcile(1, 0, Duration::from_secs(20));
         assert_eq!(limit.try_take(10), 10);
     }
 
@@ -435,7 +435,7 @@ mod tests {
         assert_eq!(limit.take(2, 2).await, 2);
         assert_eq!(limit.take(8, 8).await, 8, "a second receive holds the rest");
         tokio::time::advance(Duration::from_millis(300)).await; // 3 tokens earned
-        limit.settle(2, 1, Duration::from_millis(300));
+        limit.reconcile(2, 1, Duration::from_millis(300));
         assert_eq!(limit.take(10, 1).await, 4, "3 earned + 2 back - 1 paid for");
     }
 

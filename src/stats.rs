@@ -33,7 +33,7 @@ pub struct Stats {
     /// were due. Handlers that block the runtime's threads (CPU-bound or blocking code in
     /// async) cause this, as does a slow SQS; a warning is logged at counts 1, 2, 4, 8, ...
     /// so the log is not flooded.
-    pub late_heartbeats: u64,
+    pub late_extensions: u64,
     /// Deliveries lost: the message may have gone to another consumer.
     pub lost: u64,
     /// Deliveries held until SQS's 12-hour limit: their last extension was cut short (and a
@@ -113,7 +113,7 @@ pub(crate) enum Counter {
     Released,
     Extended,
     ExtensionFailures,
-    LateHeartbeats,
+    LateExtensions,
     Lost,
     Capped,
     HandlerErrors,
@@ -139,7 +139,7 @@ const COUNTER_NAMES: [&str; COUNTERS] = [
     "sqs_consumer_released_total",
     "sqs_consumer_extended_total",
     "sqs_consumer_extension_failures_total",
-    "sqs_consumer_late_heartbeats_total",
+    "sqs_consumer_late_extensions_total",
     "sqs_consumer_lost_total",
     "sqs_consumer_capped_total",
     "sqs_consumer_handler_errors_total",
@@ -319,7 +319,7 @@ impl Counters {
             worst_extension_delay: Duration::from_nanos(
                 self.worst_extension_delay.load(Ordering::Relaxed),
             ),
-            late_heartbeats: get(Counter::LateHeartbeats),
+            late_extensions: get(Counter::LateExtensions),
             lost: get(Counter::Lost),
             capped: get(Counter::Capped),
             handler_errors: get(Counter::HandlerErrors),
@@ -525,7 +525,7 @@ mod tests {
             Counter::Released,
             Counter::Extended,
             Counter::ExtensionFailures,
-            Counter::LateHeartbeats,
+            Counter::LateExtensions,
             Counter::Lost,
             Counter::Capped,
             Counter::HandlerErrors,
@@ -554,7 +554,7 @@ mod tests {
             s.released,
             s.extended,
             s.extension_failures,
-            s.late_heartbeats,
+            s.late_extensions,
             s.lost,
             s.capped,
             s.handler_errors,

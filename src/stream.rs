@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::instrument::WithSubscriber;
 
 use crate::delivery::Delivery;
-use crate::dispatch::{Dispatch, Engine};
+use crate::engine::{Dispatch, Engine};
 use crate::error::Error;
 
 /// The deliveries of a [`Consumer`](crate::Consumer), from

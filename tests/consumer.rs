@@ -85,7 +85,7 @@ async fn receives_only_while_a_slot_is_free_and_never_asks_for_more() {
             receives,
             "no receive while full"
         );
-        // The held ones are kept hidden by their heartbeats all along.
+        // The held ones are kept hidden by the keeper all along.
         assert!(q.requests().visibility_changes() >= 3 * (600 / 15 - 1));
     })
     .await;
@@ -281,7 +281,7 @@ async fn long_polling_an_empty_queue_costs_one_request_per_wait() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn the_queue_timeout_is_read_once_and_drives_the_heartbeat() {
+async fn the_queue_timeout_is_read_once_and_drives_the_keeper() {
     let q = queue(10);
     q.send("slow").unwrap();
     q.send("slow too").unwrap();
@@ -361,7 +361,7 @@ async fn a_redriven_message_leaves_and_the_consumer_carries_on() {
 async fn a_message_handed_out_late_in_a_long_poll_gets_its_whole_timeout() {
     // The long poll is sent at 0 s; the message arrives at 12 s, more than a timeout later.
     // Its visibility counts from the hand-out (less the 1 s allowed for the answer's way
-    // back), so the heartbeat must not count it as lapsed.
+    // back), so the keeper must not count it as lapsed.
     let q = queue(5);
     let consumer = Consumer::in_memory(&q).build().unwrap();
     let sender = q.clone();

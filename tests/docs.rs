@@ -186,24 +186,42 @@ fn module_files(root: &Path, modules: &[&str]) -> Vec<PathBuf> {
 }
 
 /// Where a cited test `module::...::name` is: `Ok(true)` found in the file its module path
-/// names, `Ok(false)` not a test citation at all (no such test file or source module:
-/// `tokio::time`, `std::thread::sleep`), `Err` a citation that names no test there.
+/// names, `Ok(false)` not a test citation at all (no such test file or source module, and a
+/// short name: `tokio::time`, `std::thread::sleep`), `Err` a citation that names no test
+/// there, or a test's name in a module that no file holds (a file renamed since).
 fn resolve(root: &Path, cited: &str) -> Result<bool, String> {
     let parts: Vec<&str> = cited.split("::").collect();
     let (name, modules) = parts.split_last().expect("a path");
-    let files: Vec<PathBuf> = module_files(root, modules)
-        .into_iter()
-        .filter(|f| f.exists())
-        .collect();
+    // The longest prefix of the path that names a file: the rest are inline modules
+    // (`error::tests::...` is in `src/error.rs`).
+    let files: Vec<PathBuf> = (1..=modules.len())
+        .rev()
+        .map(|k| {
+            module_files(root, &modules[..k])
+                .into_iter()
+                .filter(|f| f.exists())
+                .collect::<Vec<_>>()
+        })
+        .find(|files| !files.is_empty())
+        .unwrap_or_default();
     if files.is_empty() {
-        return Ok(false);
+        // A test's name is a sentence; `tokio::time` or `std::thread::sleep` is not.
+        return match name.matches('_').count() {
+            0..=2 => Ok(false),
+            _ => Err(format!("`{cited}`: no file of {modules:?}")),
+        };
     }
     if name.contains('*') {
         return Ok(true); // a family of tests, in a file that exists
     }
+    // `on_both!(name)` makes `name::memory` and `name::server` of the function `name`.
+    let defined_as = match (*name, modules.last()) {
+        ("memory" | "server", Some(parent)) if modules.len() > 1 => *parent,
+        _ => *name,
+    };
     let defined = files.iter().any(|f| {
         let source = std::fs::read_to_string(f).unwrap();
-        source.contains(&format!("fn {name}("))
+        source.contains(&format!("fn {name}(")) || source.contains(&format!("fn {defined_as}("))
     });
     if defined {
         Ok(true)
@@ -239,9 +257,23 @@ fn every_test_the_docs_cite_exists_at_its_exact_path() {
     assert!(cited >= 30, "only {cited} cited tests found");
 }
 
+/// The mutants page's table "Files renamed since the run": old path -> new path.
+fn renamed_since_the_mutants_run(root: &Path) -> std::collections::BTreeMap<String, String> {
+    let page = std::fs::read_to_string(root.join("docs/mutants.md")).unwrap();
+    section(&page, "Files renamed since the run")
+        .lines()
+        .filter_map(|row| {
+            let mut files = quoted(row);
+            Some((files.next()?.to_owned(), files.next()?.to_owned()))
+        })
+        .collect()
+}
+
 #[test]
 fn every_file_the_docs_cite_as_tests_exists() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let renamed = renamed_since_the_mutants_run(root);
+    assert!(renamed.len() >= 10, "{renamed:?}");
     let mut wrong = Vec::new();
     for (page, text) in pages() {
         for word in quoted(text.as_str()) {
@@ -253,10 +285,16 @@ fn every_file_the_docs_cite_as_tests_exists() {
             if !is_file {
                 continue;
             }
-            // From the root, from `src/`, or from the page's own folder.
+            // From the root, from `src/`, or from the page's own folder; on the mutants page,
+            // by the name it had when the run was made.
             let beside = Path::new(&page).with_file_name(word);
+            let now = match page.ends_with("mutants.md") {
+                true => renamed.get(&format!("src/{word}")).or(renamed.get(word)),
+                false => None,
+            };
             let exists = [root.join(word), root.join("src").join(word), beside]
                 .iter()
+                .chain(now.map(|now| root.join(now)).as_ref())
                 .any(|p| p.exists());
             if !exists {
                 wrong.push(format!("{page}: `{word}`"));
@@ -284,6 +322,8 @@ fn the_resolver_tells_a_wrong_citation_from_a_right_one() {
     assert!(resolve(root, "scenarios::an_extension_of_a_deleted_message").is_err());
     assert!(resolve(root, "delivery::no_such_test").is_err());
     assert_eq!(resolve(root, "tokio::time"), Ok(false));
+    // A test of a file that is gone.
+    assert!(resolve(root, "no_such_file::tests::a_test_that_moved_away").is_err());
 }
 
 /// The text of a page's section `## {heading}`, up to the next section.

@@ -163,7 +163,7 @@ async fn extension_errors_lose_the_delivery_only_when_sqs_says_it_is_gone() {
     // Fatal whole-request errors (access denied, say): retried with back-off until the
     // deadline, since only SQS can say the message is gone; then the delivery is lost.
     // InvalidParameterValue is the one exception: on an extension it is SQS refusing the
-    // visibility (an_extension_refused_as_invalid_stops_the_heartbeat_until_the_deadline).
+    // visibility (an_extension_refused_as_invalid_stops_extending_until_the_deadline).
     let fatal = FATAL
         .iter()
         .filter(|(_, code)| *code != "InvalidParameterValue");
@@ -190,7 +190,7 @@ async fn extension_errors_lose_the_delivery_only_when_sqs_says_it_is_gone() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn an_extension_refused_as_invalid_stops_the_heartbeat_until_the_deadline() {
+async fn an_extension_refused_as_invalid_stops_extending_until_the_deadline() {
     // What SQS answers when an extension would end past its 12-hour limit by its own clock.
     let change = mock!(Client::change_message_visibility_batch)
         .sequence()
@@ -400,7 +400,7 @@ async fn an_unanswered_extension_loses_the_delivery_at_its_deadline_not_later() 
     let d = take_one(&consumer).await;
     let received = d.received_at();
     assert_eq!(d.lost().await, LostReason::ExtensionFailed);
-    // Due at 5 s; each try gives up after 2 s and is tried again (by the heartbeat) until
+    // Due at 5 s; each try gives up after 2 s and is tried again (by the keeper) until
     // the visibility ends at 10 s.
     let lost_after = received.elapsed();
     assert!(

@@ -30,7 +30,7 @@ struct Handled {
     ack_ok: bool,
     /// The ack finished after the visibility deadline the delivery had when the ack began
     /// (less `slack`): its requests failed or were held so long that the message could be
-    /// received again meanwhile (the heartbeat keeps extending during an ack, but under
+    /// received again meanwhile (the keeper keeps extending during an ack, but under
     /// faults it may fail).
     ack_outlasted_deadline: bool,
     /// When its ack finished.
@@ -308,7 +308,7 @@ async fn a_held_message_whose_extensions_fail_transiently_stays_held() {
         0x0bad_cafe,
     )
     .await;
-    // Every injected failure reaches the heartbeat's retries (the consumer's calls make one
+    // Every injected failure reaches the keeper's retries (the consumer's calls make one
     // attempt each, whatever the client says).
     let consumer = Consumer::builder(client_for(&proxy.endpoint), url.clone())
         .visibility_timeout(secs(10))

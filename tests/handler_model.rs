@@ -526,7 +526,7 @@ async fn pause_stops_receiving_and_resume_starts_again_with_leases_untouched(kin
     for i in 0..3 {
         q.send(&format!("while paused {i}")).await;
     }
-    // Two timeouts: the held delivery stays hidden (its heartbeat goes on), the three new
+    // Two timeouts: the held delivery stays hidden (the keeper goes on), the three new
     // messages stay visible (nobody receives them).
     let watch_until = Instant::now() + secs(2 * HELD_T);
     while Instant::now() < watch_until {

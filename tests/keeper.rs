@@ -133,8 +133,8 @@ async fn isolated_keeper_survives_a_blocked_runtime(kind: Kind) {
     let (d, consumer) = held_through_a_blocked_runtime(kind, true).await;
     assert!(!d.is_lost());
     let stats = consumer.stats();
-    assert_eq!(stats.late_heartbeats, 0, "{stats:?}");
-    // Never as late as a quarter of the timeout (what counts as a late heartbeat), and
+    assert_eq!(stats.late_extensions, 0, "{stats:?}");
+    // Never as late as a quarter of the timeout (what counts as a late extension), and
     // extended in time to outlive the first deadline (2 s) through the 2.5 s block.
     assert!(stats.worst_extension_delay < secs(2) / 4, "{stats:?}");
     assert!(stats.extended >= 1, "{stats:?}");
@@ -150,7 +150,7 @@ async fn keeper_on_the_callers_runtime_loses_to_a_blocked_runtime(kind: Kind) {
     let stats = consumer.stats();
     assert_eq!(stats.lost, 1, "{stats:?}");
     assert_eq!(stats.extended, 0, "{stats:?}");
-    assert!(stats.late_heartbeats >= 1, "{stats:?}");
+    assert!(stats.late_extensions >= 1, "{stats:?}");
     assert!(d.ack().await.unwrap_err().is_lost());
 }
 
@@ -196,5 +196,5 @@ async fn an_extension_refused_past_the_12_hour_limit_stops_extending() {
     assert_eq!(d.lost().await, LostReason::HardDeadline);
     assert_eq!(received.elapsed(), secs(10));
     assert_eq!(change.num_calls(), 1, "not retried");
-    assert_eq!(consumer.stats().late_heartbeats, 0);
+    assert_eq!(consumer.stats().late_extensions, 0);
 }

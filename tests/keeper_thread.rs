@@ -19,7 +19,7 @@ fn keeper_threads() -> usize {
     };
     tasks
         .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
-        .filter(|name| name.trim_end() == "sqs-leases")
+        .filter(|name| name.trim_end() == "sqs-keeper")
         .count()
 }
 

@@ -1,6 +1,7 @@
-//! The crate's structure, checked: every file of `src/` sits on a layer, its code reaches
-//! only files on its own layer or below (test modules may reach down and sideways, for
-//! fixtures such as `MemoryQueue`), and no files reach each other in a loop, tests included.
+//! The crate's structure and vocabulary, checked: every file of `src/` sits on a layer, its
+//! code reaches only files on its own layer or below (test modules may reach down and
+//! sideways, for fixtures such as `MemoryQueue`), no files reach each other in a loop, tests
+//! included, and no word the glossary retires is back.
 //!
 //! A reach is any `crate::` path in the code (a `use` or an inline path), resolved to the
 //! file that defines the module; comments and string literals are ignored. Code reaches other
@@ -121,6 +122,88 @@ fn the_checker_finds_a_loop_and_an_upward_reach() {
         loops(&reaches),
         vec![vec!["a.rs".to_owned(), "b.rs".to_owned()]]
     );
+}
+
+/// The words the glossary retires: the backquoted words of the last column of the table in
+/// `CONTRIBUTING.md`, "Glossary".
+fn retired_words() -> Vec<String> {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let text = std::fs::read_to_string(format!("{root}/CONTRIBUTING.md")).unwrap();
+    let section = text
+        .split("\n## Glossary\n")
+        .nth(1)
+        .expect("CONTRIBUTING.md has a section \"## Glossary\"");
+    let section = section.split("\n## ").next().unwrap_or(section);
+    section
+        .lines()
+        .filter(|l| l.starts_with("| ") && !l.starts_with("| word |"))
+        .flat_map(|row| {
+            let retired = row.trim_end_matches('|').rsplit('|').next().unwrap_or("");
+            retired
+                .split('`')
+                .skip(1)
+                .step_by(2)
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// Where each of `words` occurs in `files` (path, text): `path:line: word`.
+fn occurrences(words: &[String], files: &[(String, String)]) -> Vec<String> {
+    let mut found = Vec::new();
+    for (path, text) in files {
+        for (n, line) in text.lines().enumerate() {
+            for word in words.iter().filter(|w| line.contains(w.as_str())) {
+                found.push(format!("{path}:{}: {word}", n + 1));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn no_word_the_glossary_retires_is_left_in_the_code_or_the_docs() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let words = retired_words();
+    assert!(words.len() >= 10, "only {} retired words read", words.len());
+    let mut files: Vec<(String, String)> = Vec::new();
+    for dir in ["src", "examples"] {
+        for f in rust_files(&root.join(dir)) {
+            let text = std::fs::read_to_string(root.join(dir).join(&f)).unwrap();
+            files.push((format!("{dir}/{f}"), text));
+        }
+    }
+    let mut pages = vec![root.join("README.md")];
+    for entry in std::fs::read_dir(root.join("docs")).unwrap() {
+        let path = entry.unwrap().path();
+        // The mutants page records the paths of the commits its runs were on.
+        if path.extension().is_some_and(|e| e == "md") && !path.ends_with("mutants.md") {
+            pages.push(path);
+        }
+    }
+    for page in pages {
+        let text = std::fs::read_to_string(&page).unwrap();
+        files.push((page.display().to_string(), text));
+    }
+    let found = occurrences(&words, &files);
+    assert!(found.is_empty(), "retired words still in use: {found:#?}");
+}
+
+#[test]
+fn the_retired_word_check_finds_a_word_and_its_line() {
+    let words = vec!["heartbeat".to_owned(), "crate::request_batch::".to_owned()];
+    let files = vec![
+        (
+            "a.rs".to_owned(),
+            "fn keep() {}\n// the heartbeat\n".to_owned(),
+        ),
+        (
+            "b.rs".to_owned(),
+            "use crate::batch_handler::Batch;\n".to_owned(),
+        ),
+    ];
+    assert_eq!(occurrences(&words, &files), vec!["a.rs:2: heartbeat"]);
 }
 
 /// The `.rs` files under `dir`, relative to it, `/`-separated.

@@ -53,7 +53,7 @@ async fn running_handlers_finish_and_ack_and_no_receive_starts_after_the_signal(
         .build()
         .unwrap();
     let handler = |d: Delivery| async move {
-        sleep(secs(25)).await; // past two timeouts: the heartbeat runs through the drain
+        sleep(secs(25)).await; // past two timeouts: the keeper runs through the drain
         d.ack().await
     };
     let at_signal = Arc::new(AtomicU64::new(0));
@@ -250,7 +250,7 @@ async fn at_the_shutdown_timeout_held_messages_are_released_and_visible_at_once(
     assert_eq!(
         q.requests().visibility_changes(),
         extensions,
-        "no heartbeat left"
+        "no lease left kept"
     );
 }
 
@@ -296,7 +296,7 @@ async fn acks_during_the_drain_are_not_lost() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn dropping_the_run_future_releases_and_stops_every_heartbeat_and_receive() {
+async fn dropping_the_run_future_releases_and_lets_go_of_every_lease_and_receive() {
     let q = queue(30);
     for i in 0..3 {
         q.send(format!("m{i}")).unwrap();
@@ -314,7 +314,7 @@ async fn dropping_the_run_future_releases_and_stops_every_heartbeat_and_receive(
     assert_eq!(
         q.requests().visibility_changes(),
         extensions,
-        "no heartbeat left"
+        "no lease left kept"
     );
     assert_eq!(q.visible_len(), 3, "no receive left either");
     assert_eq!(consumer.in_flight(), 0);
@@ -355,7 +355,7 @@ async fn fifo_deliveries_waiting_their_turn_are_released_at_shutdown() {
 // ---- FIFO waiting ----
 
 #[tokio::test(start_paused = true)]
-async fn fifo_deliveries_keep_their_heartbeat_while_they_wait() {
+async fn fifo_deliveries_stay_kept_while_they_wait() {
     let q = fifo(10);
     for body in ["slow", "next"] {
         q.send_with(body, SendOptions::new().group_id("g")).unwrap();
@@ -640,7 +640,7 @@ async fn the_stream_keeps_deliveries_hidden_and_respects_max_in_flight() {
     assert_eq!(
         q.in_flight_len(),
         2,
-        "kept hidden by their heartbeats for 6 timeouts"
+        "kept hidden by the keeper for 6 timeouts"
     );
     a.ack().await.unwrap();
     b.ack().await.unwrap();

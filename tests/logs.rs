@@ -153,7 +153,7 @@ async fn handlers_and_keeper_log_for_the_awaiting_threads_subscriber(isolated_ke
         [
             ("sqs_consumer::handling", "handler failed"),
             ("sqs_consumer::context", "released"),
-            ("sqs_consumer::heartbeat", "visibility extended"),
+            ("sqs_consumer::keeper", "visibility extended"),
             ("sqs_consumer::lease", "acked"),
         ],
     );
@@ -191,7 +191,7 @@ async fn batcher_logs_for_the_awaiting_threads_subscriber(isolated_keeper: bool)
         .build()
         .unwrap();
     let events = [
-        ("sqs_consumer::batch", "batch request failed"),
+        ("sqs_consumer::request_batch", "batch request failed"),
         ("sqs_consumer::context", "settle call failed; retrying"),
     ];
     // Until both are logged (the ack would go on trying for a while): the run is dropped then.

@@ -19,7 +19,7 @@ use tokio::time::{sleep, Instant};
 const T: u64 = 2;
 
 /// How much later than the model a real server may make a message visible again: request
-/// latency, a heartbeat call already on its way when the delivery was dropped, and the
+/// latency, an extension already on its way when the delivery was dropped, and the
 /// server's own timer granularity. The in-memory queue on the paused clock is exact.
 fn slack(kind: Kind) -> Duration {
     match kind {
@@ -101,7 +101,7 @@ async fn a_dropped_delivery_comes_back_after_about_its_timeout(kind: Kind) {
     q.send("dropped").await;
     let mut taker = Taker::start(one_at_a_time(&q).build().unwrap());
     let d = taker.next(secs(5)).await;
-    // Held past its first timeout by the heartbeat; dropped between two extensions, half a
+    // Held past its first timeout by the keeper; dropped between two extensions, half a
     // timeout before its current deadline.
     sleep(secs(T) + Duration::from_millis(T * 1000 / 4)).await;
     assert!(q.receive_raw(Duration::ZERO).await.is_empty());
@@ -518,7 +518,7 @@ async fn a_message_deleted_elsewhere_is_lost_at_the_next_round_and_its_batch_nei
     assert!(!kept.is_lost());
     let stats = consumer.stats();
     assert_eq!(
-        (stats.extension_failures, stats.late_heartbeats),
+        (stats.extension_failures, stats.late_extensions),
         (1, 0),
         "{stats:?}"
     );

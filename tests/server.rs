@@ -163,7 +163,7 @@ async fn a_purged_queue_loses_the_held_delivery_at_its_next_round() {
     // AWS answers the extension of a purged message `InvalidParameterValue` "does not exist or
     // is not available" (LocalStack too, with `SenderFault` false); moto answers
     // `ReceiptHandleIsInvalid`. Either way: lost at the first round, not retried until the
-    // deadline, and not reported as a late heartbeat.
+    // deadline, and not reported as a late extension.
     let q = common::TestQueue::new(common::Kind::Server, 4).await;
     q.send("purged").await;
     let common::TestQueue::Server { client, url } = q.clone() else {
@@ -181,6 +181,6 @@ async fn a_purged_queue_loses_the_held_delivery_at_its_next_round() {
     assert!(at >= due && at < d.deadline(), "lost at the first round");
     let stats = consumer.stats();
     assert_eq!(stats.extension_failures, 1, "{stats:?}");
-    assert_eq!(stats.late_heartbeats, 0, "{stats:?}");
+    assert_eq!(stats.late_extensions, 0, "{stats:?}");
     assert!(d.ack().await.unwrap_err().is_lost());
 }

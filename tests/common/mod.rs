@@ -724,7 +724,7 @@ pub async fn run_while_expecting_panics<F: Future>(
 }
 
 /// Takes one delivery from a consumer, then stops the consumer; the delivery (and its
-/// heartbeat) lives on in the caller.
+/// keeper) lives on in the caller.
 pub async fn take_one(consumer: &Consumer) -> Delivery {
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Delivery>();
     let handler = move |d: Delivery| {

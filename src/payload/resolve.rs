@@ -7,7 +7,7 @@ use futures_util::future::join_all;
 
 use crate::delivery::Delivery;
 use crate::error::{Error, ErrorKind};
-use crate::payload::{self, Malformed, Payload};
+use crate::payload::pointer::{self, Malformed, Payload};
 use crate::stats::Counter;
 
 /// `delivery`, its payload read if it carries a pointer; `None` when the payload could not be
@@ -16,7 +16,7 @@ pub(crate) async fn resolve(mut delivery: Delivery) -> Option<Delivery> {
     let Some(store) = delivery.context().payloads().cloned() else {
         return Some(delivery);
     };
-    let (location, carrier) = match payload::find(delivery.message()) {
+    let (location, carrier) = match pointer::find(delivery.message()) {
         Ok(None) => return Some(delivery),
         Ok(Some(found)) => found,
         Err(malformed) => {

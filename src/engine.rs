@@ -15,7 +15,6 @@ use tokio_util::sync::CancellationToken;
 use tracing::instrument::WithSubscriber;
 use tracing::Instrument;
 
-use crate::batch::Cohort;
 use crate::batch_handler::BatchHandler;
 use crate::batch_window::Collector;
 use crate::context::Context;
@@ -25,12 +24,13 @@ use crate::error::Error;
 use crate::fifo;
 use crate::handler::Handler;
 use crate::handling::{self, HandlerSettings};
-use crate::heartbeat::Keeper;
-use crate::lease_thread::Runner;
+use crate::keeper::thread::KeeperRuntime;
+use crate::keeper::Keeper;
 use crate::queue::Queue;
 use crate::readable::{Count, Secs};
 use crate::receiver::{ReceiveSettings, ReceivedBatch, Receiver, Receiving};
-use crate::redelivery::RetryPolicy;
+use crate::request_batch::Cohort;
+use crate::retry_policy::RetryPolicy;
 use crate::stats::{Counter, Measure, Stats};
 use crate::trace_parent::SpanHook;
 use crate::unfinished_deletes::Unfinished;
@@ -116,7 +116,7 @@ pub(crate) struct ConsumerSettings {
     pub(crate) leases: Leases,
     /// Where payloads are read from (feature `s3`), if the consumer reads them.
     #[cfg(feature = "s3")]
-    pub(crate) payloads: Option<crate::s3::PayloadStore>,
+    pub(crate) payloads: Option<crate::payload::store::PayloadStore>,
 }
 
 /// Where a consumer's leases are kept and settled.
@@ -126,7 +126,7 @@ pub(crate) struct Leases {
     /// through a client of its own when the keeper is isolated.
     pub(crate) queue: Queue,
     /// Where the keeper and the settle calls run.
-    pub(crate) runner: Runner,
+    pub(crate) keeper_runtime: KeeperRuntime,
 }
 
 /// The receive loop and what it feeds: one per consumer.
@@ -148,11 +148,11 @@ impl Engine {
     /// `settings.leases` says.
     pub(crate) fn new(queue: Queue, settings: ConsumerSettings) -> Self {
         let Leases {
-            queue: lease_queue,
-            runner,
+            queue: keeper_queue,
+            keeper_runtime,
         } = settings.leases;
         let receive = settings.receive;
-        let ctx = Context::new(&lease_queue, settings.retry_policy, runner.clone())
+        let ctx = Context::new(&keeper_queue, settings.retry_policy, keeper_runtime.clone())
             .with_dead_letter(settings.dead_letter)
             .with_span_hook(settings.span_hook)
             .with_adaptive_visibility(receive.adaptive.clone());
@@ -161,7 +161,7 @@ impl Engine {
         let receiver = Receiver::new(queue, receive, ctx.releases_at_once(), ctx.receive_health());
         Self {
             ctx: Arc::new(ctx),
-            keeper: Keeper::new(runner),
+            keeper: Keeper::new(keeper_runtime),
             receiver,
             shutdown_timeout: settings.shutdown_timeout,
             handling: settings.handling,
@@ -361,7 +361,7 @@ impl Engine {
                 HandTo::Each(Arc::new(move |d| {
                     let each = each.clone();
                     Box::pin(async move {
-                        if let Some(d) = crate::payloads::resolve(d).await {
+                        if let Some(d) = crate::payload::resolve::resolve(d).await {
                             each(d).await;
                         }
                     })
@@ -372,7 +372,7 @@ impl Engine {
                 HandTo::Batch(Arc::new(move |deliveries, shutdown| {
                     let batch = batch.clone();
                     Box::pin(async move {
-                        let deliveries = crate::payloads::resolve_all(deliveries).await;
+                        let deliveries = crate::payload::resolve::resolve_all(deliveries).await;
                         if !deliveries.is_empty() {
                             batch(deliveries, shutdown).await;
                         }
@@ -429,7 +429,7 @@ impl Engine {
         tracing::info!(queue = %self.queue_name(), "stream stopped");
     }
 
-    /// Turns a receive into deliveries (heartbeats start here) and starts their groups.
+    /// Turns a receive into deliveries (the keeper keeps them from here) and starts their groups.
     /// Never awaits, so a shutdown cannot cut it in half.
     fn deliver(&self, batch: ReceivedBatch, run: &mut Run, dispatch: &Dispatch) {
         let ctx = &self.ctx;
@@ -443,7 +443,7 @@ impl Engine {
         let cohort = (!ctx.is_fifo() && batch.messages.len() > 1).then(Arc::<Cohort>::default);
         for message in batch.messages {
             // A server that returns more than asked still gets every message handled (and
-            // heartbeated); only the slot accounting is exceeded.
+            // kept); only the slot accounting is exceeded.
             let slot = slots.next();
             let message_id = message.message_id().unwrap_or_default();
             let Some(receipt) = message.receipt_handle() else {

@@ -1,4 +1,5 @@
-//! Where a consumer's lease work runs: the keeper, the settle batchers and the settle retries.
+//! The keeper thread: where a consumer's keeper, its settle batchers and its settle retries
+//! run.
 //!
 //! By default, with a real client, they run on a thread of their own with a small
 //! current-thread runtime, so handlers that block every worker thread of the application's
@@ -8,8 +9,8 @@
 //! opened on the application's runtime would stall with it.
 //!
 //! The thread lives as long as anything may need it (the consumer, a delivery, a settle call
-//! under way): each of them holds the [`Runner`], and the last one dropped only signals the
-//! thread, which then stops its runtime and ends.
+//! under way): each of them holds the [`KeeperRuntime`], and the last one dropped only signals
+//! the thread, which then stops its runtime and ends.
 
 use std::fmt;
 use std::future::Future;
@@ -19,41 +20,41 @@ use tokio::runtime::Handle;
 use tokio::sync::{mpsc, oneshot};
 use tracing::instrument::WithSubscriber;
 
-/// The lease thread's name, as the operating system shows it.
-pub(crate) const THREAD_NAME: &str = "sqs-leases";
+/// The keeper thread's name, as the operating system shows it.
+pub(crate) const THREAD_NAME: &str = "sqs-keeper";
 
-/// Where the lease work of one consumer runs.
+/// Where the keeper of one consumer and its settle calls run.
 #[derive(Clone, Default)]
-pub(crate) enum Runner {
+pub(crate) enum KeeperRuntime {
     /// On the runtime of whoever first needs it: `MemoryQueue` consumers (their clock is the
     /// test's), and consumers with isolation off.
     #[default]
     Caller,
     /// On a thread of its own.
-    Thread(Arc<LeaseThread>),
+    Thread(Arc<KeeperThread>),
 }
 
-impl Runner {
-    /// A runner on a new thread of its own.
+impl KeeperRuntime {
+    /// A keeper runtime on a new thread of its own.
     pub(crate) fn thread() -> std::io::Result<Self> {
-        LeaseThread::start().map(|t| Self::Thread(Arc::new(t)))
+        KeeperThread::start().map(|t| Self::Thread(Arc::new(t)))
     }
 
     /// `true` on a thread of its own.
     pub(crate) fn is_isolated(&self) -> bool {
-        matches!(self, Runner::Thread(_))
+        matches!(self, KeeperRuntime::Thread(_))
     }
 
-    /// The runtime to run lease work on: the thread's, else `caller`'s if given, else the
-    /// current one (`None`: outside any runtime).
+    /// The runtime the keeper and the settle calls run on: the thread's, else `caller`'s if
+    /// given, else the current one (`None`: outside any runtime).
     pub(crate) fn runtime(&self, caller: Option<&Handle>) -> Option<Handle> {
         match self {
-            Runner::Thread(thread) => Some(thread.handle.clone()),
-            Runner::Caller => caller.cloned().or_else(|| Handle::try_current().ok()),
+            KeeperRuntime::Thread(thread) => Some(thread.handle.clone()),
+            KeeperRuntime::Caller => caller.cloned().or_else(|| Handle::try_current().ok()),
         }
     }
 
-    /// Spawns `task` where lease work runs; `false` when there is no runtime to run it on. The
+    /// Spawns `task` where the keeper runs; `false` when there is no runtime to run it on. The
     /// task logs for the subscriber in force here (a thread-scoped one too), not the thread's.
     pub(crate) fn spawn<F>(&self, task: F) -> bool
     where
@@ -69,26 +70,26 @@ impl Runner {
     }
 }
 
-impl fmt::Debug for Runner {
+impl fmt::Debug for KeeperRuntime {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
-            Runner::Caller => "Caller",
-            Runner::Thread(_) => "Thread",
+            KeeperRuntime::Caller => "Caller",
+            KeeperRuntime::Thread(_) => "Thread",
         })
     }
 }
 
-/// The inbox of a task that runs where a [`Runner`] says: the task starts on first use, and
+/// The inbox of a task that runs where a [`KeeperRuntime`] says: the task starts on first use, and
 /// again if the runtime it ran on has gone away since.
 pub(crate) struct Mailbox<T> {
-    runner: Runner,
+    keeper_runtime: KeeperRuntime,
     tx: Mutex<Option<mpsc::UnboundedSender<T>>>,
 }
 
 impl<T: Send + 'static> Mailbox<T> {
-    pub(crate) fn new(runner: Runner) -> Self {
+    pub(crate) fn new(keeper_runtime: KeeperRuntime) -> Self {
         Self {
-            runner,
+            keeper_runtime,
             tx: Mutex::new(None),
         }
     }
@@ -128,7 +129,7 @@ impl<T: Send + 'static> Mailbox<T> {
             Some(sender) if !sender.is_closed() => Some(sender.clone()),
             _ => {
                 let (sender, rx) = mpsc::unbounded_channel();
-                if !self.runner.spawn(start(rx)) {
+                if !self.keeper_runtime.spawn(start(rx)) {
                     return None;
                 }
                 *tx = Some(sender.clone());
@@ -141,19 +142,19 @@ impl<T: Send + 'static> Mailbox<T> {
 impl<T> fmt::Debug for Mailbox<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Mailbox")
-            .field("runner", &self.runner)
+            .field("keeper_runtime", &self.keeper_runtime)
             .finish_non_exhaustive()
     }
 }
 
 /// A thread running a current-thread runtime until it is dropped.
-pub(crate) struct LeaseThread {
+pub(crate) struct KeeperThread {
     handle: Handle,
     /// Dropping it tells the thread to stop.
     _stop: oneshot::Sender<()>,
 }
 
-impl LeaseThread {
+impl KeeperThread {
     fn start() -> std::io::Result<Self> {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_io()
@@ -164,7 +165,7 @@ impl LeaseThread {
         std::thread::Builder::new()
             .name(THREAD_NAME.into())
             .spawn(move || {
-                // Ends when the last `LeaseThread` handle is dropped (the sender with it);
+                // Ends when the last `KeeperThread` handle is dropped (the sender with it);
                 // dropping the runtime then cancels whatever is left on it.
                 let _ = runtime.block_on(stopped);
             })?;
@@ -180,7 +181,7 @@ mod tests {
     use super::*;
 
     /// The thread's ids, as listed by the operating system (Linux).
-    fn lease_threads() -> usize {
+    fn keeper_threads() -> usize {
         let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
             return 0;
         };
@@ -192,25 +193,26 @@ mod tests {
 
     #[test]
     fn runs_tasks_and_ends_when_the_last_runner_is_dropped() {
-        let before = lease_threads();
-        let runner = Runner::thread().unwrap();
+        let before = keeper_threads();
+        let keeper_runtime = KeeperRuntime::thread().unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
-        assert!(runner.spawn(async move {
+        assert!(keeper_runtime.spawn(async move {
             tx.send(std::thread::current().name().map(str::to_owned))
                 .unwrap();
         }));
         let name = rx.recv_timeout(std::time::Duration::from_secs(5)).unwrap();
         assert_eq!(name.as_deref(), Some(THREAD_NAME));
         if cfg!(target_os = "linux") {
-            assert_eq!(lease_threads(), before + 1);
+            assert_eq!(keeper_threads(), before + 1);
         }
-        // A task on the thread that outlives the last runner is cancelled with its runtime.
+        // A task on the thread that outlives the last `KeeperRuntime` is cancelled with its
+        // runtime.
         let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
-        runner.spawn(async move {
+        keeper_runtime.spawn(async move {
             let _keep = done_tx;
             std::future::pending::<()>().await;
         });
-        drop(runner);
+        drop(keeper_runtime);
         // The pending task's sender is dropped with the runtime: the thread has stopped.
         assert!(matches!(
             done_rx.recv_timeout(std::time::Duration::from_secs(5)),
@@ -220,7 +222,7 @@ mod tests {
 
     #[test]
     fn the_caller_runner_needs_a_runtime() {
-        assert!(!Runner::Caller.spawn(async {}));
-        assert!(Runner::Caller.runtime(None).is_none());
+        assert!(!KeeperRuntime::Caller.spawn(async {}));
+        assert!(KeeperRuntime::Caller.runtime(None).is_none());
     }
 }

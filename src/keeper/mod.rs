@@ -2,10 +2,12 @@
 //! every held delivery hidden.
 //!
 //! SQS has no lease: a received message is hidden for its visibility timeout `T` and then
-//! handed to the next receiver. While a delivery is held, the heartbeat calls
+//! handed to the next receiver. While a delivery is held, the keeper calls
 //! `ChangeMessageVisibility(T)` halfway through each timeout, leaving the other half for the
 //! call (and its retries) to reach the queue. SQS refuses any visibility that would end more
 //! than 12 hours after the receive, so the last extension is cut to end just before that.
+
+pub(crate) mod thread;
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -18,8 +20,8 @@ use tokio::time::{sleep_until, Instant};
 
 use crate::call_retries::{self, EXTENSION_MIN_WAIT};
 use crate::error::{Error, ErrorKind, LostReason};
+use crate::keeper::thread::{KeeperRuntime, Mailbox};
 use crate::lease::Lease;
-use crate::lease_thread::{Mailbox, Runner};
 use crate::limits::{call_margin, extension_limit};
 use crate::readable::Secs;
 use crate::stats::Counter;
@@ -77,12 +79,12 @@ const LATE_EXTENSION: Duration = Duration::from_secs(1);
 /// Counts a late extension and warns at counts 1, 2, 4, 8, ...: a starved runtime makes
 /// thousands of them late at once.
 fn warn_late(lease: &Lease, late: Duration, timeout: Duration) {
-    let n = lease.context().count(Counter::LateHeartbeats);
+    let n = lease.context().count(Counter::LateExtensions);
     if n.is_power_of_two() {
         tracing::warn!(
             late_by = %Secs(late),
             visibility_timeout = %Secs(timeout),
-            late_heartbeats = n,
+            late_extensions = n,
             "a visibility extension was done late: something may be blocking the runtime's \
              threads (CPU-bound or blocking code in an async handler: move it to \
              tokio::task::spawn_blocking), or SQS answers slowly; at half a timeout late, \
@@ -99,7 +101,7 @@ pub(crate) const COALESCE_WINDOW: Duration = Duration::from_millis(250);
 /// Keeps the deliveries of one consumer hidden: a timer queue of held deliveries keyed by
 /// their next extension, which sends each round's due extensions together (one request for
 /// up to 10). A delivery registers when it is received ([`keep`](Keeper::keep)) and leaves
-/// when it is settled, being settled, or dropped ([`forget`](Keeper::forget)); a delivery
+/// when it is settled, being settled, or dropped ([`let_go`](Keeper::let_go)); a delivery
 /// whose ack or release has started is never extended. The keeper's task starts on first use
 /// (on `runtime` if given, else on the caller's) and ends once every handle is gone.
 ///
@@ -112,7 +114,7 @@ pub(crate) const COALESCE_WINDOW: Duration = Duration::from_millis(250);
 #[derive(Clone)]
 pub(crate) struct Keeper {
     /// Rings the keeper's task awake, starting it first if there is none (or its runtime is
-    /// gone); the task runs where the runner says.
+    /// gone); the task runs where the keeper runtime says.
     bell: Arc<Mailbox<()>>,
     inbox: Arc<Mutex<Inbox>>,
     /// Times the keeper was rung.
@@ -122,7 +124,7 @@ pub(crate) struct Keeper {
 
 enum Command {
     Keep(Arc<Lease>),
-    Forget(Arc<Lease>),
+    LetGo(Arc<Lease>),
 }
 
 /// Commands waiting for the keeper, and whether a new one must wake it.
@@ -145,13 +147,13 @@ enum Wake {
 }
 
 /// Commands that may wait in the inbox: the next one wakes the keeper to take them, which
-/// bounds the memory that forgotten leases hold at a high rate of acks.
+/// bounds the memory held by leases let go of at a high rate of acks.
 const INBOX_LIMIT: usize = 1024;
 
 impl Keeper {
-    pub(crate) fn new(runner: Runner) -> Self {
+    pub(crate) fn new(keeper_runtime: KeeperRuntime) -> Self {
         Self {
-            bell: Arc::new(Mailbox::new(runner)),
+            bell: Arc::new(Mailbox::new(keeper_runtime)),
             inbox: Arc::default(),
             #[cfg(test)]
             rings: Arc::default(),
@@ -175,15 +177,10 @@ impl Keeper {
         true
     }
 
-    /// Stops keeping `lease`.
-    pub(crate) fn forget(&self, lease: &Arc<Lease>) {
-        self.post(Command::Forget(lease.clone()), None);
-    }
-
     /// Stops keeping `lease`, the first time only (whoever settles or drops it may ask).
     pub(crate) fn let_go(&self, lease: &Arc<Lease>) {
-        if lease.timeout() != 0 && lease.let_go() {
-            self.forget(lease);
+        if lease.timeout() != 0 && lease.first_let_go() {
+            self.post(Command::LetGo(lease.clone()), None);
         }
     }
 
@@ -311,7 +308,7 @@ async fn keeper_task(bell: mpsc::UnboundedReceiver<()>, inbox: Arc<Mutex<Inbox>>
         keeper.take(&inbox);
         let next = keeper.timers.first();
         // While it keeps leases, it also looks at its inbox every `LET_GO_WITHIN`, without
-        // being rung: the leases it was told to forget (settled, dropped) go then, and with
+        // being rung: the leases it was told to let go of (settled, dropped) go then, and with
         // them their `delivery` spans, which end (and are exported) when the last handle on
         // them goes.
         let wake = next.map(|at| at.min(Instant::now() + LET_GO_WITHIN));
@@ -337,8 +334,8 @@ async fn keeper_task(bell: mpsc::UnboundedReceiver<()>, inbox: Arc<Mutex<Inbox>>
     }
 }
 
-/// How long a lease the keeper was told to forget may stay with it: the keeper looks at its
-/// inbox at least this often while it keeps leases (a forget does not wake it: acks come by
+/// How long a lease the keeper was told to let go of may stay with it: the keeper looks at its
+/// inbox at least this often while it keeps leases (a let-go does not wake it: acks come by
 /// the thousand).
 pub(crate) const LET_GO_WITHIN: Duration = Duration::from_secs(1);
 
@@ -526,7 +523,7 @@ impl KeeperTask {
             for command in commands.drain(..) {
                 match command {
                     Command::Keep(lease) => self.keep(lease),
-                    Command::Forget(lease) => self.forget_lease(&lease),
+                    Command::LetGo(lease) => self.let_go(&lease),
                 }
             }
             self.spare = commands;
@@ -551,18 +548,19 @@ impl KeeperTask {
     }
 
     /// Stops keeping `lease`, if it is still the one in its slot.
-    fn forget_lease(&mut self, lease: &Arc<Lease>) {
+    fn let_go(&mut self, lease: &Arc<Lease>) {
         let id = lease.keeper_slot();
         if self
             .kept
             .get(&id)
             .is_some_and(|kept| Arc::ptr_eq(&kept.lease, lease))
         {
-            self.forget(id);
+            self.remove(id);
         }
     }
 
-    fn forget(&mut self, id: u64) {
+    /// Stops keeping the lease in slot `id`.
+    fn remove(&mut self, id: u64) {
         if let Some(kept) = self.kept.remove(&id) {
             self.timers.remove(kept.timer);
         }
@@ -593,7 +591,7 @@ impl KeeperTask {
     }
 
     /// What the timer `key`, due by the round at `now`, asks of the round (`first`: the round
-    /// sends nothing yet). Whatever it does not send, it schedules or forgets.
+    /// sends nothing yet). Whatever it does not send, it schedules or lets go of.
     fn step(&mut self, key: u64, now: Instant, first: bool) -> Step {
         let (at, id) = (self.timers.at(key), Timers::slot(key));
         let Some(kept) = self.kept.get(&id).filter(|kept| kept.timer == key) else {
@@ -631,8 +629,8 @@ impl KeeperTask {
             return Step::Skip;
         }
         if !lease.is_extendable() {
-            // Settled or lost: its `forget` is on its way.
-            self.forget(id);
+            // Settled or lost: its let-go is on its way.
+            self.remove(id);
             return Step::Skip;
         }
         match next {
@@ -698,7 +696,7 @@ impl KeeperTask {
         if lease.lapsed(reason) {
             tracing::warn!(parent: lease.span(), %reason, "delivery lost");
         }
-        self.forget(id);
+        self.remove(id);
     }
 
     /// The extension of a lease due at `due`, to send now; or, when none can be sent any
@@ -718,7 +716,7 @@ impl KeeperTask {
                      but over"
                 );
             }
-            self.forget(id);
+            self.remove(id);
             return Step::Skip;
         }
         let limit = extension_limit(lease.received_at());
@@ -751,7 +749,7 @@ impl KeeperTask {
             }
             let lease = &answer.extension.lease;
             if !lease.is_extendable() && !lease.is_settling() {
-                self.forget(id);
+                self.remove(id);
                 continue;
             }
             match &answer.result {
@@ -810,16 +808,16 @@ impl KeeperTask {
     fn extension_failed(&mut self, id: u64, lease: &Lease, err: &Error, now: Instant) {
         lease.context().count(Counter::ExtensionFailures);
         if let Some(ErrorKind::Lost(reason)) = err.kind() {
-            if lease.heartbeat_lost(reason) {
+            if lease.extension_lost(reason) {
                 tracing::warn!(parent: lease.span(), %reason, error = %err.chain(), "delivery lost");
-                self.forget(id);
+                self.remove(id);
             } else if lease.is_settling_or_waiting() {
                 // Gone, perhaps because the ack's delete (or an earlier try of it) deleted
                 // it: proof of nothing either way. Its deadline still binds it.
                 let reason = LostReason::LapsedBeforeAnswer;
                 self.schedule(id, Next::Expire(reason), lease.deadline());
             } else {
-                self.forget(id);
+                self.remove(id);
             }
         } else if err.refuses_visibility() {
             // SQS refuses the visibility itself, the one value we vary: past its 12-hour limit

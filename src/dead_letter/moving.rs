@@ -12,7 +12,7 @@ use crate::call_retries::{self, ACK_RETRY_WINDOW};
 use crate::context::SettleHooks;
 use crate::dead_letter::{DeadLetter, Failure};
 use crate::error::Error;
-use crate::heartbeat::Keeper;
+use crate::keeper::Keeper;
 use crate::lease::Lease;
 use crate::readable::Secs;
 

@@ -5,7 +5,7 @@
 //! by one round trip, no fixed linger) is the guide's, on its cost page ("Batched settles"),
 //! and the tests below hold it. Full batches go out at once, up to
 //! [`MAX_REQUESTS_IN_FLIGHT`] requests at a time. Deliveries received together reach their
-//! heartbeats together, so their extensions share requests too.
+//! keeper together, so their extensions share requests too.
 //!
 //! The batcher sends each entry once and hands each caller its own entry's result (or the
 //! whole request's error): retrying is the caller's business, on the caller's terms (an
@@ -23,7 +23,7 @@ use tokio_util::task::TaskTracker;
 use tracing::instrument::WithSubscriber;
 
 use crate::error::Error;
-use crate::lease_thread::{Mailbox, Runner};
+use crate::keeper::thread::{KeeperRuntime, Mailbox};
 use crate::limits::MAX_BATCH;
 use crate::queue::{BatchEntry, Queue, ENTRY_IDS};
 
@@ -135,19 +135,24 @@ pub(crate) struct Batcher {
     queue: Queue,
     call: Call,
     settles: TaskTracker,
-    /// The batching task's inbox; the task runs where the runner says (for a caller's
-    /// runner: inside the runtime that first uses it).
+    /// The batching task's inbox; the task runs where the keeper runtime says (on the caller's
+    /// runtime: inside the one that first uses it).
     inbox: Mailbox<Submission>,
     bell: Arc<BatcherBell>,
 }
 
 impl Batcher {
-    pub(crate) fn new(queue: Queue, call: Call, settles: TaskTracker, runner: Runner) -> Self {
+    pub(crate) fn new(
+        queue: Queue,
+        call: Call,
+        settles: TaskTracker,
+        keeper_runtime: KeeperRuntime,
+    ) -> Self {
         Self {
             queue,
             call,
             settles,
-            inbox: Mailbox::new(runner),
+            inbox: Mailbox::new(keeper_runtime),
             bell: Arc::default(),
         }
     }
@@ -483,7 +488,7 @@ mod tests {
             Queue::new(q.clone()),
             call,
             TaskTracker::new(),
-            Runner::Caller,
+            KeeperRuntime::Caller,
         ))
     }
 
@@ -619,7 +624,7 @@ mod tests {
             Queue::new(q.clone()),
             Call::Delete,
             TaskTracker::new(),
-            Runner::Caller,
+            KeeperRuntime::Caller,
         );
         let start = Instant::now();
         batcher.submit(&h[0], 0, None).await.unwrap();
@@ -787,7 +792,7 @@ mod tests {
             queue,
             Call::Delete,
             TaskTracker::new(),
-            Runner::Caller,
+            KeeperRuntime::Caller,
         ));
         // The batcher's first request: a receive of five, acked one a millisecond.
         let cohort = Arc::new(Cohort::default());

@@ -12,7 +12,7 @@ use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 
 use crate::call_retries::{self, PAYLOAD_ATTEMPTS};
 use crate::error::{with_causes, BoxError, ErrorKind};
-use crate::payload::PayloadLocation;
+use crate::payload::pointer::PayloadLocation;
 use crate::readable::Secs;
 
 /// The default limit on a payload's size: 64 MiB. Payloads are held whole in memory, one per
@@ -320,7 +320,7 @@ mod tests {
             .body(pointer)
             .message_attributes("ExtendedPayloadSize", size)
             .build();
-        crate::payload::find(&message).unwrap().unwrap().0
+        crate::payload::pointer::find(&message).unwrap().unwrap().0
     }
 
     fn s3_error(status: u16, code: &str) -> aws_sdk_s3::config::http::HttpResponse {
