@@ -30,25 +30,25 @@ use crate::unfinished_deletes::{Unfinished, UnfinishedDeletes};
 
 /// A call that settles a message.
 #[derive(Debug, Clone, Copy)]
-enum Settle {
+enum SettleCall {
     Delete,
     /// A visibility change to this many seconds.
-    Release(u32),
+    ChangeVisibility(u32),
 }
 
-impl Settle {
+impl SettleCall {
     /// The visibility a batch entry of this call carries (ignored by a delete).
     fn visibility(self) -> u32 {
         match self {
-            Settle::Delete => 0,
-            Settle::Release(secs) => secs,
+            SettleCall::Delete => 0,
+            SettleCall::ChangeVisibility(secs) => secs,
         }
     }
 
     fn operation(self) -> &'static str {
         match self {
-            Settle::Delete => "DeleteMessage",
-            Settle::Release(_) => "ChangeMessageVisibility",
+            SettleCall::Delete => "DeleteMessage",
+            SettleCall::ChangeVisibility(_) => "ChangeMessageVisibility",
         }
     }
 }
@@ -337,7 +337,7 @@ impl Context {
         hooks: Option<Arc<dyn SettleHooks>>,
     ) -> Result<(), Error> {
         let hooks = hooks.unwrap_or_else(|| Arc::new(Nobody));
-        self.settle(Settle::Delete, receipt, hooks).await
+        self.settle(SettleCall::Delete, receipt, hooks).await
     }
 
     /// Gives a message back: a visibility change to `secs` (0: visible at once), retrying
@@ -350,7 +350,8 @@ impl Context {
     ) -> Result<(), Error> {
         let hooks = hooks.unwrap_or_else(|| Arc::new(Nobody));
         self.note_release(secs);
-        self.settle(Settle::Release(secs), receipt, hooks).await?;
+        self.settle(SettleCall::ChangeVisibility(secs), receipt, hooks)
+            .await?;
         self.count(Counter::Released);
         tracing::debug!(visibility = secs, "released");
         Ok(())
@@ -378,7 +379,7 @@ impl Context {
         self: &Arc<Self>,
         items: Vec<(String, Option<Arc<dyn SettleHooks>>)>,
     ) -> Vec<Result<(), Error>> {
-        self.settle_all(Settle::Delete, items).await
+        self.settle_all(SettleCall::Delete, items).await
     }
 
     /// Releases several messages (a visibility change to `secs`), their first tries together,
@@ -389,7 +390,9 @@ impl Context {
         secs: u32,
     ) -> Vec<Result<(), Error>> {
         self.note_release(secs);
-        let results = self.settle_all(Settle::Release(secs), items).await;
+        let results = self
+            .settle_all(SettleCall::ChangeVisibility(secs), items)
+            .await;
         for _ in results.iter().filter(|r| r.is_ok()) {
             self.count(Counter::Released);
         }
@@ -401,7 +404,7 @@ impl Context {
     /// shutdown waits for too, so a handler cancelled meanwhile does not cut them short.
     async fn settle(
         self: &Arc<Self>,
-        call: Settle,
+        call: SettleCall,
         receipt: &str,
         hooks: Arc<dyn SettleHooks>,
     ) -> Result<(), Error> {
@@ -420,7 +423,7 @@ impl Context {
     /// [`settle`](Context::settle) for several messages, their first tries together.
     async fn settle_all(
         self: &Arc<Self>,
-        call: Settle,
+        call: SettleCall,
         items: Vec<(String, Option<Arc<dyn SettleHooks>>)>,
     ) -> Vec<Result<(), Error>> {
         let started = Instant::now();
@@ -429,8 +432,8 @@ impl Context {
             .map(|(receipt, _)| (receipt.as_str(), call.visibility()))
             .collect();
         let first = match call {
-            Settle::Delete => self.deletes.submit_many(&entries).await,
-            Settle::Release(_) => self.visibility.submit_many(&entries).await,
+            SettleCall::Delete => self.deletes.submit_many(&entries).await,
+            SettleCall::ChangeVisibility(_) => self.visibility.submit_many(&entries).await,
         };
         let mut outcomes = Vec::with_capacity(items.len());
         for ((receipt, hooks), result) in items.into_iter().zip(first) {
@@ -458,7 +461,7 @@ impl Context {
     /// comes back on the returned channel.
     fn retry_in_task(
         self: &Arc<Self>,
-        call: Settle,
+        call: SettleCall,
         receipt: String,
         err: Error,
         started: Instant,
@@ -484,7 +487,7 @@ impl Context {
 
     async fn retry(
         &self,
-        call: Settle,
+        call: SettleCall,
         receipt: &str,
         mut err: Error,
         started: Instant,
@@ -494,8 +497,8 @@ impl Context {
         let mut attempts = 1;
         loop {
             let more = match call {
-                Settle::Delete => Instant::now() < started + ACK_RETRY_WINDOW,
-                Settle::Release(_) => attempts < RELEASE_ATTEMPTS,
+                SettleCall::Delete => Instant::now() < started + ACK_RETRY_WINDOW,
+                SettleCall::ChangeVisibility(_) => attempts < RELEASE_ATTEMPTS,
             };
             if !(err.is_retryable() && more && hooks.still_ours()) {
                 return Err(err);
@@ -518,13 +521,15 @@ impl Context {
     /// rest of `cohort`).
     async fn send(
         &self,
-        call: Settle,
+        call: SettleCall,
         receipt: &str,
         cohort: Option<Arc<Cohort>>,
     ) -> Result<(), Error> {
         match call {
-            Settle::Delete => self.deletes.submit(receipt, 0, cohort).await,
-            Settle::Release(secs) => self.visibility.submit(receipt, secs, cohort).await,
+            SettleCall::Delete => self.deletes.submit(receipt, 0, cohort).await,
+            SettleCall::ChangeVisibility(secs) => {
+                self.visibility.submit(receipt, secs, cohort).await
+            }
         }
     }
 

@@ -11,17 +11,18 @@ use tokio::runtime::Handle;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::{Instrument, Span};
+use tracing::Span;
 
-use crate::context::{Context, SettleHooks};
-use crate::dead_letter::moving::{move_to_dead_letter, Holder, Moved};
+use crate::context::Context;
+use crate::dead_letter::moving::{move_to_dead_letter, Moved};
 use crate::dead_letter::{DeadLetter, Failure};
-use crate::error::{BoxError, Error, ErrorKind, LostReason};
+use crate::error::{BoxError, Error, LostReason};
 use crate::keeper::Keeper;
 use crate::lease::{Dropped, End, Lease};
 use crate::limits::{secs_rounded_up, HARD_LIMIT, MAX_VISIBILITY_SECS};
 use crate::process_span::process_span;
 use crate::request_batch::Cohort;
+use crate::settle::{release_unsettled, settle, Settle};
 use crate::stats::{Counter, Measure};
 use crate::trace_parent::{self, parse_x_ray, Malformed, TraceParent};
 
@@ -398,12 +399,6 @@ impl Delivery {
         &self.lease
     }
 
-    /// Its receipt handle and itself, as a settle call of several deliveries takes them.
-    fn settle_entry(&self) -> (String, Option<Arc<dyn SettleHooks>>) {
-        let hooks: Arc<dyn SettleHooks> = self.lease.clone();
-        (self.lease.receipt().to_owned(), Some(hooks))
-    }
-
     /// Cancelled when the run (or stream) that received this delivery shuts down.
     pub(crate) fn shutdown_token(&self) -> &CancellationToken {
         self.run.shutdown()
@@ -446,32 +441,14 @@ impl Delivery {
     /// # Ok(()) }
     /// ```
     pub async fn ack(self) -> Result<(), Error> {
-        let lost_before = self.begin_ack();
-        let lease = &self.lease;
-        let hooks: Arc<dyn SettleHooks> = lease.clone();
-        let result = lease
-            .context()
-            .delete(lease.receipt(), Some(hooks))
-            .instrument(self.span().clone())
-            .await;
-        self.finish_ack(result, lost_before)
+        self.settle(Settle::Ack).await
     }
 
-    /// Starts an ack: from now on the delete's outcome decides. Returns the reason the
-    /// delivery was lost before, if it was.
-    fn begin_ack(&self) -> Option<LostReason> {
-        self.lease.begin_delete();
-        self.lease.lost_reason()
-    }
-
-    /// Ends an ack with the delete's `result`.
-    fn finish_ack(
-        self,
-        result: Result<(), Error>,
-        lost_before: Option<LostReason>,
-    ) -> Result<(), Error> {
-        self.let_go();
-        self.lease.finish_ack(result, lost_before)
+    /// Settles this delivery as `how` says.
+    async fn settle(self, how: Settle) -> Result<(), Error> {
+        let leases = [self.lease.clone()];
+        let results = settle(&leases, how, Some(&self.run.keeper)).await;
+        results.into_iter().next().unwrap_or(Ok(()))
     }
 
     /// The consumer's keeper, which keeps this delivery hidden.
@@ -505,7 +482,7 @@ impl Delivery {
     /// # Ok(()) }
     /// ```
     pub async fn release(self) -> Result<(), Error> {
-        self.change_and_settle(0).await
+        self.settle(Settle::Release(0)).await
     }
 
     /// Makes the message visible again after `delay` (rounded up to whole seconds), for a
@@ -556,7 +533,7 @@ impl Delivery {
                 allowed: Duration::from_secs(room.as_secs()),
             });
         }
-        self.change_and_settle(secs).await
+        self.settle(Settle::Release(secs)).await
     }
 
     /// Gives up on this delivery as if its handler had failed with `error`, now, whatever
@@ -681,7 +658,7 @@ impl Delivery {
     /// retry policy applies.
     async fn move_to(self, dead_letter: &DeadLetter, failure: Failure) -> Result<(), Error> {
         let (lease, keeper) = (&self.lease, Some(&self.run.keeper));
-        match move_to_dead_letter(lease, dead_letter, &failure, Holder::Guard, keeper).await {
+        match move_to_dead_letter(lease, dead_letter, &failure, keeper).await {
             Moved::Done => Ok(()),
             Moved::NotSent(err) if err.is_lost() => Err(err),
             Moved::NotSent(err) => {
@@ -704,61 +681,10 @@ impl Delivery {
                 source: None,
             });
         }
-        let visibility = match self.run.shutdown.is_cancelled() {
-            true => Some(0),
-            false => lease
-                .context()
-                .retry_policy()
-                .visibility_on_drop(lease.receive_count(), lease.room()),
-        };
-        match visibility {
-            Some(secs) => self.change_and_settle(secs).await,
-            None => {
-                // Left to come back when its visibility lapses: settled as it is.
-                self.begin_release();
-                Ok(())
-            }
-        }
-    }
-
-    async fn change_and_settle(self, visibility: u32) -> Result<(), Error> {
-        self.begin_release();
-        let lease = &self.lease;
-        let result = lease
-            .context()
-            .release(lease.receipt(), visibility, Some(lease.clone()))
-            .instrument(self.span().clone())
-            .await;
-        self.finish_release(result)
-    }
-
-    /// Starts a release: the keeper lets go first, so that no extension lands after it.
-    fn begin_release(&self) {
-        self.lease.begin_settle();
-        self.let_go();
-    }
-
-    /// Ends a release with its `result`: `Error::Lost` (the call's error as its source) when
-    /// the call found the delivery lost, or failed once it was.
-    fn finish_release(self, result: Result<(), Error>) -> Result<(), Error> {
-        match result {
-            Ok(()) => Ok(()),
-            Err(err) if err.is_lost() => Err(self.lost_error(err)),
-            Err(err) if self.lease.lost_reason().is_some() => Err(self.lost_error(err)),
-            Err(err) => Err(err),
-        }
-    }
-
-    fn lost_error(&self, err: Error) -> Error {
-        let reason = match err.kind() {
-            Some(ErrorKind::Lost(reason)) => reason,
-            _ => LostReason::ReceiptHandleInvalid,
-        };
-        self.lease.mark_lost(reason);
-        Error::Lost {
-            message_id: self.message_id().to_owned(),
-            reason: self.lease.lost_reason().unwrap_or(reason),
-            source: Some(Box::new(err)),
+        match lease.visibility_on_drop(self.run.shutdown.is_cancelled()) {
+            Some(secs) => self.settle(Settle::Release(secs)).await,
+            // Left to come back when its visibility lapses: settled as it is.
+            None => self.settle(Settle::Leave).await,
         }
     }
 
@@ -771,38 +697,23 @@ impl Delivery {
 /// Acks `deliveries` together (their deletes share requests, each retried as
 /// [`Delivery::ack`] retries): each one's result, in order.
 pub(crate) async fn ack_all(deliveries: Vec<Delivery>) -> Vec<Result<(), Error>> {
-    let Some(first) = deliveries.first() else {
-        return Vec::new();
-    };
-    let ctx = first.context().clone();
-    let lost_before: Vec<_> = deliveries.iter().map(Delivery::begin_ack).collect();
-    let items = deliveries.iter().map(Delivery::settle_entry).collect();
-    let results = ctx.delete_all(items).await;
-    deliveries
-        .into_iter()
-        .zip(results)
-        .zip(lost_before)
-        .map(|((d, result), lost)| d.finish_ack(result, lost))
-        .collect()
+    settle_all(deliveries, Settle::Ack).await
 }
 
 /// Makes `deliveries` visible again at once, together (each retried as
 /// [`Delivery::release`] retries): each one's result, in order.
 pub(crate) async fn release_all(deliveries: Vec<Delivery>) -> Vec<Result<(), Error>> {
+    settle_all(deliveries, Settle::Release(0)).await
+}
+
+/// Settles `deliveries` together, as `how` says (deliveries of one run share its keeper).
+async fn settle_all(deliveries: Vec<Delivery>, how: Settle) -> Vec<Result<(), Error>> {
     let Some(first) = deliveries.first() else {
         return Vec::new();
     };
-    let ctx = first.context().clone();
-    for d in &deliveries {
-        d.begin_release();
-    }
-    let items = deliveries.iter().map(Delivery::settle_entry).collect();
-    let results = ctx.release_all(items, 0).await;
-    deliveries
-        .into_iter()
-        .zip(results)
-        .map(|(d, result)| d.finish_release(result))
-        .collect()
+    let keeper = first.run.keeper.clone();
+    let leases: Vec<_> = deliveries.iter().map(|d| d.lease.clone()).collect();
+    settle(&leases, how, Some(&keeper)).await
 }
 
 /// The `delivery` span: a "process" span as OpenTelemetry's conventions name one (see
@@ -922,7 +833,7 @@ impl Drop for Delivery {
             match runtime {
                 Some(runtime) => {
                     let shutting_down = self.run.shutdown.is_cancelled();
-                    self.lease.release_unsettled(shutting_down, &runtime, &span);
+                    release_unsettled(&self.lease, shutting_down, &runtime, &span);
                 }
                 // No runtime to release it on: it returns when its visibility lapses.
                 None => self.lease.mark_ended(),
@@ -966,6 +877,7 @@ pub(crate) mod tests {
     use tokio::time::{sleep, sleep_until};
 
     use super::*;
+    use crate::context::SettleHooks;
     use crate::keeper::thread::KeeperRuntime;
     use crate::keeper::COALESCE_WINDOW;
     use crate::limits::CAP_MARGIN;
@@ -1481,14 +1393,14 @@ pub(crate) mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_kept_lease_whose_release_is_under_way_is_lost_at_its_deadline_not_before() {
         // What a release does before it lets go of the lease.
-        kept_while_released(|lease| lease.begin_settle()).await;
+        kept_while_released(|lease| _ = lease.begin_release()).await;
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_release_trying_again_is_not_extended_while_its_try_is_under_way() {
         // What a release whose first try failed does before its second.
         kept_while_released(|lease| {
-            lease.begin_settle();
+            lease.begin_release();
             lease.waiting_to_retry();
             lease.retrying();
         })

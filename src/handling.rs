@@ -13,8 +13,8 @@ use tracing::{Instrument, Span};
 
 use crate::batch_handler::{Batch, BatchHandler};
 use crate::batch_window::Batching;
-use crate::context::{Context, SettleHooks};
-use crate::dead_letter::moving::{move_to_dead_letter, Holder, Moved};
+use crate::context::Context;
+use crate::dead_letter::moving::{move_to_dead_letter, Moved};
 use crate::dead_letter::Failure;
 use crate::delivery::Delivery;
 use crate::error::{self, BoxError};
@@ -23,6 +23,7 @@ use crate::keeper::Keeper;
 use crate::lease::{Lease, Left};
 use crate::process_span::process_span;
 use crate::readable::Secs;
+use crate::settle::{release_unsettled, settle, Settle};
 use crate::stats::{Counter, Measure};
 
 /// What a handler's `Ok` means for the deliveries it leaves unsettled (dropped without
@@ -367,14 +368,7 @@ impl Handed {
             *left == Left::Abandoned && dead_letter.is_due(item.lease.receive_count())
         });
         let moves = due.iter().map(|(item, _)| {
-            let holder = Holder::HandlerOutcome;
-            move_to_dead_letter(
-                &item.lease,
-                dead_letter,
-                failure,
-                holder,
-                self.keeper.as_ref(),
-            )
+            move_to_dead_letter(&item.lease, dead_letter, failure, self.keeper.as_ref())
         });
         for ((item, _), moved) in due.iter().zip(join_all(moves).await) {
             match moved {
@@ -389,24 +383,13 @@ impl Handed {
     /// Acks the abandoned deliveries together, as `Delivery::ack` would: one lost meanwhile
     /// is a lost ack, reported and never counted as acked.
     async fn ack(&self, abandoned: &[(&Item, Left)]) {
-        let lost_before: Vec<_> = abandoned
+        let leases: Vec<_> = abandoned
             .iter()
-            .map(|(item, _)| match item.lease.begin_abandoned_ack() {
-                true => None,
-                false => item.lease.lost_reason(),
-            })
+            .map(|(item, _)| item.lease.clone())
             .collect();
-        let entries = abandoned
-            .iter()
-            .map(|(item, _)| {
-                let hooks: Arc<dyn SettleHooks> = item.lease.clone();
-                (item.lease.receipt().to_owned(), Some(hooks))
-            })
-            .collect();
-        let results = self.ctx.delete_all(entries).await;
-        for (((item, _), result), lost_before) in abandoned.iter().zip(results).zip(lost_before) {
-            self.let_go(item);
-            match item.lease.finish_ack(result, lost_before) {
+        let results = settle(&leases, Settle::Ack, self.keeper.as_ref()).await;
+        for ((item, _), result) in abandoned.iter().zip(results) {
+            match result {
                 Ok(()) => tracing::debug!(parent: &item.span, ack_mode = ?self.ack_mode, "acked"),
                 Err(err) if err.is_lost() => item.lease.mark_ended(),
                 Err(err) => {
@@ -424,8 +407,8 @@ impl Handed {
         self.let_go(item);
         match item.lease.context().settle_runtime(None) {
             Some(runtime) if item.lease.lost_reason().is_none() => {
-                item.lease
-                    .release_unsettled(self.shutdown.is_cancelled(), &runtime, &item.span);
+                let shutting_down = self.shutdown.is_cancelled();
+                release_unsettled(&item.lease, shutting_down, &runtime, &item.span);
             }
             _ => item.lease.mark_ended(),
         }

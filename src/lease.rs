@@ -25,13 +25,13 @@
 //! | move | method | called by |
 //! |---|---|---|
 //! | Held -> InHandler -> Held (or what the handler left) | `enter_handler`, `leave_handler` | the handler runner, `handling.rs` |
-//! | -> Settling | `begin_delete`, `begin_settle` | `Delivery::ack` and the batch acks (a delete: extended while it is under way), `release`, `release_after`, `fail` and the batch releases (not extended), `delivery.rs` |
-//! | Abandoned -> Settling | `begin_abandoned_ack` | the handler's `OnSuccess` outcome, `handling.rs` |
+//! | -> Settling | `begin_ack`, `begin_release` | every ack (a delete: extended while it is under way) and release (not extended), through `settle.rs` |
+//! | Abandoned -> Settling | `begin_ack` | the handler's `OnSuccess` outcome, through `settle.rs` |
 //! | Settling <-> SettleWaiting | `waiting_to_retry`, `retrying` | a settle call between its tries, `context.rs` |
 //! | -> Lost, -> AbandonedLost | `extension_lost` | the keeper, on an extension's answer "gone" while held, `keeper/mod.rs` |
 //! | -> Lost, -> AbandonedLost | `lapsed` | the keeper, at a deadline passed unextended (settling too); a delete answered after the deadline, `deleted` |
 //! | -> Lost | `mark_lost` | a settle call answered "gone" |
-//! | Settling -> Acked, or -> Lost | `finish_ack` | an ack's result, for `Delivery::ack` and `OnSuccess` alike |
+//! | Settling -> Acked, or -> Lost | `finish_ack`, `finish_release` | a settle call's result, through `settle.rs` |
 //! | -> Abandoned, -> Ended | `drop_delivery`, `mark_ended` | `Delivery`'s `Drop`, `delivery.rs` |
 //!
 //! Only a held lease can be lost by an extension's answer: once an ack or release has
@@ -54,10 +54,9 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use aws_sdk_sqs::types::Message;
-use tokio::runtime::Handle;
 use tokio::sync::Notify;
 use tokio::time::Instant;
-use tracing::{Instrument, Span};
+use tracing::Span;
 
 use crate::context::{Context, SettleHooks};
 use crate::error::{BoxError, Error, ErrorKind, LostReason};
@@ -402,23 +401,26 @@ impl Lease {
         }
     }
 
-    /// A release starts: from now on its outcome decides.
-    pub(crate) fn begin_settle(&self) {
-        self.transition(held, |_| State::Settling);
+    /// A release starts (or a delivery is left to lapse): from now on its outcome decides.
+    /// Returns the reason the delivery was lost before, if it was.
+    pub(crate) fn begin_release(&self) -> Option<LostReason> {
+        self.begin_settle()
     }
 
     /// An ack (or a move's delete) starts: from now on the delete decides, and the keeper
-    /// keeps the lease until it is answered.
-    pub(crate) fn begin_delete(&self) {
+    /// keeps the lease until it is answered. Returns the reason the delivery was lost
+    /// before, if it was.
+    pub(crate) fn begin_ack(&self) -> Option<LostReason> {
         self.deleting.store(true, AtomicOrdering::Relaxed);
-        self.begin_settle();
+        self.begin_settle()
     }
 
-    /// The handler's outcome acks a delivery it dropped: from now on the delete decides.
-    /// `false` if it is no longer abandoned (lost meanwhile).
-    pub(crate) fn begin_abandoned_ack(&self) -> bool {
-        self.deleting.store(true, AtomicOrdering::Relaxed);
-        self.transition(|s| s == State::Abandoned, |_| State::Settling)
+    /// From a held delivery, or one its handler dropped and whose outcome settles it.
+    fn begin_settle(&self) -> Option<LostReason> {
+        match self.transition(|s| held(s) || s == State::Abandoned, |_| State::Settling) {
+            true => None,
+            false => self.lost_reason(),
+        }
     }
 
     /// An extension found the delivery lost; it counts only while the lease is held.
@@ -587,6 +589,26 @@ impl Lease {
         })
     }
 
+    /// Ends a release with its `result`: `Error::Lost` (the call's error as its source) when
+    /// the call found the delivery lost, or failed once it was.
+    pub(crate) fn finish_release(&self, result: Result<(), Error>) -> Result<(), Error> {
+        let err = match result {
+            Ok(()) => return Ok(()),
+            Err(err) if err.is_lost() || self.lost_reason().is_some() => err,
+            Err(err) => return Err(err),
+        };
+        let reason = match err.kind() {
+            Some(ErrorKind::Lost(reason)) => reason,
+            _ => LostReason::ReceiptHandleInvalid,
+        };
+        self.mark_lost(reason);
+        Err(Error::Lost {
+            message_id: self.message.message_id().unwrap_or_default().to_owned(),
+            reason: self.lost_reason().unwrap_or(reason),
+            source: Some(Box::new(err)),
+        })
+    }
+
     /// The delivery was dropped: what is left to do.
     pub(crate) fn drop_delivery(&self) -> Dropped {
         let mut dropped = Dropped::Settled;
@@ -629,44 +651,16 @@ impl Lease {
         );
     }
 
-    /// Applies the consumer's retry policy to a delivery that ended unsettled: release it at
-    /// once if the consumer is `shutting_down`, otherwise as the policy says (by default,
-    /// leave it to come back when its visibility lapses). The release runs on `runtime`,
-    /// without anyone waiting for it (shutdown does).
-    pub(crate) fn release_unsettled(
-        self: &Arc<Self>,
-        shutting_down: bool,
-        runtime: &Handle,
-        span: &Span,
-    ) {
-        self.mark_ended();
-        if self.timeout() == 0 {
-            return; // visible to others already
+    /// What the retry policy asks of a delivery that ended unsettled, as a visibility in
+    /// seconds: 0 (at once) if the consumer is `shutting_down`, otherwise as the policy says;
+    /// `None` to leave it to come back when its visibility lapses.
+    pub(crate) fn visibility_on_drop(&self, shutting_down: bool) -> Option<u32> {
+        if shutting_down {
+            return Some(0);
         }
-        let visibility = if shutting_down {
-            Some(0)
-        } else {
-            self.ctx
-                .retry_policy()
-                .visibility_on_drop(self.receive_count, self.room())
-        };
-        let Some(visibility) = visibility else {
-            return;
-        };
-        let lease = self.clone();
-        let release = async move {
-            // As the lease: its release may wait for its receive's others, to share a request.
-            let hooks: Arc<dyn SettleHooks> = lease.clone();
-            if let Err(err) = lease
-                .ctx
-                .release(lease.receipt(), visibility, Some(hooks))
-                .await
-            {
-                tracing::warn!(error = %err.chain(), visibility, "releasing a dropped delivery failed; it returns when its visibility lapses");
-            }
-        };
         self.ctx
-            .spawn_settle(release.instrument(span.clone()), runtime);
+            .retry_policy()
+            .visibility_on_drop(self.receive_count, self.room())
     }
 
     /// Completes when the delivery is lost, with the reason; never completes otherwise.
@@ -776,7 +770,7 @@ mod tests {
     async fn an_extension_answer_racing_a_settle_call_does_not_lose_the_delivery() {
         // An extension sent just before the ack reaches SQS just after the delete, and fails.
         let l = lease();
-        l.begin_settle();
+        l.begin_release();
         assert!(!l.extension_lost(LostReason::ReceiptHandleInvalid));
         assert_eq!(l.state(), State::Settling);
         l.acked();
@@ -816,7 +810,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_delete_answered_after_the_deadline_is_no_ack() {
         let l = lease();
-        l.begin_settle();
+        l.begin_release();
         tokio::time::advance(Duration::from_millis(30_001)).await;
         let err = l
             .finish_ack(Ok(()), None)
@@ -835,7 +829,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_delete_answered_at_the_deadline_is_an_ack() {
         let l = lease();
-        l.begin_settle();
+        l.begin_release();
         tokio::time::advance(Duration::from_millis(30_000)).await;
         assert_eq!(l.deadline(), Instant::now());
         l.finish_ack(Ok(()), None).expect("not after the deadline");
@@ -858,7 +852,7 @@ mod tests {
     #[tokio::test]
     async fn a_moves_failed_delete_is_lost_only_when_its_failure_says_so() {
         let gone = lease();
-        gone.begin_delete();
+        gone.begin_ack();
         let err = gone
             .finish_move(
                 Err(failed_delete(ErrorKind::Lost(LostReason::NotInFlight))),
@@ -877,7 +871,7 @@ mod tests {
         assert_eq!((stats.lost, stats.dead_lettered), (1, 0));
 
         let held = lease();
-        held.begin_delete();
+        held.begin_ack();
         let err = held
             .finish_move(Err(failed_delete(ErrorKind::Retryable)), None)
             .expect_err("failed");
@@ -889,7 +883,7 @@ mod tests {
     #[tokio::test]
     async fn an_acks_delete_that_finds_it_gone_is_lost_for_the_reason_sqs_gave() {
         let l = lease();
-        l.begin_delete();
+        l.begin_ack();
         let failed = failed_delete(ErrorKind::Lost(LostReason::NotInFlight));
         let err = l.finish_ack(Err(failed), None).expect_err("lost");
         assert!(matches!(
@@ -908,7 +902,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_transient_failure_of_a_lapsed_ack_is_reported_lost() {
         let l = lease();
-        l.begin_settle();
+        l.begin_release();
         l.waiting_to_retry();
         assert!(
             l.lapsed(LostReason::ExtensionFailed),
@@ -938,7 +932,7 @@ mod tests {
             source: "403".into(),
         };
         let l = lease();
-        l.begin_settle();
+        l.begin_release();
         let err = l
             .finish_ack(Err(refused()), Some(LostReason::ExtensionFailed))
             .expect_err("lost");
@@ -953,7 +947,7 @@ mod tests {
         assert_eq!(l.context().stats(0).lost_acks, 1);
 
         let held = lease();
-        held.begin_settle();
+        held.begin_release();
         let err = held.finish_ack(Err(refused()), None).expect_err("refused");
         assert!(err.is_fatal() && !err.is_lost(), "{err}");
         assert_eq!(held.context().stats(0).lost_acks, 0);
@@ -1028,7 +1022,7 @@ mod tests {
         assert_eq!(seen, Some(1), "lost: counted when woken");
 
         let l = lease();
-        l.begin_settle();
+        l.begin_release();
         let seen = seen_at_wake(
             &l,
             |s| s.acked,
@@ -1057,10 +1051,10 @@ mod tests {
     #[tokio::test]
     async fn a_settle_call_can_find_it_lost() {
         let l = lease();
-        l.begin_settle();
+        l.begin_release();
         l.mark_lost(LostReason::ReceiptHandleInvalid);
         assert_eq!(l.state(), State::Lost(LostReason::ReceiptHandleInvalid));
-        l.begin_settle(); // no way back to Settling
+        l.begin_release(); // no way back to Settling
         assert!(l.lost_reason().is_some());
     }
 
@@ -1077,7 +1071,7 @@ mod tests {
             Left::Abandoned,
             "abandoned: the handler's outcome settles it"
         );
-        assert!(l.begin_abandoned_ack()); // AckMode::OnSuccess and Ok
+        assert_eq!(l.begin_ack(), None); // AckMode::OnSuccess and Ok
         assert!(l.acked());
         assert_eq!(ended.await, End::Acked);
         assert_eq!(l.context().stats(0).acked, 1);
@@ -1120,7 +1114,7 @@ mod tests {
             l.leave_handler(),
             Left::AbandonedLost(LostReason::ExtensionFailed)
         );
-        assert!(!l.begin_abandoned_ack(), "lost: no ack starts");
+        assert!(l.begin_ack().is_some(), "lost: no ack starts");
         let err = l
             .finish_ack(Ok(()), l.lost_reason())
             .expect_err("a delete that succeeds for a lost delivery is no ack");
@@ -1157,7 +1151,7 @@ mod tests {
     async fn a_hold_counts_from_the_answer_to_the_settle_once_and_a_lost_one_not_at_all() {
         let (l, adaptive) = lease_with_estimate();
         tokio::time::advance(Duration::from_secs(20)).await;
-        l.begin_settle();
+        l.begin_release();
         // Counted once: 20 s from the answer (not from the request, 5 s before it).
         assert_eq!(adaptive.timeout(30), 41);
         tokio::time::advance(Duration::from_secs(100)).await;

@@ -161,6 +161,7 @@ mod request_batch;
 mod retry_policy;
 #[cfg(feature = "tower")]
 mod service_handler;
+mod settle;
 #[cfg(feature = "signal")]
 mod shutdown_signal;
 mod stats;

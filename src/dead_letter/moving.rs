@@ -16,15 +16,6 @@ use crate::keeper::Keeper;
 use crate::lease::Lease;
 use crate::readable::Secs;
 
-/// Who holds the delivery while its copy is sent.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Holder {
-    /// Its guard (`Delivery::fail`, `Delivery::dead_letter`).
-    Guard,
-    /// Nobody: it was dropped in its handler, whose failure moves it.
-    HandlerOutcome,
-}
-
 /// How a move ended.
 #[derive(Debug)]
 pub(crate) enum Moved {
@@ -44,7 +35,6 @@ pub(crate) async fn move_to_dead_letter(
     lease: &Arc<Lease>,
     dead_letter: &DeadLetter,
     failure: &Failure,
-    holder: Holder,
     keeper: Option<&Keeper>,
 ) -> Moved {
     let span = lease.span().clone();
@@ -52,11 +42,8 @@ pub(crate) async fn move_to_dead_letter(
         if let Err(err) = send_copy(lease, dead_letter, failure).await {
             return Moved::NotSent(err);
         }
-        match holder {
-            Holder::Guard => lease.begin_delete(),
-            Holder::HandlerOutcome => _ = lease.begin_abandoned_ack(),
-        }
-        let lost_before = lease.lost_reason();
+        // Held by its guard, or dropped in its handler, whose failure moves it.
+        let lost_before = lease.begin_ack();
         let hooks: Arc<dyn SettleHooks> = lease.clone();
         let result = lease.context().delete(lease.receipt(), Some(hooks)).await;
         if let Some(keeper) = keeper {

@@ -1,0 +1,150 @@
+//! Settling: the one path an ack or a release takes, whoever asks for it (a `Delivery`, a
+//! handler batch's `ack_all` or `release_all`, or a handler's outcome for the deliveries it
+//! dropped). The lease's state moves first, the keeper lets go (a release's at once, an
+//! ack's once its delete is answered), the call goes out (batched, and retried as
+//! `call_retries` says), and its answer ends the lease's state.
+//!
+//! A delivery dropped unsettled meets the retry policy the same way, in the background
+//! ([`release_unsettled`]): nobody waits for that release but shutdown.
+
+use std::sync::Arc;
+
+use tokio::runtime::Handle;
+use tracing::{Instrument, Span};
+
+use crate::context::SettleHooks;
+use crate::error::{Error, LostReason};
+use crate::keeper::Keeper;
+use crate::lease::Lease;
+
+/// How a lease is settled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Settle {
+    /// Delete the message (`DeleteMessage`): it is done.
+    Ack,
+    /// Make the message visible again after this many seconds (`ChangeMessageVisibility`;
+    /// 0: at once).
+    Release(u32),
+    /// Leave the message to come back when its visibility lapses: no call.
+    Leave,
+}
+
+/// Settles `leases` as `how` says, each one's result in order; `keeper` (the one keeping
+/// them) lets go of each. One lease alone may wait a little for its cohort's settle calls,
+/// to share a request; several go out together.
+pub(crate) async fn settle(
+    leases: &[Arc<Lease>],
+    how: Settle,
+    keeper: Option<&Keeper>,
+) -> Vec<Result<(), Error>> {
+    let lost_before: Vec<_> = leases.iter().map(|l| begin(l, how, keeper)).collect();
+    let results = call(leases, how).await;
+    leases
+        .iter()
+        .zip(results)
+        .zip(lost_before)
+        .map(|((lease, result), lost_before)| finish(lease, how, result, lost_before, keeper))
+        .collect()
+}
+
+/// Applies the consumer's retry policy to a delivery that ended unsettled (dropped, or left
+/// by its handler): release it at once if the consumer is `shutting_down`, otherwise as the
+/// policy says (by default, leave it to come back when its visibility lapses). The release
+/// runs on `runtime`, without anyone waiting for it (shutdown does).
+pub(crate) fn release_unsettled(
+    lease: &Arc<Lease>,
+    shutting_down: bool,
+    runtime: &Handle,
+    span: &Span,
+) {
+    lease.mark_ended();
+    if lease.timeout() == 0 {
+        return; // visible to others already
+    }
+    let Some(visibility) = lease.visibility_on_drop(shutting_down) else {
+        return;
+    };
+    let leases = [lease.clone()];
+    let release = async move {
+        // As one lease alone: its release may wait for its receive's others, to share a
+        // request.
+        for result in settle(&leases, Settle::Release(visibility), None).await {
+            if let Err(err) = result {
+                tracing::warn!(error = %err.chain(), visibility, "releasing a dropped delivery failed; it returns when its visibility lapses");
+            }
+        }
+    };
+    let ctx = lease.context();
+    ctx.spawn_settle(release.instrument(span.clone()), runtime);
+}
+
+/// The lease's settle starts; returns the reason it was lost before, if it was. A release
+/// lets the keeper go first, so that no extension lands after it; an ack's delete is kept
+/// extended until it is answered.
+fn begin(lease: &Arc<Lease>, how: Settle, keeper: Option<&Keeper>) -> Option<LostReason> {
+    match how {
+        Settle::Ack => lease.begin_ack(),
+        Settle::Release(_) | Settle::Leave => {
+            let lost_before = lease.begin_release();
+            let_go(lease, keeper);
+            lost_before
+        }
+    }
+}
+
+/// The settle calls of `leases`: each one's result, in order.
+async fn call(leases: &[Arc<Lease>], how: Settle) -> Vec<Result<(), Error>> {
+    let Some(first) = leases.first() else {
+        return Vec::new();
+    };
+    let ctx = first.context();
+    match (how, leases) {
+        (Settle::Leave, _) => leases.iter().map(|_| Ok(())).collect(),
+        (Settle::Ack, [one]) => {
+            let delete = ctx.delete(one.receipt(), Some(hooks(one)));
+            vec![delete.instrument(one.span().clone()).await]
+        }
+        (Settle::Release(secs), [one]) => {
+            let release = ctx.release(one.receipt(), secs, Some(hooks(one)));
+            vec![release.instrument(one.span().clone()).await]
+        }
+        (Settle::Ack, many) => ctx.delete_all(entries(many)).await,
+        (Settle::Release(secs), many) => ctx.release_all(entries(many), secs).await,
+    }
+}
+
+/// Ends the lease's settle with its call's `result`.
+fn finish(
+    lease: &Arc<Lease>,
+    how: Settle,
+    result: Result<(), Error>,
+    lost_before: Option<LostReason>,
+    keeper: Option<&Keeper>,
+) -> Result<(), Error> {
+    match how {
+        Settle::Ack => {
+            let_go(lease, keeper);
+            lease.finish_ack(result, lost_before)
+        }
+        Settle::Release(_) | Settle::Leave => lease.finish_release(result),
+    }
+}
+
+fn let_go(lease: &Arc<Lease>, keeper: Option<&Keeper>) {
+    if let Some(keeper) = keeper {
+        keeper.let_go(lease);
+    }
+}
+
+/// The lease as its settle call sees it: its cohort, and whether it is still ours.
+fn hooks(lease: &Arc<Lease>) -> Arc<dyn SettleHooks> {
+    lease.clone()
+}
+
+/// Each lease's receipt handle and itself, as a settle call of several takes them.
+fn entries(leases: &[Arc<Lease>]) -> Vec<(String, Option<Arc<dyn SettleHooks>>)> {
+    leases
+        .iter()
+        .map(|lease| (lease.receipt().to_owned(), Some(hooks(lease))))
+        .collect()
+}
