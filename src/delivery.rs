@@ -829,7 +829,8 @@ impl Drop for Delivery {
             let runtime = self
                 .lease
                 .context()
-                .settle_runtime(self.run.runtime.as_ref());
+                .calls()
+                .runtime(self.run.runtime.as_ref());
             match runtime {
                 Some(runtime) => {
                     let shutting_down = self.run.shutdown.is_cancelled();
@@ -877,7 +878,6 @@ pub(crate) mod tests {
     use tokio::time::{sleep, sleep_until};
 
     use super::*;
-    use crate::context::SettleHooks;
     use crate::keeper::thread::KeeperRuntime;
     use crate::keeper::COALESCE_WINDOW;
     use crate::limits::CAP_MARGIN;
@@ -885,6 +885,7 @@ pub(crate) mod tests {
     use crate::memory::MemoryQueue;
     use crate::queue::Queue;
     use crate::retry_policy::RetryPolicy;
+    use crate::settle_calls::SettleHooks;
 
     fn secs(s: u64) -> Duration {
         Duration::from_secs(s)

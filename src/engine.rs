@@ -158,7 +158,12 @@ impl Engine {
             .with_adaptive_visibility(receive.adaptive.clone());
         #[cfg(feature = "s3")]
         let ctx = ctx.with_payloads(settings.payloads);
-        let receiver = Receiver::new(queue, receive, ctx.releases_at_once(), ctx.receive_health());
+        let receiver = Receiver::new(
+            queue,
+            receive,
+            ctx.calls().releases_at_once(),
+            ctx.receive_health(),
+        );
         Self {
             ctx: Arc::new(ctx),
             keeper: Keeper::new(keeper_runtime),
@@ -243,7 +248,7 @@ impl Engine {
     }
 
     pub(crate) fn is_isolated(&self) -> bool {
-        self.ctx.is_isolated()
+        self.ctx.calls().is_isolated()
     }
 
     pub(crate) fn stats(&self) -> Stats {
@@ -581,7 +586,7 @@ impl Engine {
     /// shutdown's `deadline` (or past now, if a receive answered later than it).
     async fn flush(&self, deadline: Instant) {
         let end = deadline.max(Instant::now()) + FINAL_FLUSH;
-        let left = self.ctx.flush_settles(end).await;
+        let left = self.ctx.calls().flush(end).await;
         if left > 0 {
             tracing::warn!(
                 "{} still unanswered {} after the shutdown timeout: \
@@ -751,7 +756,7 @@ fn finish_delete(
     let receipt = receipt.to_owned();
     let message_id = message_id.to_owned();
     let delete = async move {
-        match settle.delete(&receipt, None).await {
+        match settle.calls().delete(&receipt, None).await {
             Ok(()) if unfinished == Unfinished::Move => {
                 settle.count(Counter::DeadLettered);
                 tracing::warn!(%message_id, "moved to the dead-letter queue");
@@ -764,7 +769,7 @@ fn finish_delete(
         }
         drop(slot);
     };
-    if let Some(runtime) = ctx.settle_runtime(None) {
-        ctx.spawn_settle(delete, &runtime);
+    if let Some(runtime) = ctx.calls().runtime(None) {
+        ctx.calls().spawn(delete, &runtime);
     }
 }

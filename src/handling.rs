@@ -405,7 +405,7 @@ impl Handed {
     /// when its visibility lapses.
     fn release(&self, item: &Item) {
         self.let_go(item);
-        match item.lease.context().settle_runtime(None) {
+        match item.lease.context().calls().runtime(None) {
             Some(runtime) if item.lease.lost_reason().is_none() => {
                 let shutting_down = self.shutdown.is_cancelled();
                 release_unsettled(&item.lease, shutting_down, &runtime, &item.span);

@@ -58,11 +58,12 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tracing::Span;
 
-use crate::context::{Context, SettleHooks};
+use crate::context::Context;
 use crate::error::{BoxError, Error, ErrorKind, LostReason};
 use crate::limits::{call_margin, extension_limit, MAX_VISIBILITY_SECS};
 use crate::millis::{millis_after, Millis};
 use crate::request_batch::Cohort;
+use crate::settle_calls::SettleHooks;
 use crate::stats::Counter;
 use crate::unfinished_deletes::Unfinished;
 

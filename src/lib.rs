@@ -162,6 +162,7 @@ mod retry_policy;
 #[cfg(feature = "tower")]
 mod service_handler;
 mod settle;
+mod settle_calls;
 #[cfg(feature = "signal")]
 mod shutdown_signal;
 mod stats;

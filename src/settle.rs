@@ -12,10 +12,11 @@ use std::sync::Arc;
 use tokio::runtime::Handle;
 use tracing::{Instrument, Span};
 
-use crate::context::SettleHooks;
 use crate::error::{Error, LostReason};
 use crate::keeper::Keeper;
 use crate::lease::Lease;
+use crate::settle_calls::SettleHooks;
+use crate::stats::Counter;
 
 /// How a lease is settled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,7 +76,7 @@ pub(crate) fn release_unsettled(
         }
     };
     let ctx = lease.context();
-    ctx.spawn_settle(release.instrument(span.clone()), runtime);
+    ctx.calls().spawn(release.instrument(span.clone()), runtime);
 }
 
 /// The lease's settle starts; returns the reason it was lost before, if it was. A release
@@ -97,19 +98,19 @@ async fn call(leases: &[Arc<Lease>], how: Settle) -> Vec<Result<(), Error>> {
     let Some(first) = leases.first() else {
         return Vec::new();
     };
-    let ctx = first.context();
+    let calls = first.context().calls();
     match (how, leases) {
         (Settle::Leave, _) => leases.iter().map(|_| Ok(())).collect(),
         (Settle::Ack, [one]) => {
-            let delete = ctx.delete(one.receipt(), Some(hooks(one)));
+            let delete = calls.delete(one.receipt(), Some(hooks(one)));
             vec![delete.instrument(one.span().clone()).await]
         }
         (Settle::Release(secs), [one]) => {
-            let release = ctx.release(one.receipt(), secs, Some(hooks(one)));
+            let release = calls.release(one.receipt(), secs, Some(hooks(one)));
             vec![release.instrument(one.span().clone()).await]
         }
-        (Settle::Ack, many) => ctx.delete_all(entries(many)).await,
-        (Settle::Release(secs), many) => ctx.release_all(entries(many), secs).await,
+        (Settle::Ack, many) => calls.delete_all(entries(many)).await,
+        (Settle::Release(secs), many) => calls.release_all(entries(many), secs).await,
     }
 }
 
@@ -126,7 +127,15 @@ fn finish(
             let_go(lease, keeper);
             lease.finish_ack(result, lost_before)
         }
-        Settle::Release(_) | Settle::Leave => lease.finish_release(result),
+        Settle::Release(secs) => {
+            let released = lease.finish_release(result);
+            if released.is_ok() {
+                lease.context().count(Counter::Released);
+                tracing::debug!(parent: lease.span(), visibility = secs, "released");
+            }
+            released
+        }
+        Settle::Leave => lease.finish_release(result),
     }
 }
 

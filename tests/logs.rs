@@ -152,7 +152,7 @@ async fn handlers_and_keeper_log_for_the_awaiting_threads_subscriber(isolated_ke
         &logs,
         [
             ("sqs_consumer::handling", "handler failed"),
-            ("sqs_consumer::context", "released"),
+            ("sqs_consumer::settle", "released"),
             ("sqs_consumer::keeper", "visibility extended"),
             ("sqs_consumer::lease", "acked"),
         ],
@@ -192,7 +192,7 @@ async fn batcher_logs_for_the_awaiting_threads_subscriber(isolated_keeper: bool)
         .unwrap();
     let events = [
         ("sqs_consumer::request_batch", "batch request failed"),
-        ("sqs_consumer::context", "settle call failed; retrying"),
+        ("sqs_consumer::settle_calls", "settle call failed; retrying"),
     ];
     // Until both are logged (the ack would go on trying for a while): the run is dropped then.
     let both = eventually("both events logged", secs(30), || {

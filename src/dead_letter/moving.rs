@@ -9,12 +9,12 @@ use tokio::time::{sleep, Instant};
 use tracing::Instrument;
 
 use crate::call_retries::{self, ACK_RETRY_WINDOW};
-use crate::context::SettleHooks;
 use crate::dead_letter::{DeadLetter, Failure};
 use crate::error::Error;
 use crate::keeper::Keeper;
 use crate::lease::Lease;
 use crate::readable::Secs;
+use crate::settle_calls::SettleHooks;
 
 /// How a move ended.
 #[derive(Debug)]
@@ -45,7 +45,7 @@ pub(crate) async fn move_to_dead_letter(
         // Held by its guard, or dropped in its handler, whose failure moves it.
         let lost_before = lease.begin_ack();
         let hooks: Arc<dyn SettleHooks> = lease.clone();
-        let result = lease.context().delete(lease.receipt(), Some(hooks)).await;
+        let result = lease.context().calls().delete(lease.receipt(), Some(hooks)).await;
         if let Some(keeper) = keeper {
             keeper.let_go(lease);
         }

@@ -926,7 +926,7 @@ async fn extend_all(
         .iter()
         .map(|e| (e.lease.receipt(), e.visibility))
         .collect();
-    let results = ctx.extend_all(&entries).await;
+    let results = ctx.calls().extend_all(&entries).await;
     drop(entries);
     extensions
         .into_iter()
