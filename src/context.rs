@@ -5,9 +5,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::runtime::Handle;
 use tokio::time::Instant;
-use tracing::{Instrument, Span};
+#[cfg(feature = "s3")]
+use {
+    tokio::runtime::Handle,
+    tracing::{Instrument, Span},
+};
 
 use crate::adaptive_visibility::AdaptiveVisibility;
 use crate::dead_letter::DeadLetter;

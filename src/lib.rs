@@ -125,8 +125,8 @@ mod adaptive_visibility;
 mod backlog;
 mod batch_handler;
 mod batch_window;
+mod builder;
 mod call_retries;
-mod config;
 mod consumer;
 mod consumer_handle;
 mod context;
@@ -174,7 +174,7 @@ mod unfinished_deletes;
 
 pub use backlog::Backlog;
 pub use batch_handler::{Batch, BatchHandler};
-pub use config::ConsumerBuilder;
+pub use builder::ConsumerBuilder;
 pub use consumer::Consumer;
 pub use consumer_handle::ConsumerHandle;
 pub use dead_letter::queue::DeadLetterQueue;
