@@ -2,13 +2,10 @@
 
 use std::fmt;
 use std::future::Future;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_sdk_sqs::types::{Message, MessageSystemAttributeName};
-use tokio::runtime::Handle;
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Span;
@@ -16,15 +13,17 @@ use tracing::Span;
 use crate::context::Context;
 use crate::dead_letter::moving::{move_to_dead_letter, Moved};
 use crate::dead_letter::{DeadLetter, Failure};
+use crate::delivery_span::{delivery_span, read_trace_parent};
 use crate::error::{BoxError, Error, LostReason};
 use crate::keeper::Keeper;
 use crate::lease::{Dropped, End, Lease};
 use crate::limits::{secs_rounded_up, HARD_LIMIT, MAX_VISIBILITY_SECS};
-use crate::process_span::process_span;
 use crate::request_batch::Cohort;
+use crate::run_ties::RunTies;
 use crate::settle::{release_unsettled, settle, Settle};
+use crate::slot::Slot;
 use crate::stats::{Counter, Measure};
-use crate::trace_parent::{self, parse_x_ray, Malformed, TraceParent};
+use crate::trace_parent::TraceParent;
 
 /// One received SQS message, hidden from other consumers while you hold it.
 ///
@@ -53,92 +52,6 @@ pub struct Delivery {
     /// delivery stays a few words.
     #[cfg(feature = "s3")]
     payload: Option<Box<crate::payload::pointer::Payload>>,
-}
-
-/// What the deliveries of one run (a `run_until`, or a stream) share: the run's shutdown
-/// signal, the runtime it receives on (a dropped delivery's release runs there), and how many
-/// of them are still held (a stream's graceful shutdown waits for none).
-#[derive(Debug)]
-pub(crate) struct RunTies {
-    shutdown: CancellationToken,
-    /// The consumer's keeper, which keeps the deliveries hidden.
-    keeper: Keeper,
-    runtime: Option<Handle>,
-    held: AtomicUsize,
-    /// Signalled when the last one is dropped.
-    none_held: Notify,
-}
-
-impl RunTies {
-    pub(crate) fn new(shutdown: CancellationToken, keeper: Keeper) -> Arc<Self> {
-        Arc::new(Self {
-            shutdown,
-            keeper,
-            runtime: Handle::try_current().ok(),
-            held: AtomicUsize::new(0),
-            none_held: Notify::new(),
-        })
-    }
-
-    pub(crate) fn shutdown(&self) -> &CancellationToken {
-        &self.shutdown
-    }
-
-    /// Deliveries of the run still held.
-    pub(crate) fn held(&self) -> usize {
-        self.held.load(Ordering::Acquire)
-    }
-
-    /// Completes once no delivery of the run is held.
-    pub(crate) async fn none_held(&self) {
-        loop {
-            let dropped = self.none_held.notified();
-            tokio::pin!(dropped);
-            dropped.as_mut().enable();
-            if self.held() == 0 {
-                return;
-            }
-            dropped.await;
-        }
-    }
-}
-
-/// The `max_in_flight` slot a delivery takes, and its slot of a shared
-/// [`InFlightLimit`](crate::InFlightLimit) if its consumer has one: both come free when it
-/// is dropped. Two words: the semaphores the slots are given back to.
-#[derive(Debug, Default)]
-pub(crate) struct Slot {
-    own: Option<Arc<Semaphore>>,
-    shared: Option<Arc<Semaphore>>,
-}
-
-impl Slot {
-    pub(crate) fn new(own: OwnedSemaphorePermit, shared: Option<OwnedSemaphorePermit>) -> Self {
-        Self {
-            own: hold_one(own),
-            shared: shared.and_then(hold_one),
-        }
-    }
-}
-
-/// Keeps one permit of `permit` (giving back any more) as the semaphore to return it to.
-fn hold_one(permit: OwnedSemaphorePermit) -> Option<Arc<Semaphore>> {
-    let n = permit.num_permits();
-    if n == 0 {
-        return None;
-    }
-    let semaphore = permit.semaphore().clone();
-    permit.forget();
-    semaphore.add_permits(n - 1);
-    Some(semaphore)
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        for semaphore in [self.own.take(), self.shared.take()].into_iter().flatten() {
-            semaphore.add_permits(1);
-        }
-    }
 }
 
 /// What `Delivery::start` needs besides the message.
@@ -185,8 +98,8 @@ impl Delivery {
             )
             .in_cohort(received.cohort),
         );
-        received.run.keeper.keep(lease.clone());
-        received.run.held.fetch_add(1, Ordering::AcqRel);
+        received.run.keeper().keep(lease.clone());
+        received.run.delivery_held();
         Self {
             lease,
             run: received.run,
@@ -447,13 +360,13 @@ impl Delivery {
     /// Settles this delivery as `how` says.
     async fn settle(self, how: Settle) -> Result<(), Error> {
         let leases = [self.lease.clone()];
-        let results = settle(&leases, how, Some(&self.run.keeper)).await;
+        let results = settle(&leases, how, Some(self.run.keeper())).await;
         results.into_iter().next().unwrap_or(Ok(()))
     }
 
     /// The consumer's keeper, which keeps this delivery hidden.
     pub(crate) fn keeper(&self) -> &Keeper {
-        &self.run.keeper
+        self.run.keeper()
     }
 
     /// Makes the message visible to every consumer at once (`ChangeMessageVisibility` to 0).
@@ -657,7 +570,7 @@ impl Delivery {
     /// Moves the message to `dead_letter` for `failure`; if no copy could be sent, the
     /// retry policy applies.
     async fn move_to(self, dead_letter: &DeadLetter, failure: Failure) -> Result<(), Error> {
-        let (lease, keeper) = (&self.lease, Some(&self.run.keeper));
+        let (lease, keeper) = (&self.lease, Some(self.run.keeper()));
         match move_to_dead_letter(lease, dead_letter, &failure, keeper).await {
             Moved::Done => Ok(()),
             Moved::NotSent(err) if err.is_lost() => Err(err),
@@ -681,7 +594,7 @@ impl Delivery {
                 source: None,
             });
         }
-        match lease.visibility_on_drop(self.run.shutdown.is_cancelled()) {
+        match lease.visibility_on_drop(self.run.shutdown().is_cancelled()) {
             Some(secs) => self.settle(Settle::Release(secs)).await,
             // Left to come back when its visibility lapses: settled as it is.
             None => self.settle(Settle::Leave).await,
@@ -690,7 +603,7 @@ impl Delivery {
 
     /// Tells the keeper to let go (once).
     fn let_go(&self) {
-        self.run.keeper.let_go(&self.lease);
+        self.run.keeper().let_go(&self.lease);
     }
 }
 
@@ -711,70 +624,9 @@ async fn settle_all(deliveries: Vec<Delivery>, how: Settle) -> Vec<Result<(), Er
     let Some(first) = deliveries.first() else {
         return Vec::new();
     };
-    let keeper = first.run.keeper.clone();
+    let keeper = first.run.keeper().clone();
     let leases: Vec<_> = deliveries.iter().map(|d| d.lease.clone()).collect();
     settle(&leases, how, Some(&keeper)).await
-}
-
-/// The `delivery` span: a "process" span as OpenTelemetry's conventions name one (see
-/// `process_span!`), for one message.
-fn delivery_span(
-    ctx: &Context,
-    message: &Message,
-    receive_count: u32,
-    age: Option<Duration>,
-) -> Span {
-    let span = process_span!(
-        "delivery",
-        ctx.short_queue_name(),
-        messaging.message.id = message.message_id().unwrap_or_default(),
-        receive_count,
-        age_ms = age.map(|a| u64::try_from(a.as_millis()).unwrap_or(u64::MAX)),
-        aws_trace_header = tracing::field::Empty,
-        traceparent = tracing::field::Empty,
-    );
-    record_trace_context(&span, message);
-    let joins = cfg!(feature = "opentelemetry") || ctx.span_hook().is_some();
-    if joins && !span.is_disabled() {
-        let parent = read_trace_parent(message, |header, why| {
-            tracing::debug!(parent: &span, header, reason = %why, "ignored a malformed trace header");
-        });
-        #[cfg(feature = "opentelemetry")]
-        if let Some(parent) = &parent {
-            crate::trace_continuation::continue_trace(&span, parent);
-        }
-        if let Some(hook) = ctx.span_hook() {
-            hook.call(&span, parent.as_ref());
-        }
-    }
-    span
-}
-
-/// The producer's trace context: the W3C `traceparent` (with its `tracestate`) if well
-/// formed, else X-Ray's `AWSTraceHeader` if well formed; `malformed` hears of each header
-/// that is there and is not.
-fn read_trace_parent(
-    message: &Message,
-    mut malformed: impl FnMut(&'static str, Malformed),
-) -> Option<TraceParent> {
-    let attribute = |name: &str| {
-        message
-            .message_attributes()
-            .and_then(|a| a.get(name))
-            .and_then(|v| v.string_value())
-    };
-    if let Some(header) = attribute("traceparent") {
-        match trace_parent::parse_w3c(header, attribute("tracestate")) {
-            Ok(parent) => return Some(parent),
-            Err(why) => malformed("traceparent", why),
-        }
-    }
-    let x_ray = message
-        .attributes()
-        .and_then(|a| a.get(&MessageSystemAttributeName::AwsTraceHeader))?;
-    parse_x_ray(x_ray)
-        .map_err(|why| malformed("AWSTraceHeader", why))
-        .ok()
 }
 
 /// `SentTimestamp`, if the message carries a valid one.
@@ -794,28 +646,6 @@ fn age_since(sent: SystemTime) -> Duration {
         .unwrap_or(Duration::ZERO)
 }
 
-/// Records the message's trace context in its span, when it carries one: the X-Ray header
-/// SQS keeps as the `AWSTraceHeader` system attribute, and a W3C `traceparent` message
-/// attribute (what OpenTelemetry propagators write).
-fn record_trace_context(span: &Span, message: &Message) {
-    if span.is_disabled() {
-        return;
-    }
-    if let Some(header) = message
-        .attributes()
-        .and_then(|a| a.get(&MessageSystemAttributeName::AwsTraceHeader))
-    {
-        span.record("aws_trace_header", tracing::field::display(header));
-    }
-    if let Some(parent) = message
-        .message_attributes()
-        .and_then(|a| a.get("traceparent"))
-        .and_then(|v| v.string_value())
-    {
-        span.record("traceparent", tracing::field::display(parent));
-    }
-}
-
 impl Drop for Delivery {
     fn drop(&mut self) {
         // Only signals: tell the keeper to let go, hand a release to its own task. A delivery
@@ -826,14 +656,10 @@ impl Drop for Delivery {
         }
         if dropped == Dropped::Unsettled {
             let span = self.lease.span().clone();
-            let runtime = self
-                .lease
-                .context()
-                .calls()
-                .runtime(self.run.runtime.as_ref());
+            let runtime = self.lease.context().calls().runtime(self.run.runtime());
             match runtime {
                 Some(runtime) => {
-                    let shutting_down = self.run.shutdown.is_cancelled();
+                    let shutting_down = self.run.shutdown().is_cancelled();
                     release_unsettled(&self.lease, shutting_down, &runtime, &span);
                 }
                 // No runtime to release it on: it returns when its visibility lapses.
@@ -841,9 +667,7 @@ impl Drop for Delivery {
             }
         }
         self.lease.context().delivery_ended();
-        if self.run.held.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.run.none_held.notify_waiters();
-        }
+        self.run.delivery_dropped();
     }
 }
 

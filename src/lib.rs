@@ -132,6 +132,7 @@ mod consumer_handle;
 mod context;
 mod dead_letter;
 mod delivery;
+mod delivery_span;
 mod detached_receive;
 mod engine;
 mod error;
@@ -159,12 +160,14 @@ mod readable;
 mod receiver;
 mod request_batch;
 mod retry_policy;
+mod run_ties;
 #[cfg(feature = "tower")]
 mod service_handler;
 mod settle;
 mod settle_calls;
 #[cfg(feature = "signal")]
 mod shutdown_signal;
+mod slot;
 mod stats;
 mod stream;
 #[cfg(feature = "opentelemetry")]

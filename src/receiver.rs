@@ -17,7 +17,6 @@ use tokio_util::sync::CancellationToken;
 use crate::adaptive_visibility::AdaptiveVisibility;
 use crate::backlog::Backlog;
 use crate::call_retries::{self, Backoff};
-use crate::delivery::Slot;
 use crate::detached_receive::{self, ReceiveRequest};
 use crate::error::Error;
 use crate::in_flight_limit::InFlightLimit;
@@ -25,6 +24,7 @@ use crate::queue::Queue;
 use crate::rate_limit::{RateLimits, Tokens};
 use crate::readable::{Count, Secs};
 use crate::settle_calls::ReleasesAtOnce;
+use crate::slot::Slot;
 use crate::stats::{Failing, ReceiveHealth};
 
 /// While the queue is busy, how long a receive waits for a whole batch of free slots before
