@@ -14,7 +14,7 @@ use {
 
 use crate::adaptive_visibility::AdaptiveVisibility;
 use crate::dead_letter::DeadLetter;
-use crate::keeper::thread::KeeperRuntime;
+use crate::keeper_thread::KeeperRuntime;
 use crate::millis::Epoch;
 use crate::queue::Queue;
 use crate::retry_policy::RetryPolicy;

@@ -11,7 +11,6 @@ use tokio_util::sync::CancellationToken;
 use tracing::Span;
 
 use crate::context::Context;
-use crate::dead_letter::moving::{move_to_dead_letter, Moved};
 use crate::dead_letter::{DeadLetter, Failure};
 use crate::delivery_span::{delivery_span, read_trace_parent};
 use crate::error::{BoxError, Error, LostReason};
@@ -20,7 +19,7 @@ use crate::lease::{Dropped, End, Lease};
 use crate::limits::{secs_rounded_up, HARD_LIMIT, MAX_VISIBILITY_SECS};
 use crate::request_batch::Cohort;
 use crate::run_ties::RunTies;
-use crate::settle::{release_unsettled, settle, Settle};
+use crate::settle::{move_to_dead_letter, release_unsettled, settle, Moved, Settle};
 use crate::slot::Slot;
 use crate::stats::{Counter, Measure};
 use crate::trace_parent::TraceParent;
@@ -702,8 +701,8 @@ pub(crate) mod tests {
     use tokio::time::{sleep, sleep_until};
 
     use super::*;
-    use crate::keeper::thread::KeeperRuntime;
-    use crate::keeper::COALESCE_WINDOW;
+    use crate::keeper::schedule::COALESCE_WINDOW;
+    use crate::keeper_thread::KeeperRuntime;
     use crate::limits::CAP_MARGIN;
     use crate::memory::counts::Action;
     use crate::memory::MemoryQueue;
@@ -1756,8 +1755,8 @@ mod size {
 
     use super::{Delivery, Received, RunTies};
     use crate::context::Context;
-    use crate::keeper::thread::KeeperRuntime;
     use crate::keeper::Keeper;
+    use crate::keeper_thread::KeeperRuntime;
     use crate::memory::MemoryQueue;
     use crate::queue::Queue;
     use crate::retry_policy::RetryPolicy;

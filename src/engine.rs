@@ -24,8 +24,8 @@ use crate::error::Error;
 use crate::fifo;
 use crate::handler::Handler;
 use crate::handling::{self, HandlerSettings};
-use crate::keeper::thread::KeeperRuntime;
 use crate::keeper::Keeper;
+use crate::keeper_thread::KeeperRuntime;
 use crate::queue::Queue;
 use crate::readable::{Count, Secs};
 use crate::receiver::{ReceiveSettings, ReceivedBatch, Receiver, Receiving};
@@ -368,7 +368,7 @@ impl Engine {
                 HandTo::Each(Arc::new(move |d| {
                     let each = each.clone();
                     Box::pin(async move {
-                        if let Some(d) = crate::payload::resolve::resolve(d).await {
+                        if let Some(d) = crate::payload_reading::resolve(d).await {
                             each(d).await;
                         }
                     })
@@ -379,7 +379,7 @@ impl Engine {
                 HandTo::Batch(Arc::new(move |deliveries, shutdown| {
                     let batch = batch.clone();
                     Box::pin(async move {
-                        let deliveries = crate::payload::resolve::resolve_all(deliveries).await;
+                        let deliveries = crate::payload_reading::resolve_all(deliveries).await;
                         if !deliveries.is_empty() {
                             batch(deliveries, shutdown).await;
                         }

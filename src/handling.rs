@@ -14,7 +14,6 @@ use tracing::{Instrument, Span};
 use crate::batch_handler::{Batch, BatchHandler};
 use crate::batch_window::Batching;
 use crate::context::Context;
-use crate::dead_letter::moving::{move_to_dead_letter, Moved};
 use crate::dead_letter::Failure;
 use crate::delivery::Delivery;
 use crate::error::{self, BoxError};
@@ -23,7 +22,7 @@ use crate::keeper::Keeper;
 use crate::lease::{Lease, Left};
 use crate::process_span::process_span;
 use crate::readable::Secs;
-use crate::settle::{release_unsettled, settle, Settle};
+use crate::settle::{move_to_dead_letter, release_unsettled, settle, Moved, Settle};
 use crate::stats::{Counter, Measure};
 
 /// What a handler's `Ok` means for the deliveries it leaves unsettled (dropped without

@@ -744,7 +744,7 @@ fn lost_reason(state: State) -> Option<LostReason> {
 mod tests {
     use super::*;
     use crate::adaptive_visibility::AdaptiveVisibility;
-    use crate::keeper::thread::KeeperRuntime;
+    use crate::keeper_thread::KeeperRuntime;
     use crate::memory::MemoryQueue;
     use crate::queue::Queue;
     use crate::retry_policy::RetryPolicy;

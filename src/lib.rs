@@ -146,12 +146,15 @@ mod in_flight_limit;
 #[cfg(feature = "json")]
 mod json;
 mod keeper;
+mod keeper_thread;
 mod lease;
 mod limits;
 pub mod memory;
 mod millis;
 #[cfg(feature = "s3")]
 mod payload;
+#[cfg(feature = "s3")]
+mod payload_reading;
 mod process_span;
 mod queue;
 mod queue_ref;
@@ -177,10 +180,10 @@ mod unfinished_deletes;
 
 pub use backlog::Backlog;
 pub use batch_handler::{Batch, BatchHandler};
+pub use builder::dead_letter_queue::DeadLetterQueue;
 pub use builder::ConsumerBuilder;
 pub use consumer::Consumer;
 pub use consumer_handle::ConsumerHandle;
-pub use dead_letter::queue::DeadLetterQueue;
 pub use delivery::Delivery;
 pub use error::{BoxError, Error, ErrorKind, LostReason};
 #[cfg(feature = "json")]

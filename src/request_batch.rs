@@ -23,7 +23,7 @@ use tokio_util::task::TaskTracker;
 use tracing::instrument::WithSubscriber;
 
 use crate::error::Error;
-use crate::keeper::thread::{KeeperRuntime, Mailbox};
+use crate::keeper_thread::{KeeperRuntime, Mailbox};
 use crate::limits::MAX_BATCH;
 use crate::queue::{BatchEntry, Queue, ENTRY_IDS};
 

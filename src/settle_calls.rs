@@ -16,7 +16,7 @@ use tracing::{Instrument, Span};
 
 use crate::call_retries::{self, ACK_RETRY_WINDOW, RELEASE_ATTEMPTS};
 use crate::error::Error;
-use crate::keeper::thread::KeeperRuntime;
+use crate::keeper_thread::KeeperRuntime;
 use crate::queue::Queue;
 use crate::readable::Secs;
 use crate::request_batch::{Batcher, Call, Cohort};

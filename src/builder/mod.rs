@@ -4,6 +4,7 @@
 //! the keeper's client come from in `queues.rs`.
 
 mod constructors;
+pub(crate) mod dead_letter_queue;
 mod queues;
 mod validation;
 
@@ -11,7 +12,7 @@ use std::time::Duration;
 
 use aws_sdk_sqs::types::MessageSystemAttributeName;
 
-use crate::dead_letter::queue::DeadLetterQueue;
+use crate::builder::dead_letter_queue::DeadLetterQueue;
 use crate::handling::{AckMode, OnLost};
 use crate::in_flight_limit::InFlightLimit;
 use crate::queue::DEFAULT_REQUEST_TIMEOUT;

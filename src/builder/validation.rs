@@ -20,7 +20,7 @@ use crate::dead_letter::DeadLetter;
 use crate::engine::{ConsumerSettings, Leases};
 use crate::error::Error;
 use crate::handling::HandlerSettings;
-use crate::keeper::thread::KeeperRuntime;
+use crate::keeper_thread::KeeperRuntime;
 use crate::limits::{self, HARD_LIMIT, MAX_BATCH, MAX_IN_FLIGHT, RECEIVE_COUNTS};
 use crate::queue::sdk::SdkQueue;
 use crate::queue::Queue;

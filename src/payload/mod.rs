@@ -2,5 +2,4 @@
 //! Amazon's Extended Client libraries.
 
 pub(crate) mod pointer;
-pub(crate) mod resolve;
 pub(crate) mod store;

@@ -1,9 +1,6 @@
 //! The dead-letter step's queue and its copy of a failed message: the original body and
 //! message attributes, plus the `sqs-consumer.failure` attribute saying why.
 
-pub(crate) mod moving;
-pub(crate) mod queue;
-
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
