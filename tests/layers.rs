@@ -15,13 +15,7 @@ use std::path::{Path, PathBuf};
 /// one place they are written down), whose rows go from the top down. A row names its files
 /// as paths under `src/` in backquotes.
 fn layers() -> Vec<(String, Vec<String>)> {
-    let root = env!("CARGO_MANIFEST_DIR");
-    let text = std::fs::read_to_string(format!("{root}/CONTRIBUTING.md")).unwrap();
-    let section = text
-        .split("\n## Layers\n")
-        .nth(1)
-        .expect("CONTRIBUTING.md has a section \"## Layers\"");
-    let section = section.split("\n## ").next().unwrap_or(section);
+    let section = contributing_section("Layers");
     let mut layers: Vec<(String, Vec<String>)> = section
         .lines()
         .filter(|l| l.starts_with("| ") && !l.starts_with("| layer |"))
@@ -124,17 +118,21 @@ fn the_checker_finds_a_loop_and_an_upward_reach() {
     );
 }
 
-/// The words the glossary retires: the backquoted words of the last column of the table in
-/// `CONTRIBUTING.md`, "Glossary".
-fn retired_words() -> Vec<String> {
+/// The text of `CONTRIBUTING.md`'s section "## `heading`", up to the next section.
+fn contributing_section(heading: &str) -> String {
     let root = env!("CARGO_MANIFEST_DIR");
     let text = std::fs::read_to_string(format!("{root}/CONTRIBUTING.md")).unwrap();
     let section = text
-        .split("\n## Glossary\n")
+        .split(&format!("\n## {heading}\n"))
         .nth(1)
-        .expect("CONTRIBUTING.md has a section \"## Glossary\"");
-    let section = section.split("\n## ").next().unwrap_or(section);
-    section
+        .unwrap_or_else(|| panic!("CONTRIBUTING.md has no section \"## {heading}\""));
+    section.split("\n## ").next().unwrap_or(section).to_owned()
+}
+
+/// The words the glossary retires: the backquoted words of the last column of the table in
+/// `CONTRIBUTING.md`, "Glossary".
+fn retired_words() -> Vec<String> {
+    contributing_section("Glossary")
         .lines()
         .filter(|l| l.starts_with("| ") && !l.starts_with("| word |"))
         .flat_map(|row| {
