@@ -269,6 +269,23 @@ fn renamed_since_the_mutants_run(root: &Path) -> std::collections::BTreeMap<Stri
         .collect()
 }
 
+/// The modules cargo-mutants examines (`.cargo/mutants.toml`) are files of today: a file
+/// renamed and not listed again would go unmutated without a word.
+#[test]
+fn every_module_cargo_mutants_examines_is_a_file_of_today() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let config = std::fs::read_to_string(root.join(".cargo/mutants.toml")).unwrap();
+    let globs = config
+        .split("examine_globs = [")
+        .nth(1)
+        .expect("examine_globs");
+    let globs = globs.split(']').next().unwrap_or_default();
+    let files: Vec<&str> = globs.split('"').skip(1).step_by(2).collect();
+    assert!(files.len() >= 30, "{files:?}");
+    let gone: Vec<_> = files.iter().filter(|f| !root.join(f).exists()).collect();
+    assert!(gone.is_empty(), "examined but not there: {gone:?}");
+}
+
 #[test]
 fn every_file_the_docs_cite_as_tests_exists() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
