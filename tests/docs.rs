@@ -352,15 +352,19 @@ fn section<'a>(page: &'a str, heading: &str) -> &'a str {
     section.split("\n## ").next().unwrap_or(section)
 }
 
+/// The rows of the table in `text`, but its header (the row starting with `header`).
+fn table_rows<'a>(text: &'a str, header: &str) -> Vec<&'a str> {
+    text.lines()
+        .filter(|l| l.starts_with("| ") && !l.starts_with(header))
+        .collect()
+}
+
 #[test]
 fn every_row_of_the_fidelity_table_cites_a_test() {
     let root = env!("CARGO_MANIFEST_DIR");
     let page = std::fs::read_to_string(format!("{root}/docs/testing.md")).unwrap();
     let section = section(&page, "Test servers and AWS");
-    let rows: Vec<&str> = section
-        .lines()
-        .filter(|l| l.starts_with("| ") && !l.starts_with("| Behaviour"))
-        .collect();
+    let rows = table_rows(section, "| Behaviour");
     assert!(rows.len() >= 10, "{} rows", rows.len());
     for row in rows {
         let tests = row.trim_end_matches('|').rsplit('|').next().unwrap();
@@ -474,10 +478,7 @@ fn the_benchmarks_page_gives_one_short_row_per_bench() {
     let notes = std::fs::read_to_string(format!("{root}/benches/notes.md")).unwrap();
     assert!(page.len() <= 8 * 1024, "{} bytes", page.len());
     let table = section(&page, "What each measures, and where it stands");
-    let rows: Vec<&str> = table
-        .lines()
-        .filter(|l| l.starts_with("| ") && !l.starts_with("| bench "))
-        .collect();
+    let rows = table_rows(table, "| bench ");
     assert!(rows.len() >= 15, "{} rows", rows.len());
     for row in rows {
         assert!(row.len() <= 400, "a row of {} bytes: {row}", row.len());
