@@ -17,6 +17,7 @@ use crate::dead_letter::DeadLetter;
 use crate::keeper_thread::KeeperRuntime;
 use crate::millis::Epoch;
 use crate::queue::Queue;
+use crate::request_batch::RequestsAtOnce;
 use crate::retry_policy::RetryPolicy;
 use crate::settle_calls::SettleCalls;
 use crate::stats::{Counter, Counters, Measure, Stats};
@@ -47,12 +48,18 @@ pub(crate) struct Context {
 }
 
 impl Context {
-    /// A context whose settle calls go to `queue`, run by `keeper_runtime`.
-    pub(crate) fn new(queue: &Queue, retry: RetryPolicy, keeper_runtime: KeeperRuntime) -> Self {
+    /// A context whose settle calls go to `queue`, run by `keeper_runtime`, up to `at_once`
+    /// requests of each kind under way.
+    pub(crate) fn new(
+        queue: &Queue,
+        retry: RetryPolicy,
+        keeper_runtime: KeeperRuntime,
+        at_once: RequestsAtOnce,
+    ) -> Self {
         Self {
             epoch: Epoch::now(),
             queue: queue.clone(),
-            calls: Arc::new(SettleCalls::new(queue, keeper_runtime)),
+            calls: Arc::new(SettleCalls::new(queue, keeper_runtime, at_once)),
             retry,
             counters: Counters::new(queue.short_name()),
             unfinished_deletes: UnfinishedDeletes::default(),

@@ -707,6 +707,7 @@ pub(crate) mod tests {
     use crate::memory::counts::Action;
     use crate::memory::MemoryQueue;
     use crate::queue::Queue;
+    use crate::request_batch::RequestsAtOnce;
     use crate::retry_policy::RetryPolicy;
     use crate::settle_calls::SettleHooks;
 
@@ -742,6 +743,7 @@ pub(crate) mod tests {
             &Queue::new(queue.clone()),
             RetryPolicy::Leave,
             KeeperRuntime::Caller,
+            RequestsAtOnce::default(),
         );
         let received = Received {
             received_at,
@@ -1759,6 +1761,7 @@ mod size {
     use crate::keeper_thread::KeeperRuntime;
     use crate::memory::MemoryQueue;
     use crate::queue::Queue;
+    use crate::request_batch::RequestsAtOnce;
     use crate::retry_policy::RetryPolicy;
 
     /// 120,000 deliveries may be held at once: the guard and its lease must stay small.
@@ -1769,6 +1772,7 @@ mod size {
             &Queue::new(q.clone()),
             RetryPolicy::Leave,
             KeeperRuntime::Caller,
+            RequestsAtOnce::default(),
         ));
         q.send("x").unwrap();
         let m = q.receive(1, Duration::ZERO).await.unwrap().pop().unwrap();

@@ -29,7 +29,7 @@ use crate::keeper_thread::KeeperRuntime;
 use crate::queue::Queue;
 use crate::readable::{Count, Secs};
 use crate::receiver::{ReceiveSettings, ReceivedBatch, Receiver, Receiving};
-use crate::request_batch::Cohort;
+use crate::request_batch::{Cohort, RequestsAtOnce};
 use crate::retry_policy::RetryPolicy;
 use crate::run_ties::RunTies;
 use crate::slot::Slot;
@@ -154,10 +154,16 @@ impl Engine {
             keeper_runtime,
         } = settings.leases;
         let receive = settings.receive;
-        let ctx = Context::new(&keeper_queue, settings.retry_policy, keeper_runtime.clone())
-            .with_dead_letter(settings.dead_letter)
-            .with_span_hook(settings.span_hook)
-            .with_adaptive_visibility(receive.adaptive.clone());
+        let at_once = RequestsAtOnce::for_slots(receive.max_in_flight);
+        let ctx = Context::new(
+            &keeper_queue,
+            settings.retry_policy,
+            keeper_runtime.clone(),
+            at_once,
+        )
+        .with_dead_letter(settings.dead_letter)
+        .with_span_hook(settings.span_hook)
+        .with_adaptive_visibility(receive.adaptive.clone());
         #[cfg(feature = "s3")]
         let ctx = ctx.with_payloads(settings.payloads);
         let receiver = Receiver::new(

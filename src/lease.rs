@@ -747,6 +747,7 @@ mod tests {
     use crate::keeper_thread::KeeperRuntime;
     use crate::memory::MemoryQueue;
     use crate::queue::Queue;
+    use crate::request_batch::RequestsAtOnce;
     use crate::retry_policy::RetryPolicy;
 
     fn lease() -> Arc<Lease> {
@@ -754,6 +755,7 @@ mod tests {
             &Queue::new(MemoryQueue::new()),
             RetryPolicy::Leave,
             KeeperRuntime::Caller,
+            RequestsAtOnce::default(),
         );
         let now = Instant::now();
         Arc::new(Lease::new(
@@ -786,6 +788,7 @@ mod tests {
             &Queue::new(MemoryQueue::new()),
             RetryPolicy::Leave,
             KeeperRuntime::Caller,
+            RequestsAtOnce::default(),
         ));
         let t0 = Instant::now();
         let at = |request: u64, answer: u64, timeout: u32| {
@@ -1133,6 +1136,7 @@ mod tests {
             &Queue::new(MemoryQueue::new()),
             RetryPolicy::Leave,
             KeeperRuntime::Caller,
+            RequestsAtOnce::default(),
         )
         .with_adaptive_visibility(Some(adaptive.clone()));
         let now = Instant::now();

@@ -87,8 +87,12 @@ pub(crate) enum Receiving {
 /// How a refill of the receives under way ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Refill {
-    /// As many as wanted are under way, or a pause or a stop came.
+    /// As many as wanted are under way, or a pause or a stop came, or the handler is not
+    /// ready for more.
     Done,
+    /// Fewer are under way than wanted, for want of a whole batch of free slots: one more
+    /// starts once a batch is free, without waiting for an answer first.
+    ShortOfSlots,
     /// The slots are gone (the consumer is being dropped), and no receive is under way.
     SlotsGone,
 }
@@ -243,11 +247,12 @@ impl Receiver {
         loop {
             let halted = stop.is_cancelled() || state.fatal.is_some();
             let pausing = *paused.borrow_and_update();
+            let mut refill = Refill::Done;
             if !halted && !pausing {
                 self.on_resume(&mut state);
                 let start_one =
                     |(slots, tokens)| self.receive_once(slots, tokens, timeout, &backoffs, stop);
-                let refill = self
+                refill = self
                     .refill(
                         &mut receives,
                         &mut state,
@@ -270,11 +275,14 @@ impl Receiver {
                 self.log_stop_wait(&mut state, receives.len());
             }
             // While receiving goes on, a stop or a pause ends this wait (to start no more
-            // receives); once halted, only an answer does.
+            // receives), and so do slots freed for one more; once halted, only an answer
+            // does.
+            let short_of_slots = refill == Refill::ShortOfSlots;
             let outcome = tokio::select! {
                 outcome = receives.next() => outcome,
                 _ = paused.wait_for(|p| *p), if !halted && !pausing => continue,
                 () = stop.cancelled(), if !halted => continue,
+                () = self.batch_freed(), if short_of_slots && !halted && !pausing => continue,
             };
             match outcome {
                 Some(Ok(answer)) => self.take(answer, &mut state, &mut on_batch),
@@ -351,10 +359,33 @@ impl Receiver {
                     state.latest_start = Some(Instant::now());
                 }
                 None if receives.is_empty() => return Refill::SlotsGone,
+                None if self.permits.available_permits() < self.batch_slots() => {
+                    return Refill::ShortOfSlots
+                }
                 None => break,
             }
         }
         Refill::Done
+    }
+
+    /// Once a whole batch of slots is free, in both budgets; none is kept (the receive that
+    /// takes them starts from the loop). Only this loop takes this consumer's slots, so once
+    /// they are free they stay free: after a refill short of slots this does not complete at
+    /// once, and the loop does not spin.
+    async fn batch_freed(&self) {
+        let n = u32::try_from(self.batch_slots()).unwrap_or(1);
+        let own = self.permits.acquire_many(n).await;
+        let freed = match (own, self.shared()) {
+            (Ok(own), Some(shared)) => {
+                drop(own);
+                shared.acquire_many(n).await.is_ok()
+            }
+            (own, None) => own.is_ok(),
+            (Err(_), Some(_)) => false,
+        };
+        if !freed {
+            std::future::pending::<()>().await; // the consumer is being dropped
+        }
     }
 
     /// With no receive under way: the loop's end (its fatal error, or a stop), or a wait

@@ -3,8 +3,8 @@
 //! SQS bills per request, and a batch request of up to 10 entries costs one. The rule for
 //! when a partial batch goes (Nagle's, plus the wait for a receive's other acks, each bounded
 //! by one round trip, no fixed linger) is the guide's, on its cost page ("Batched settles"),
-//! and the tests below hold it. Full batches go out at once, up to
-//! [`MAX_REQUESTS_IN_FLIGHT`] requests at a time. Deliveries received together reach their
+//! and the tests below hold it. Full batches go out at once, up to [`RequestsAtOnce`]
+//! requests at a time. Deliveries received together reach their
 //! keeper together, so their extensions share requests too.
 //!
 //! The batcher sends each entry once and hands each caller its own entry's result (or the
@@ -27,10 +27,42 @@ use crate::keeper_thread::{KeeperRuntime, Mailbox};
 use crate::limits::MAX_BATCH;
 use crate::queue::{BatchEntry, Queue, ENTRY_IDS};
 
-/// Batch requests under way at once, per action.
-pub(crate) const MAX_REQUESTS_IN_FLIGHT: usize = 4;
-/// Entries pulled off the channel at a time: enough to fill every request slot.
-const LOOKAHEAD: usize = MAX_BATCH * MAX_REQUESTS_IN_FLIGHT;
+/// How many batch requests of one kind may be under way at once.
+///
+/// Enough for every delivery the consumer may hold to be settled in one go: each slot's
+/// delete (or extension) is then sent as soon as its batch is whole, instead of waiting for
+/// an earlier request's answer. At a round trip of tens of milliseconds that wait, not the
+/// requests, would bound the messages a second (the benchmarks' W5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RequestsAtOnce(usize);
+
+impl RequestsAtOnce {
+    /// The fewest: what a consumer of up to 40 slots needs.
+    const FEWEST: usize = 4;
+    /// The most, however many slots: as many as `max_concurrent_receives` allows receives.
+    const MOST: usize = 64;
+
+    /// For a consumer of `max_in_flight` slots: a request for every 10 of them, at least 4,
+    /// at most 64.
+    pub(crate) fn for_slots(max_in_flight: usize) -> Self {
+        Self(
+            max_in_flight
+                .div_ceil(MAX_BATCH)
+                .clamp(Self::FEWEST, Self::MOST),
+        )
+    }
+
+    /// Entries pulled off the inbox at a time: enough to fill every request.
+    fn lookahead(self) -> usize {
+        MAX_BATCH * self.0
+    }
+}
+
+impl Default for RequestsAtOnce {
+    fn default() -> Self {
+        Self(Self::FEWEST)
+    }
+}
 
 /// Which call a batcher makes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -139,6 +171,7 @@ pub(crate) struct Batcher {
     /// runtime: inside the one that first uses it).
     inbox: Mailbox<Submission>,
     bell: Arc<BatcherBell>,
+    at_once: RequestsAtOnce,
 }
 
 impl Batcher {
@@ -147,6 +180,7 @@ impl Batcher {
         call: Call,
         settles: TaskTracker,
         keeper_runtime: KeeperRuntime,
+        at_once: RequestsAtOnce,
     ) -> Self {
         Self {
             queue,
@@ -154,6 +188,7 @@ impl Batcher {
             settles,
             inbox: Mailbox::new(keeper_runtime),
             bell: Arc::default(),
+            at_once,
         }
     }
 
@@ -222,10 +257,10 @@ impl Batcher {
 
     /// Hands `submission` to the batching task; `Err` without a runtime to run it on.
     fn send(&self, submission: Submission) -> Result<(), ()> {
-        let (queue, call, bell) = (&self.queue, self.call, &self.bell);
+        let (queue, call, bell, at_once) = (&self.queue, self.call, &self.bell, self.at_once);
         self.inbox
             .send(submission, |rx| {
-                batcher_task(queue.clone(), call, bell.clone(), rx)
+                batcher_task(queue.clone(), call, bell.clone(), at_once, rx)
             })
             .map_err(drop)
     }
@@ -245,9 +280,10 @@ async fn batcher_task(
     queue: Queue,
     call: Call,
     bell: Arc<BatcherBell>,
+    at_once: RequestsAtOnce,
     mut rx: mpsc::UnboundedReceiver<Submission>,
 ) {
-    let slots = Arc::new(Semaphore::new(MAX_REQUESTS_IN_FLIGHT));
+    let slots = Arc::new(Semaphore::new(at_once.0));
     // Signalled whenever a request comes back (after its slot is free).
     let answered = Arc::new(Notify::new());
     let mut waiting: VecDeque<Entry> = VecDeque::new();
@@ -274,13 +310,13 @@ async fn batcher_task(
             }
         }
         loop {
-            take_queued(&mut rx, &mut waiting);
+            take_queued(&mut rx, &mut waiting, at_once);
             // Registered before the check below, so an answer arriving after it wakes us.
             let answer = answered.notified();
             tokio::pin!(answer);
             answer.as_mut().enable();
             // This loop holds one slot; any other taken slot is a request under way.
-            let under_way = slots.available_permits() + 1 < MAX_REQUESTS_IN_FLIGHT;
+            let under_way = slots.available_permits() + 1 < at_once.0;
             if waiting.len() >= MAX_BATCH {
                 break;
             }
@@ -292,7 +328,9 @@ async fn batcher_task(
                 CohortWait::NoCohort => break,
             };
             match hold {
-                Some(until) => wait_for_cohorts(&bell, &mut rx, &mut waiting, until).await,
+                Some(until) => {
+                    wait_for_cohorts(&bell, (&mut rx, at_once), &mut waiting, until).await
+                }
                 None => tokio::select! {
                     biased;
                     () = answer => break,
@@ -326,13 +364,14 @@ fn one_more_pass(before: Option<usize>, queued: usize, taken: usize) -> bool {
     !full && !quiet
 }
 
-/// Takes what is queued in the inbox, up to [`LOOKAHEAD`] entries waiting; how many came.
+/// Takes what is queued in the inbox, up to what `at_once` requests can send; how many came.
 fn take_queued(
     rx: &mut mpsc::UnboundedReceiver<Submission>,
     waiting: &mut VecDeque<Entry>,
+    at_once: RequestsAtOnce,
 ) -> usize {
     let before = waiting.len();
-    while waiting.len() < LOOKAHEAD {
+    while waiting.len() < at_once.lookahead() {
         match rx.try_recv() {
             Ok(submission) => take(waiting, submission),
             Err(_) => break,
@@ -346,7 +385,7 @@ fn take_queued(
 /// over since the inbox was last read (its caller looks again).
 async fn wait_for_cohorts(
     bell: &BatcherBell,
-    rx: &mut mpsc::UnboundedReceiver<Submission>,
+    (rx, at_once): (&mut mpsc::UnboundedReceiver<Submission>, RequestsAtOnce),
     waiting: &mut VecDeque<Entry>,
     until: Instant,
 ) {
@@ -357,7 +396,7 @@ async fn wait_for_cohorts(
     let rung = bell.ring.notified();
     tokio::pin!(rung);
     rung.as_mut().enable();
-    if take_queued(rx, waiting) == 0 {
+    if take_queued(rx, waiting, at_once) == 0 {
         tokio::select! {
             () = rung => {}
             () = sleep_until(until) => {}
@@ -489,6 +528,7 @@ mod tests {
             call,
             TaskTracker::new(),
             KeeperRuntime::Caller,
+            RequestsAtOnce::default(),
         ))
     }
 
@@ -557,15 +597,31 @@ mod tests {
     /// past that stays in the inbox, where submissions keep their order.
     #[test]
     fn the_batcher_takes_off_the_inbox_what_its_request_slots_can_send() {
-        let slots = MAX_BATCH * MAX_REQUESTS_IN_FLIGHT;
-        let (tx, mut rx) = mpsc::unbounded_channel();
-        for i in 0..slots + 5 {
-            assert!(tx.send(Submission::One(entry(&format!("r{i}")))).is_ok());
+        for (at_once, slots) in [(RequestsAtOnce::default(), 40), (RequestsAtOnce(20), 200)] {
+            let (tx, mut rx) = mpsc::unbounded_channel();
+            for i in 0..slots + 5 {
+                assert!(tx.send(Submission::One(entry(&format!("r{i}")))).is_ok());
+            }
+            let mut waiting = VecDeque::new();
+            assert_eq!(take_queued(&mut rx, &mut waiting, at_once), slots);
+            assert_eq!((waiting.len(), rx.len()), (slots, 5));
+            let more = take_queued(&mut rx, &mut waiting, at_once);
+            assert_eq!(more, 0, "full: nothing more");
         }
-        let mut waiting = VecDeque::new();
-        assert_eq!(take_queued(&mut rx, &mut waiting), slots);
-        assert_eq!((waiting.len(), rx.len()), (slots, 5));
-        assert_eq!(take_queued(&mut rx, &mut waiting), 0, "full: nothing more");
+    }
+
+    /// A request for every 10 slots, so every slot's delete can be under way at once; at
+    /// least 4, at most 64.
+    #[test]
+    fn the_requests_under_way_at_once_follow_the_slots() {
+        let at_once = |slots| RequestsAtOnce::for_slots(slots).0;
+        assert_eq!(at_once(1), 4);
+        assert_eq!(at_once(40), 4);
+        assert_eq!(at_once(41), 5);
+        assert_eq!(at_once(200), 20);
+        assert_eq!(at_once(640), 64);
+        assert_eq!(at_once(120_000), 64);
+        assert_eq!(RequestsAtOnce::default(), RequestsAtOnce::for_slots(40));
     }
 
     /// With no runtime to run the batching task on, every entry fails, and its error names
@@ -625,6 +681,7 @@ mod tests {
             Call::Delete,
             TaskTracker::new(),
             KeeperRuntime::Caller,
+            RequestsAtOnce::default(),
         );
         let start = Instant::now();
         batcher.submit(&h[0], 0, None).await.unwrap();
@@ -793,6 +850,7 @@ mod tests {
             Call::Delete,
             TaskTracker::new(),
             KeeperRuntime::Caller,
+            RequestsAtOnce::default(),
         ));
         // The batcher's first request: a receive of five, acked one a millisecond.
         let cohort = Arc::new(Cohort::default());

@@ -19,7 +19,7 @@ use crate::error::Error;
 use crate::keeper_thread::KeeperRuntime;
 use crate::queue::Queue;
 use crate::readable::Secs;
-use crate::request_batch::{Batcher, Call, Cohort};
+use crate::request_batch::{Batcher, Call, Cohort, RequestsAtOnce};
 
 /// A call that settles a message.
 #[derive(Debug, Clone, Copy)]
@@ -106,11 +106,18 @@ pub(crate) struct SettleCalls {
 }
 
 impl SettleCalls {
-    /// Settle calls to `queue`, run by `keeper_runtime`.
-    pub(crate) fn new(queue: &Queue, keeper_runtime: KeeperRuntime) -> Self {
+    /// Settle calls to `queue`, run by `keeper_runtime`, up to `at_once` requests of each
+    /// kind under way.
+    pub(crate) fn new(
+        queue: &Queue,
+        keeper_runtime: KeeperRuntime,
+        at_once: RequestsAtOnce,
+    ) -> Self {
         let settles = TaskTracker::new();
-        let batcher =
-            |call| Batcher::new(queue.clone(), call, settles.clone(), keeper_runtime.clone());
+        let batcher = |call| {
+            let runtime = keeper_runtime.clone();
+            Batcher::new(queue.clone(), call, settles.clone(), runtime, at_once)
+        };
         Self {
             deletes: batcher(Call::Delete),
             visibility: batcher(Call::ChangeVisibility),
@@ -363,6 +370,7 @@ mod tests {
         Arc::new(SettleCalls::new(
             &Queue::new(q.clone()),
             KeeperRuntime::Caller,
+            RequestsAtOnce::default(),
         ))
     }
 

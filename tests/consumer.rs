@@ -435,6 +435,80 @@ async fn concurrent_receives_keep_the_consumer_busy_when_requests_take_time() {
     );
 }
 
+/// Drains `messages` through a queue whose requests take 50 ms, with instant handlers, by a
+/// consumer of `max_in_flight` slots and otherwise default settings; the messages a second,
+/// as a fraction of the limit the round trip sets (each slot busy two round trips a message:
+/// the receive that brings it, the delete that ends it).
+async fn fraction_of_the_round_trip_limit(messages: usize, max_in_flight: usize) -> f64 {
+    let q = queue_with_50_ms_requests();
+    for i in 0..messages {
+        q.send(format!("m{i}")).unwrap();
+    }
+    let consumer = Consumer::in_memory(&q)
+        .max_in_flight(max_in_flight)
+        .build()
+        .unwrap();
+    let start = Instant::now();
+    run_while(
+        &consumer,
+        |d: Delivery| d.ack(),
+        eventually("drained", LIMIT, || q.is_empty()),
+    )
+    .await;
+    let limit = max_in_flight as f64 / 0.1;
+    messages as f64 / start.elapsed().as_secs_f64() / limit
+}
+
+/// At a round trip, every slot stays busy: deletes go out as soon as their batch is whole,
+/// however many are under way; a receive starts as soon as a delete's answer frees a batch
+/// of slots; and receives under way follow the slots up to as many as they can fill.
+#[tokio::test(start_paused = true)]
+async fn at_a_round_trip_a_busy_queue_keeps_every_slot_busy() {
+    // Ten seconds' worth at the limit, from the first request (reading the queue's
+    // visibility timeout) to the last delete's answer.
+    let default_slots = fraction_of_the_round_trip_limit(4_000, 40).await;
+    assert!(default_slots >= 0.97, "{default_slots:.3} of the limit");
+    let many_slots = fraction_of_the_round_trip_limit(20_000, 200).await;
+    assert!(many_slots >= 0.95, "{many_slots:.3} of the limit");
+}
+
+/// While a receive is under way and more are wanted, one more starts as soon as a delete's
+/// answer frees a whole batch of slots, not when the receive under way comes back.
+#[tokio::test(start_paused = true)]
+async fn a_receive_starts_once_a_delete_frees_its_slots_while_another_waits() {
+    let q = queue_with_50_ms_requests();
+    for i in 0..20 {
+        q.send(format!("m{i}")).unwrap();
+    }
+    // Two full answers bring the receives wanted to three: the third long-polls the emptied
+    // queue for 20 s, while the first answer's ten are acked after a second and the second's
+    // are held.
+    let consumer = Consumer::in_memory(&q).max_in_flight(30).build().unwrap();
+    let handled = Arc::new(AtomicUsize::new(0));
+    let handler = move |d: Delivery| {
+        let quick = handled.fetch_add(1, Ordering::SeqCst) < 10;
+        async move {
+            sleep(secs(if quick { 1 } else { 60 })).await;
+            d.ack().await
+        }
+    };
+    let receives_at = |at: Duration| {
+        let q = q.clone();
+        async move {
+            sleep(at).await;
+            q.requests().requests(Action::ReceiveMessage)
+        }
+    };
+    let receives = run_while(
+        &consumer,
+        handler,
+        receives_at(Duration::from_millis(1_500)),
+    )
+    .await;
+    // The first two, the long poll, and the one the freed slots started.
+    assert_eq!(receives, 4);
+}
+
 #[tokio::test(start_paused = true)]
 async fn under_a_rate_limit_more_receives_start_on_the_tokens_there() {
     // 5,000 a second (a burst of 10) leaves the 50 ms requests the bound: one receive of 2

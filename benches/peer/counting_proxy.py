@@ -5,7 +5,10 @@ requests by SQS action (the JSON protocol's X-Amz-Target, or the query protocol'
 GET /__counts answers the counts as JSON; GET /__counts?reset=1 answers them and starts again.
 Both the crate's bench and the peer go through it, so both pay the same extra hop.
 
-    python counting_proxy.py PORT UPSTREAM_URL
+With DELAY_MS, every request waits that long before it is forwarded, as if the server were
+that many milliseconds of network away (the round trip grows by DELAY_MS).
+
+    python counting_proxy.py PORT UPSTREAM_URL [DELAY_MS]
 """
 
 import asyncio
@@ -15,6 +18,7 @@ import urllib.parse
 from collections import Counter
 
 counts: Counter = Counter()
+delay = 0.0
 
 
 async def read_request(reader: asyncio.StreamReader) -> tuple[bytes, dict[str, str], bytes] | None:
@@ -74,6 +78,8 @@ async def serve(reader, writer, host: str, port: int) -> None:
                 await answer_counts(writer, head)
                 continue
             counts[action_of(head, headers, body)] += 1
+            if delay:
+                await asyncio.sleep(delay)
             if upstream_writer is None:
                 upstream_reader, upstream_writer = await asyncio.open_connection(host, port)
                 responses = asyncio.create_task(pipe_responses(upstream_reader, writer))
@@ -88,7 +94,9 @@ async def serve(reader, writer, host: str, port: int) -> None:
 
 
 async def main() -> None:
+    global delay
     port, upstream = int(sys.argv[1]), urllib.parse.urlsplit(sys.argv[2])
+    delay = int(sys.argv[3]) / 1000 if len(sys.argv) > 3 else 0.0
     server = await asyncio.start_server(
         lambda r, w: serve(r, w, upstream.hostname, upstream.port), "127.0.0.1", port
     )

@@ -1,5 +1,6 @@
-"""Reads the JSON lines of scripts/peer-bench.sh's runs (stdin) and prints, per consumer, the
-median of each figure, and this crate's figures as ratios to the peer's."""
+"""Reads the JSON lines of a peer bench's runs (scripts/peer-bench.sh, scripts/round-trip-bench.sh;
+stdin) and prints, per consumer line, the median of each figure, and each of this crate's lines
+as ratios to each of the peer's."""
 
 import json
 import statistics
@@ -23,18 +24,22 @@ for consumer, rs in runs.items():
         for f in FIGURES
     }
     m = medians[consumer]
+    ms = lambda f: "n/a" if m[f] is None else f"{m[f]:.3f} ms"
     print(
         f"{consumer}: medians of {len(rs)} runs: {m['per_second']:.0f} messages/s, "
         f"{m['requests_per_message']:.3f} requests per message, CPU per message: "
-        f"client {m['client_cpu_ms']:.3f} ms, server "
-        + ("n/a" if m["server_cpu_ms"] is None else f"{m['server_cpu_ms']:.3f} ms")
-        + "; runs: "
+        f"client {ms('client_cpu_ms')}, server {ms('server_cpu_ms')}; runs: "
         + ", ".join(f"{r['per_second']:.0f}/s" for r in rs)
     )
-ours, peer = medians.get("sqs-consumer"), medians.get("fanferro")
-if ours and peer:
-    ratio = lambda f: "n/a" if not (ours[f] and peer[f]) else f"{ours[f] / peer[f]:.2f}"
-    print(
-        f"sqs-consumer / fanferro: messages/s {ratio('per_second')}, requests {ratio('requests_per_message')}, "
-        f"client CPU {ratio('client_cpu_ms')}, server CPU {ratio('server_cpu_ms')}"
-    )
+for ours_name, ours in medians.items():
+    if not ours_name.startswith("sqs-consumer"):
+        continue
+    for peer_name, peer in medians.items():
+        if not peer_name.startswith("fanferro"):
+            continue
+        ratio = lambda f: "n/a" if not (ours[f] and peer[f]) else f"{ours[f] / peer[f]:.2f}"
+        print(
+            f"{ours_name} / {peer_name}: messages/s {ratio('per_second')}, "
+            f"requests {ratio('requests_per_message')}, client CPU {ratio('client_cpu_ms')}, "
+            f"server CPU {ratio('server_cpu_ms')}"
+        )

@@ -1,9 +1,11 @@
-"""W1 with fanferro (the peer): 5,000 messages queued before the consumer starts, each acked by
-returning from the handler, concurrency 10 and one poller. Prints one JSON line: messages per
-second (to the last handler's return), requests per message by action (counted by the proxy
-the consumer goes through), and CPU per message of this process and of the test server.
+"""W1 and W5 with fanferro (the peer): MESSAGES (5,000) queued before the consumer starts, each
+acked by returning from the handler, with CONCURRENCY (10) and POLLERS (1), fanferro's own
+defaults. Prints one JSON line: messages per second (to the last handler's return), requests
+per message by action (counted by the proxy the consumer goes through), and CPU per message of
+this process and of the test server.
 
-    SQS_TEST_ENDPOINT=<proxy> SQS_UPSTREAM=<server> SQS_TEST_SERVER_PID=<pid> python fanferro_w1.py
+    SQS_TEST_ENDPOINT=<proxy> SQS_UPSTREAM=<server> SQS_TEST_SERVER_PID=<pid> \
+        [MESSAGES=n] [CONCURRENCY=n] [POLLERS=n] python fanferro_consume.py
 """
 
 import asyncio
@@ -14,7 +16,9 @@ import urllib.request
 
 import fanferro
 
-MESSAGES = 5_000
+MESSAGES = int(os.environ.get("MESSAGES", "5000"))
+CONCURRENCY = int(os.environ.get("CONCURRENCY", "10"))
+POLLERS = int(os.environ.get("POLLERS", "1"))
 AUTH = (
     "AWS4-HMAC-SHA256 Credential=test/20260101/us-east-1/sqs/aws4_request, "
     "SignedHeaders=host, Signature=0"
@@ -82,7 +86,7 @@ async def consume(proxy: str, url: str) -> dict:
         region="us-east-1", endpoint_url=proxy, credentials=fanferro.Credentials("test", "test")
     )
     queue = client.queue(url=url)
-    consumer = client.consumer(queue, handle, concurrency=10, pollers=1)
+    consumer = client.consumer(queue, handle, concurrency=CONCURRENCY, pollers=POLLERS)
     async with client:
         proxy_counts(proxy, reset=True)
         start, cpu, server = time.monotonic(), time.process_time(), server_cpu()
@@ -93,7 +97,7 @@ async def consume(proxy: str, url: str) -> dict:
         await running
     counts = proxy_counts(proxy, reset=True)
     return {
-        "consumer": "fanferro",
+        "consumer": f"fanferro, concurrency {CONCURRENCY}, {POLLERS} poller(s)",
         "messages": MESSAGES,
         "per_second": MESSAGES / (last - start),
         "requests_per_message": sum(counts.values()) / MESSAGES,

@@ -1,0 +1,347 @@
+//! W5: throughput at a network round trip. Every request takes a round trip (5, 20 or 50 ms),
+//! so what bounds a consumer is how many `max_in_flight` slots it keeps busy: a slot is held
+//! from the receive request that brings its message to the answer of the delete that ends
+//! it, two round trips at least, so the limit is `max_in_flight / (2 x round trip)` messages
+//! a second.
+//!
+//! ```text
+//! cargo bench --bench round_trip                                   # MemoryQueue, 5, 20, 50 ms
+//! scripts/round-trip-bench.sh                                      # LocalStack through a
+//!                                                                  # proxy delaying 20 ms, and
+//!                                                                  # fanferro beside it
+//! ```
+//!
+//! Each line: an instant-ack handler on a 2-thread runtime, the whole backlog queued first,
+//! messages a second to the last ack (median of the runs), requests per message, the
+//! fraction of the limit reached, and what the slots did: on average over the run, how many
+//! receives were under way (slots reserved by receives, over 10) and how many deliveries were
+//! held (with an instant ack, each is waiting for its delete's answer); and the ramp, receives
+//! under way in the first 100 ms.
+
+use std::time::Duration;
+
+use sqs_consumer::memory::{Action, RequestCounts};
+use sqs_consumer::{Consumer, ConsumerBuilder, Delivery, MemoryQueue, Stats};
+use tokio::time::Instant;
+
+mod common;
+use common::{
+    new_queue, plain_client, send_ten, server_client, server_name, server_runs, CountRequests,
+};
+
+/// The settings a line runs with.
+#[derive(Debug, Clone, Copy)]
+enum Settings {
+    Default,
+    /// `max_in_flight(200)`, nothing else.
+    Slots200,
+}
+
+impl Settings {
+    fn slots(self) -> usize {
+        match self {
+            Settings::Default => 40,
+            Settings::Slots200 => 200,
+        }
+    }
+
+    fn apply(self, builder: ConsumerBuilder) -> ConsumerBuilder {
+        match self {
+            Settings::Default => builder,
+            Settings::Slots200 => builder.max_in_flight(200),
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Settings::Default => "default settings (40 slots)",
+            Settings::Slots200 => "max_in_flight(200)",
+        }
+    }
+}
+
+/// How often the slots are sampled.
+const SAMPLE_EVERY: Duration = Duration::from_millis(2);
+
+/// What the slots did over one run.
+#[derive(Debug, Default, Clone)]
+struct Slots {
+    /// Average receives under way (slots reserved, over 10).
+    receives: f64,
+    /// Average deliveries held.
+    held: f64,
+    /// Receives under way at 0, 20, ... 100 ms.
+    ramp: Vec<f64>,
+}
+
+/// One run's figures.
+struct Run {
+    per_second: f64,
+    requests_per_message: f64,
+    breakdown: String,
+    slots: Slots,
+}
+
+/// Samples the consumer's slots every [`SAMPLE_EVERY`] until it is dropped.
+async fn sample(stats: impl Fn() -> Stats, into: &mut Vec<(Duration, u64, u64)>) {
+    let start = Instant::now();
+    let mut tick = tokio::time::interval(SAMPLE_EVERY);
+    loop {
+        tick.tick().await;
+        let s = stats();
+        into.push((start.elapsed(), s.reserved, s.in_flight));
+    }
+}
+
+fn summarise(samples: &[(Duration, u64, u64)]) -> Slots {
+    let n = samples.len().max(1) as f64;
+    let receives = samples.iter().map(|s| s.1 as f64 / 10.0).sum::<f64>() / n;
+    let held = samples.iter().map(|s| s.2 as f64).sum::<f64>() / n;
+    let ramp = (0..=5)
+        .map(|i| {
+            let at = Duration::from_millis(20 * i);
+            samples
+                .iter()
+                .find(|s| s.0 >= at)
+                .map_or(0.0, |s| s.1 as f64 / 10.0)
+        })
+        .collect();
+    Slots {
+        receives,
+        held,
+        ramp,
+    }
+}
+
+/// Runs `consumer` with an instant-ack handler until it has acked `messages`; messages a
+/// second to the last ack, and the slots sampled meanwhile. The run is dropped then: its
+/// receives still waiting on the emptied queue are not part of the figure.
+async fn consume(consumer: &Consumer, messages: u64) -> (f64, Slots) {
+    let start = Instant::now();
+    let mut samples = Vec::new();
+    let done = async {
+        while consumer.stats().acked < messages {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        start.elapsed()
+    };
+    let elapsed = tokio::select! {
+        elapsed = done => elapsed,
+        end = consumer.run(|d: Delivery| d.ack()) => panic!("the run ended: {end:?}"),
+        () = sample(|| consumer.stats(), &mut samples) => unreachable!(),
+    };
+    (messages as f64 / elapsed.as_secs_f64(), summarise(&samples))
+}
+
+fn memory_run(latency: Duration, settings: Settings, messages: u64) -> Run {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let q = MemoryQueue::builder().latency(latency).build().unwrap();
+        for i in 0..messages {
+            q.send(format!("message {i}")).unwrap();
+        }
+        let consumer = settings.apply(Consumer::in_memory(&q)).build().unwrap();
+        let (per_second, slots) = consume(&consumer, messages).await;
+        let counts = q.requests();
+        Run {
+            per_second,
+            requests_per_message: sqs_requests(&counts) as f64 / messages as f64,
+            breakdown: breakdown(&counts, messages),
+            slots,
+        }
+    })
+}
+
+/// The consumer's requests: every one but the bench's own sends.
+fn sqs_requests(counts: &RequestCounts) -> u64 {
+    counts.total() - counts.requests(Action::SendMessage)
+}
+
+fn breakdown(counts: &RequestCounts, messages: u64) -> String {
+    [
+        ("receive", Action::ReceiveMessage),
+        ("delete", Action::DeleteMessageBatch),
+        ("visibility", Action::ChangeMessageVisibilityBatch),
+    ]
+    .iter()
+    .map(|(name, action)| {
+        format!(
+            "{name} {:.3}",
+            counts.requests(*action) as f64 / messages as f64
+        )
+    })
+    .collect::<Vec<_>>()
+    .join(", ")
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// The limit a round trip sets: each slot busy two round trips per message.
+fn limit(slots: usize, round_trip: Duration) -> f64 {
+    slots as f64 / (2.0 * round_trip.as_secs_f64())
+}
+
+fn report(label: &str, round_trip: Duration, slots: usize, runs: &[Run]) {
+    let rate = median(runs.iter().map(|r| r.per_second).collect());
+    let rpm = median(runs.iter().map(|r| r.requests_per_message).collect());
+    let mid = runs
+        .iter()
+        .find(|r| r.per_second == rate)
+        .unwrap_or(&runs[0]);
+    let limit = limit(slots, round_trip);
+    println!(
+        "    {label}: {rate:.0} messages/s, {:.0} % of the limit {limit:.0}; {rpm:.3} requests per \
+         message ({}); runs {}",
+        100.0 * rate / limit,
+        mid.breakdown,
+        runs.iter()
+            .map(|r| format!("{:.0}", r.per_second))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    println!(
+        "      on average {:.1} receives under way, {:.1} deliveries held; receives under way at \
+         0, 20, .. 100 ms: {}",
+        mid.slots.receives,
+        mid.slots.held,
+        mid.slots
+            .ramp
+            .iter()
+            .map(|r| format!("{r:.0}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+}
+
+fn memory() {
+    const RUNS: usize = 3;
+    println!(
+        "W5  MemoryQueue, every request one round trip, instant ack, the backlog queued first, \
+         2 threads, median of {RUNS}:"
+    );
+    for ms in [5, 20, 50] {
+        let round_trip = Duration::from_millis(ms);
+        for settings in [Settings::Default, Settings::Slots200] {
+            let slots = settings.slots();
+            // About 3 s of messages at the limit.
+            let messages = (3.0 * limit(slots, round_trip)) as u64;
+            let runs: Vec<Run> = (0..RUNS)
+                .map(|_| memory_run(round_trip, settings, messages))
+                .collect();
+            report(
+                &format!("{ms} ms, {}, {messages} messages", settings.label()),
+                round_trip,
+                slots,
+                &runs,
+            );
+        }
+    }
+}
+
+/// Messages queued for each run on the test server.
+const SERVER_MESSAGES: usize = 2_000;
+
+/// One run on the test server at `endpoint` (the delaying proxy), the queue filled straight
+/// at `upstream`.
+fn server_run(endpoint: &str, upstream: &str, settings: Settings) -> Run {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let filler = plain_client(upstream);
+        let url = new_queue(&filler, "w5").await;
+        let fill = (0..8).map(|task| {
+            let (filler, url) = (filler.clone(), url.clone());
+            async move {
+                for first in (task * 10..SERVER_MESSAGES).step_by(80) {
+                    send_ten(&filler, &url, first).await;
+                }
+            }
+        });
+        futures_util::future::join_all(fill).await;
+        let counter = CountRequests::default();
+        let client = server_client(endpoint, &counter);
+        let consumer = settings
+            .apply(Consumer::builder(client, url.clone()))
+            .build()
+            .unwrap();
+        let (per_second, slots) = consume(&consumer, SERVER_MESSAGES as u64).await;
+        let counts = counter.0.lock().unwrap().clone();
+        let messages = SERVER_MESSAGES as f64;
+        let requests: u64 = counts.values().sum();
+        let breakdown = counts
+            .iter()
+            .map(|(op, n)| format!("{op} {:.3}", *n as f64 / messages))
+            .collect::<Vec<_>>()
+            .join(", ");
+        // The run's receives still waiting on the emptied queue go with its runtime.
+        let _ = filler.delete_queue().queue_url(url).send().await;
+        Run {
+            per_second,
+            requests_per_message: requests as f64 / messages,
+            breakdown,
+            slots,
+        }
+    })
+}
+
+/// W5 on the test server through a proxy that delays every request by `W5_DELAY_MS`.
+fn server(endpoint: &str) {
+    let Ok(upstream) = std::env::var("SQS_UPSTREAM") else {
+        println!("W5 server: skipped (run scripts/round-trip-bench.sh)");
+        return;
+    };
+    let delay: u64 = std::env::var("W5_DELAY_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20);
+    let round_trip = Duration::from_millis(delay);
+    let runs = server_runs();
+    println!(
+        "W5  test server ({}) through a proxy delaying every request {delay} ms, instant ack, \
+         {SERVER_MESSAGES} messages queued first, 2 threads, median of {runs}:",
+        server_name()
+    );
+    for settings in [Settings::Default, Settings::Slots200] {
+        let runs: Vec<Run> = (0..runs)
+            .map(|_| server_run(endpoint, &upstream, settings))
+            .collect();
+        report(settings.label(), round_trip, settings.slots(), &runs);
+        // One line per run, for the script's summary beside the peer's.
+        for r in &runs {
+            println!(
+                "      {{\"consumer\": \"sqs-consumer, {}\", \"per_second\": {:.1}, \
+                 \"requests_per_message\": {:.4}}}",
+                settings.label(),
+                r.per_second,
+                r.requests_per_message
+            );
+        }
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    let wants = |b: &str| args.is_empty() || args.iter().any(|a| a == b);
+    if wants("memory") {
+        memory();
+    }
+    if wants("server") {
+        match std::env::var("SQS_TEST_ENDPOINT") {
+            Ok(endpoint) => server(&endpoint),
+            Err(_) => println!("W5 server: skipped (run scripts/round-trip-bench.sh)"),
+        }
+    }
+}
