@@ -44,7 +44,8 @@ impl Consumer {
     }
 
     /// Deliveries held right now: handlers running, FIFO deliveries waiting their turn, and
-    /// deliveries moved elsewhere and not yet settled or dropped.
+    /// deliveries moved elsewhere and not yet settled or dropped (as
+    /// [`Stats::in_flight`](crate::Stats::in_flight) counts them).
     pub fn in_flight(&self) -> usize {
         self.engine.in_flight()
     }

@@ -40,13 +40,14 @@ use crate::trace_parent::TraceParent;
 /// outcome (see [`AckMode`](crate::AckMode)).
 ///
 /// While held, a delivery counts against the consumer's
-/// [`max_in_flight`](crate::ConsumerBuilder::max_in_flight), wherever you move it.
+/// [`max_in_flight`](crate::ConsumerBuilder::max_in_flight), wherever you move it, until its
+/// ack or release is sent.
 pub struct Delivery {
     /// The message and its receipt handle, deadline and state, shared with the keeper.
     lease: Arc<Lease>,
     /// What it shares with the run (or stream) that received it.
     run: Arc<RunTies>,
-    _slot: Slot,
+    slot: Slot,
     /// The payload read from S3 (feature `s3`), freed with the delivery; boxed, so that a
     /// delivery stays a few words.
     #[cfg(feature = "s3")]
@@ -102,7 +103,7 @@ impl Delivery {
         Self {
             lease,
             run: received.run,
-            _slot: received.slot.unwrap_or_default(),
+            slot: received.slot.unwrap_or_default(),
             #[cfg(feature = "s3")]
             payload: None,
         }
@@ -357,10 +358,20 @@ impl Delivery {
     }
 
     /// Settles this delivery as `how` says.
-    async fn settle(self, how: Settle) -> Result<(), Error> {
+    async fn settle(mut self, how: Settle) -> Result<(), Error> {
+        self.hand_over_slot();
         let leases = [self.lease.clone()];
         let results = settle(&leases, how, Some(self.run.keeper())).await;
         results.into_iter().next().unwrap_or(Ok(()))
+    }
+
+    /// Its ack or release is about to be sent: it no longer counts as held, and its slot
+    /// comes free, if the consumer's settle calls under way leave room (see
+    /// `Slot::hand_over`).
+    fn hand_over_slot(&mut self) {
+        if self.slot.hand_over() {
+            self.lease.context().delivery_ended();
+        }
     }
 
     /// The consumer's keeper, which keeps this delivery hidden.
@@ -625,6 +636,8 @@ async fn settle_all(deliveries: Vec<Delivery>, how: Settle) -> Vec<Result<(), Er
     };
     let keeper = first.run.keeper().clone();
     let leases: Vec<_> = deliveries.iter().map(|d| d.lease.clone()).collect();
+    let mut deliveries = deliveries;
+    deliveries.iter_mut().for_each(Delivery::hand_over_slot);
     settle(&leases, how, Some(&keeper)).await
 }
 
@@ -665,7 +678,9 @@ impl Drop for Delivery {
                 None => self.lease.mark_ended(),
             }
         }
-        self.lease.context().delivery_ended();
+        if !self.slot.is_handed_over() {
+            self.lease.context().delivery_ended();
+        }
         self.run.delivery_dropped();
     }
 }

@@ -143,6 +143,11 @@ pub(crate) struct Receiver {
     queue: Queue,
     settings: ReceiveSettings,
     permits: Arc<Semaphore>,
+    /// Settle calls under way whose deliveries gave their slots back (see `Slot::hand_over`):
+    /// at most twice `max_in_flight`, so that near the limit a round trip sets (a slot's
+    /// receive, then its delete, each one round trip) they do not hold receives back, while
+    /// deletes left unanswered still do.
+    settles: Arc<Semaphore>,
     /// The visibility timeout in force, seconds: the builder's, or the queue's read once.
     visibility: OnceCell<u32>,
     /// `true` while receiving is paused.
@@ -163,6 +168,7 @@ impl Receiver {
         Self {
             queue,
             permits: Arc::new(Semaphore::new(settings.max_in_flight)),
+            settles: Arc::new(Semaphore::new(settings.max_in_flight.saturating_mul(2))),
             settings,
             visibility: OnceCell::new(),
             paused: watch::Sender::new(false),
@@ -687,7 +693,7 @@ impl Receiver {
             None => None,
         };
         let mut slots = Vec::with_capacity(want);
-        slots.push(Slot::new(own, shared));
+        slots.push(Slot::new(own, shared, &self.settles));
         while slots.len() < want {
             match self.try_slot() {
                 Some(slot) => slots.push(slot),
@@ -704,7 +710,7 @@ impl Receiver {
             Some(shared) => Some(shared.clone().try_acquire_owned().ok()?),
             None => None,
         };
-        Some(Slot::new(own, shared))
+        Some(Slot::new(own, shared, &self.settles))
     }
 
     /// Waits for a whole batch of this consumer's slots, then for one of the shared budget
@@ -713,16 +719,23 @@ impl Receiver {
         let n = u32::try_from(self.batch_slots()).unwrap_or(1);
         let own = split_permits(self.permits.clone().acquire_many_owned(n).await.ok()?);
         let Some(shared) = self.shared() else {
-            return Some(own.into_iter().map(|own| Slot::new(own, None)).collect());
+            return Some(
+                own.into_iter()
+                    .map(|own| Slot::new(own, None, &self.settles))
+                    .collect(),
+            );
         };
         let mut owns = own.into_iter();
         let first = shared.clone().acquire_owned().await.ok()?;
         let mut slots = Vec::with_capacity(owns.len());
-        slots.extend(owns.next().map(|own| Slot::new(own, Some(first))));
+        slots.extend(
+            owns.next()
+                .map(|own| Slot::new(own, Some(first), &self.settles)),
+        );
         for own in owns {
             // The rest of this consumer's slots go back if the shared budget is short.
             match shared.clone().try_acquire_owned() {
-                Ok(one) => slots.push(Slot::new(own, Some(one))),
+                Ok(one) => slots.push(Slot::new(own, Some(one), &self.settles)),
                 Err(_) => break,
             }
         }
@@ -743,7 +756,7 @@ impl Receiver {
         let mut shared = shared.into_iter();
         Some(
             own.into_iter()
-                .map(|own| Slot::new(own, shared.next().flatten()))
+                .map(|own| Slot::new(own, shared.next().flatten(), &self.settles))
                 .collect(),
         )
     }

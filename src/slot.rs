@@ -1,25 +1,61 @@
 //! A delivery's `max_in_flight` slot, and its slot of a shared `InFlightLimit`: taken at the
-//! receive, given back when the delivery is dropped.
+//! receive, given back once the delivery's ack or release is sent (or when it is dropped).
 
 use std::sync::Arc;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// The `max_in_flight` slot a delivery takes, and its slot of a shared
-/// [`InFlightLimit`](crate::InFlightLimit) if its consumer has one: both come free when it
-/// is dropped. Two words: the semaphores the slots are given back to.
+/// [`InFlightLimit`](crate::InFlightLimit) if its consumer has one: both come free when its
+/// settle call is handed over (see [`Slot::hand_over`]) or when it is dropped.
 #[derive(Debug, Default)]
 pub(crate) struct Slot {
     own: Option<Arc<Semaphore>>,
     shared: Option<Arc<Semaphore>>,
+    /// The consumer's budget of settle calls under way (twice `max_in_flight`): while `own`
+    /// is held, where the slot may be handed over to; once `own` is `None`, the one of them
+    /// it holds.
+    settles: Option<Arc<Semaphore>>,
 }
 
 impl Slot {
-    pub(crate) fn new(own: OwnedSemaphorePermit, shared: Option<OwnedSemaphorePermit>) -> Self {
+    pub(crate) fn new(
+        own: OwnedSemaphorePermit,
+        shared: Option<OwnedSemaphorePermit>,
+        settles: &Arc<Semaphore>,
+    ) -> Self {
+        let own = hold_one(own);
         Self {
-            own: hold_one(own),
+            settles: own.as_ref().map(|_| settles.clone()),
+            own,
             shared: shared.and_then(hold_one),
         }
+    }
+
+    /// Its delivery's ack or release is about to be sent: the slot comes free now, so that
+    /// the next receive need not wait a round trip for the answer, if the consumer's budget
+    /// of settle calls under way has room (one of them is held instead until this one
+    /// ends). Otherwise it stays taken until the delivery is dropped: settle calls that
+    /// are not answered hold the receives back. `true` if it came free.
+    pub(crate) fn hand_over(&mut self) -> bool {
+        let (Some(own), Some(settles)) = (&self.own, &self.settles) else {
+            return false;
+        };
+        let Ok(settle) = settles.try_acquire() else {
+            return false;
+        };
+        settle.forget();
+        own.add_permits(1);
+        self.own = None;
+        if let Some(shared) = self.shared.take() {
+            shared.add_permits(1);
+        }
+        true
+    }
+
+    /// Whether it was handed over (and came free).
+    pub(crate) fn is_handed_over(&self) -> bool {
+        self.own.is_none() && self.settles.is_some()
     }
 }
 
@@ -37,8 +73,65 @@ fn hold_one(permit: OwnedSemaphorePermit) -> Option<Arc<Semaphore>> {
 
 impl Drop for Slot {
     fn drop(&mut self) {
+        if self.is_handed_over() {
+            if let Some(settles) = self.settles.take() {
+                settles.add_permits(1);
+            }
+            return;
+        }
         for semaphore in [self.own.take(), self.shared.take()].into_iter().flatten() {
             semaphore.add_permits(1);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Semaphores of `own` slots, a shared budget of `shared` and a settle budget of
+    /// `settles`, and a slot taken from the first two.
+    fn taken(own: usize, shared: usize, settles: usize) -> ([Arc<Semaphore>; 3], Slot) {
+        let sources = [own, shared, settles].map(|n| Arc::new(Semaphore::new(n)));
+        let slot = Slot::new(
+            sources[0].clone().try_acquire_owned().unwrap(),
+            Some(sources[1].clone().try_acquire_owned().unwrap()),
+            &sources[2],
+        );
+        (sources, slot)
+    }
+
+    fn free(sources: &[Arc<Semaphore>; 3]) -> [usize; 3] {
+        sources.each_ref().map(|s| s.available_permits())
+    }
+
+    #[test]
+    fn a_slot_handed_over_frees_both_budgets_and_holds_a_settle_until_dropped() {
+        let (sources, mut slot) = taken(2, 2, 2);
+        assert_eq!(free(&sources), [1, 1, 2]);
+        assert!(!slot.is_handed_over());
+        assert!(slot.hand_over());
+        assert!(slot.is_handed_over());
+        assert_eq!(free(&sources), [2, 2, 1]);
+        assert!(!slot.hand_over(), "once only");
+        drop(slot);
+        assert_eq!(free(&sources), [2, 2, 2]);
+    }
+
+    #[test]
+    fn with_no_settle_left_the_slot_stays_taken_until_dropped() {
+        let (sources, mut slot) = taken(2, 2, 0);
+        assert!(!slot.hand_over());
+        assert!(!slot.is_handed_over());
+        assert_eq!(free(&sources), [1, 1, 0]);
+        drop(slot);
+        assert_eq!(free(&sources), [2, 2, 0]);
+    }
+
+    #[test]
+    fn a_slot_of_nothing_is_never_handed_over() {
+        let mut slot = Slot::default();
+        assert!(!slot.hand_over());
+        assert!(!slot.is_handed_over());
     }
 }

@@ -330,13 +330,19 @@ impl MemoryQueue {
             ));
         }
         // Half the round trip on the way there, half on the way back.
-        let half = self.inner.settings.latency / 2;
+        let latency = self.inner.settings.latency;
+        let half = latency / 2;
+        let sent = Instant::now();
         if !half.is_zero() {
             tokio::time::sleep(half).await;
         }
         // SQS counts the 12-hour limit from the moment it got the request.
         let requested_at = Instant::now();
         let until = requested_at + wait;
+        // An answer given at once is back one round trip after the request was sent, with the
+        // timer's rounding paid once, not on each half; a long-polled one half a round trip
+        // after it is given.
+        let mut back_at = sent + latency;
         loop {
             // Register for wake-ups before looking, so a send in between is not missed.
             let changed = self.inner.changed.notified();
@@ -348,7 +354,7 @@ impl MemoryQueue {
             if !messages.is_empty() || now >= until {
                 self.lock().answered_receive(messages.len());
                 if !half.is_zero() {
-                    tokio::time::sleep(half).await;
+                    sleep_until(back_at).await;
                 }
                 return Ok(messages);
             }
@@ -357,6 +363,7 @@ impl MemoryQueue {
                 _ = &mut changed => {}
                 _ = sleep_until(wake) => {}
             }
+            back_at = Instant::now() + half;
         }
     }
 
