@@ -4,6 +4,10 @@
 //! answered), one round trip at least, so the limit is `max_in_flight / round trip` messages
 //! a second with instant handlers.
 //!
+//! W4, beside it: what a quiet queue costs, receives in a minute (paused clock): on a queue
+//! empty all along, and in the minute after a burst was drained (the receives under way when
+//! it ended wait out their long polls, then one at a time).
+//!
 //! ```text
 //! cargo bench --bench round_trip                                   # MemoryQueue, 5, 20, 50 ms
 //! scripts/round-trip-bench.sh                                      # LocalStack through a
@@ -26,7 +30,8 @@ use tokio::time::Instant;
 
 mod common;
 use common::{
-    new_queue, plain_client, send_ten, server_client, server_name, server_runs, CountRequests,
+    new_queue, plain_client, send_ten, server_client, server_cpu_time, server_name, server_runs,
+    CountRequests,
 };
 
 /// The settings a line runs with.
@@ -80,6 +85,9 @@ struct Run {
     requests_per_message: f64,
     breakdown: String,
     slots: Slots,
+    /// On a test server: a receive's round trip as measured before the run (the delay, the
+    /// server's own time and the proxy's), and the server's CPU time per message.
+    measured: Option<(Duration, Option<Duration>)>,
 }
 
 /// Samples the consumer's slots every [`SAMPLE_EVERY`] until it is dropped.
@@ -152,6 +160,7 @@ fn memory_run(latency: Duration, settings: Settings, messages: u64) -> Run {
             requests_per_message: sqs_requests(&counts) as f64 / messages as f64,
             breakdown: breakdown(&counts, messages),
             slots,
+            measured: None,
         }
     })
 }
@@ -220,6 +229,36 @@ fn report(label: &str, round_trip: Duration, slots: usize, runs: &[Run]) {
     );
 }
 
+/// The limit at the round trip each run measured, and the server's CPU per message.
+fn report_measured(slots: usize, runs: &[Run]) {
+    let measured: Vec<_> = runs.iter().filter_map(|r| r.measured).collect();
+    if measured.is_empty() {
+        return;
+    }
+    let round_trip = median(measured.iter().map(|m| m.0.as_secs_f64()).collect());
+    let fraction = median(
+        runs.iter()
+            .filter_map(|r| Some(r.per_second / limit(slots, r.measured?.0)))
+            .collect(),
+    );
+    let server: Vec<f64> = measured
+        .iter()
+        .filter_map(|m| m.1.map(|d| d.as_secs_f64() * 1e3))
+        .collect();
+    let server = if server.is_empty() {
+        "n/a".to_owned()
+    } else {
+        format!("{:.3} ms", median(server))
+    };
+    println!(
+        "      a receive's round trip as measured {:.1} ms: {:.0} % of the limit at it ({:.0}); \
+         server CPU per message {server}",
+        round_trip * 1e3,
+        100.0 * fraction,
+        limit(slots, Duration::from_secs_f64(round_trip))
+    );
+}
+
 fn memory() {
     const RUNS: usize = 3;
     println!(
@@ -269,13 +308,18 @@ fn server_run(endpoint: &str, upstream: &str, settings: Settings) -> Run {
             }
         });
         futures_util::future::join_all(fill).await;
+        let round_trip = measure_round_trip(endpoint, &url).await;
         let counter = CountRequests::default();
         let client = server_client(endpoint, &counter);
         let consumer = settings
             .apply(Consumer::builder(client, url.clone()))
             .build()
             .unwrap();
+        let server_before = server_cpu_time();
         let (per_second, slots) = consume(&consumer, SERVER_MESSAGES as u64).await;
+        let server_cpu = server_cpu_time()
+            .zip(server_before)
+            .map(|(after, before)| after.saturating_sub(before) / SERVER_MESSAGES as u32);
         let counts = counter.0.lock().unwrap().clone();
         let messages = SERVER_MESSAGES as f64;
         let requests: u64 = counts.values().sum();
@@ -291,8 +335,24 @@ fn server_run(endpoint: &str, upstream: &str, settings: Settings) -> Run {
             requests_per_message: requests as f64 / messages,
             breakdown,
             slots,
+            measured: Some((round_trip, server_cpu)),
         }
     })
+}
+
+/// A full receive's round trip through `endpoint` (the delaying proxy), the median of 10 one
+/// after the other; they leave the messages visible.
+async fn measure_round_trip(endpoint: &str, url: &str) -> Duration {
+    let client = plain_client(endpoint);
+    let mut times = Vec::new();
+    for _ in 0..10 {
+        let start = Instant::now();
+        let call = client.receive_message().queue_url(url);
+        let answer = call.max_number_of_messages(10).visibility_timeout(0);
+        answer.send().await.unwrap();
+        times.push(start.elapsed().as_secs_f64());
+    }
+    Duration::from_secs_f64(median(times))
 }
 
 /// W5 on the test server through a proxy that delays every request by `W5_DELAY_MS`.
@@ -317,16 +377,69 @@ fn server(endpoint: &str) {
             .map(|_| server_run(endpoint, &upstream, settings))
             .collect();
         report(settings.label(), round_trip, settings.slots(), &runs);
+        report_measured(settings.slots(), &runs);
         // One line per run, for the script's summary beside the peer's.
         for r in &runs {
+            let server_ms = r.measured.and_then(|m| m.1).map_or("null".to_owned(), |d| {
+                format!("{:.4}", d.as_secs_f64() * 1e3)
+            });
             println!(
                 "      {{\"consumer\": \"sqs-consumer, {}\", \"per_second\": {:.1}, \
-                 \"requests_per_message\": {:.4}}}",
+                 \"requests_per_message\": {:.4}, \"server_cpu_ms\": {server_ms}}}",
                 settings.label(),
                 r.per_second,
                 r.requests_per_message
             );
         }
+    }
+}
+
+/// Receives in a minute of a quiet queue, with `settings`: from the start on an empty queue,
+/// or from the last ack of a burst of 2,000 (requests 20 ms); and the receives under way at
+/// its start (each of them ends with an empty answer in it).
+fn quiet_minute(settings: Settings, burst: bool) -> (u64, u64) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let q = MemoryQueue::builder()
+            .latency(Duration::from_millis(20))
+            .build()
+            .unwrap();
+        let messages = if burst { 2_000 } else { 0 };
+        for i in 0..messages {
+            q.send(format!("message {i}")).unwrap();
+        }
+        let consumer = settings.apply(Consumer::in_memory(&q)).build().unwrap();
+        let minute = async {
+            while consumer.stats().acked < messages {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            let under_way = consumer.stats().reserved.div_ceil(10);
+            let before = q.requests().requests(Action::ReceiveMessage);
+            tokio::time::sleep(Duration::from_secs(60)).await;
+            let sent = q.requests().requests(Action::ReceiveMessage) - before;
+            (sent, under_way)
+        };
+        tokio::select! {
+            receives = minute => receives,
+            end = consumer.run(|d: Delivery| d.ack()) => panic!("the run ended: {end:?}"),
+        }
+    })
+}
+
+fn quiet() {
+    println!("W4  MemoryQueue, requests 20 ms, paused clock: receives in a quiet minute");
+    for settings in [Settings::Default, Settings::Slots200] {
+        let (idle, _) = quiet_minute(settings, false);
+        let (after, under_way) = quiet_minute(settings, true);
+        println!(
+            "    {}: {idle} sent on an empty queue; after a burst of 2,000: {under_way} under \
+             way at its last ack, each answered empty, then {after} sent in the minute",
+            settings.label(),
+        );
     }
 }
 
@@ -338,6 +451,9 @@ fn main() {
     let wants = |b: &str| args.is_empty() || args.iter().any(|a| a == b);
     if wants("memory") {
         memory();
+    }
+    if wants("quiet") {
+        quiet();
     }
     if wants("server") {
         match std::env::var("SQS_TEST_ENDPOINT") {

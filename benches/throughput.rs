@@ -44,8 +44,8 @@ use tokio::time::{sleep, Instant};
 
 mod common;
 use common::{
-    new_queue, send_ten, server_client, server_config, server_name, server_runs, CountAnswers,
-    CountRequests,
+    cpu_time_in, new_queue, send_ten, server_client, server_config, server_cpu_time, server_name,
+    server_runs, CountAnswers, CountRequests,
 };
 
 /// Counts the bytes allocated and not yet freed, to measure memory per held delivery
@@ -133,17 +133,6 @@ fn median(mut v: Vec<f64>) -> f64 {
 /// Process CPU time (user + system), from /proc; `None` where there is none.
 fn cpu_time() -> Option<Duration> {
     cpu_time_in("/proc/self/stat")
-}
-
-/// CPU time (user + system) from a /proc `stat` file.
-fn cpu_time_in(path: &str) -> Option<Duration> {
-    let stat = std::fs::read_to_string(path).ok()?;
-    // Fields after the command name (which is in parentheses and may contain spaces).
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
-    // Linux reports these in USER_HZ, 100 per second on every mainstream build.
-    Some(Duration::from_millis(ticks * 10))
 }
 
 /// Resident memory, from /proc.
@@ -403,13 +392,6 @@ fn b3() {
 }
 
 // ---- B4 ----
-
-/// CPU time (user + system) the test server has used so far, when the script that started it
-/// exported its PID (`SQS_TEST_SERVER_PID`).
-fn server_cpu_time() -> Option<Duration> {
-    let pid = std::env::var("SQS_TEST_SERVER_PID").ok()?;
-    cpu_time_in(&format!("/proc/{pid}/stat"))
-}
 
 /// CPU time (user + system) of the calling thread, from /proc.
 fn thread_cpu_time() -> Option<Duration> {
@@ -862,13 +844,20 @@ fn b4(endpoint: &str) {
     let only: Option<Vec<usize>> = std::env::var("B4_ONLY")
         .ok()
         .map(|v| v.split(',').filter_map(|n| n.trim().parse().ok()).collect());
-    for (i, (name, taker)) in variants.into_iter().enumerate() {
-        if only.as_ref().is_some_and(|o| !o.contains(&i)) {
-            continue;
+    let chosen: Vec<(usize, &str, Taker)> = variants
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| only.as_ref().is_none_or(|o| o.contains(i)))
+        .map(|(i, (name, taker))| (i, name, taker))
+        .collect();
+    // Run by run, the lines in turn, so that the machine's drift falls on each alike.
+    let mut all_runs: Vec<Vec<B4Run>> = chosen.iter().map(|_| Vec::new()).collect();
+    for _ in 0..runs_per_variant {
+        for (runs, &(_, _, taker)) in all_runs.iter_mut().zip(&chosen) {
+            runs.push(b4_run(endpoint, taker, 200));
         }
-        let runs: Vec<B4Run> = (0..runs_per_variant)
-            .map(|_| b4_run(endpoint, taker, 200))
-            .collect();
+    }
+    for (runs, &(_, name, _)) in all_runs.iter().zip(&chosen) {
         let rpm = median(runs.iter().map(|r| r.requests_per_message).collect());
         let mid = runs
             .iter()
@@ -900,6 +889,34 @@ fn b4(endpoint: &str) {
                 .join("; ")
         );
     }
+    one_thread_against_the_sdk(&chosen, &all_runs);
+}
+
+/// With both one-thread lines run (3, the consumer; 4, the SDK alone), the consumer's client
+/// CPU per message over the SDK's, run by run (each pair ran back to back), and their median.
+fn one_thread_against_the_sdk(chosen: &[(usize, &str, Taker)], all_runs: &[Vec<B4Run>]) {
+    let line = |n| chosen.iter().position(|&(i, _, _)| i == n);
+    let (Some(consumer), Some(sdk)) = (line(3), line(4)) else {
+        return;
+    };
+    let ratios: Option<Vec<f64>> = all_runs[consumer]
+        .iter()
+        .zip(&all_runs[sdk])
+        .map(|(c, s)| Some(c.cpu_per_message?.as_secs_f64() / s.cpu_per_message?.as_secs_f64()))
+        .collect();
+    let Some(ratios) = ratios else {
+        return;
+    };
+    println!(
+        "    one thread, the consumer's client CPU over the SDK's alone, run by run: {}; median \
+         {:.2}",
+        ratios
+            .iter()
+            .map(|r| format!("{r:.2}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        median(ratios.clone())
+    );
 }
 
 /// W1: the same with the whole backlog queued before the consumer starts (no feeding), default

@@ -40,8 +40,8 @@ use crate::trace_parent::TraceParent;
 /// outcome (see [`AckMode`](crate::AckMode)).
 ///
 /// While held, a delivery counts against the consumer's
-/// [`max_in_flight`](crate::ConsumerBuilder::max_in_flight), wherever you move it, until its
-/// ack or release is sent.
+/// [`max_in_flight`](crate::ConsumerBuilder::max_in_flight), wherever you move it, until it is
+/// settled (an ack counts until it is sent, not answered: see `max_in_flight`).
 pub struct Delivery {
     /// The message and its receipt handle, deadline and state, shared with the keeper.
     lease: Arc<Lease>,
@@ -359,17 +359,19 @@ impl Delivery {
 
     /// Settles this delivery as `how` says.
     async fn settle(mut self, how: Settle) -> Result<(), Error> {
-        self.hand_over_slot();
+        self.hand_over_slot(how);
         let leases = [self.lease.clone()];
         let results = settle(&leases, how, Some(self.run.keeper())).await;
         results.into_iter().next().unwrap_or(Ok(()))
     }
 
-    /// Its ack or release is about to be sent: it no longer counts as held, and its slot
-    /// comes free, if the consumer's settle calls under way leave room (see
-    /// `Slot::hand_over`).
-    fn hand_over_slot(&mut self) {
-        if self.slot.hand_over() {
+    /// It is about to be settled as `how` says. An ack: it no longer counts as held, and its
+    /// slot comes free, if the consumer's settle calls under way leave room (see
+    /// `Slot::hand_over`). A release keeps its slot until it is answered: its message is
+    /// visible again at once, and a receive started on its slot would split it from the
+    /// others released with it.
+    fn hand_over_slot(&mut self, how: Settle) {
+        if how == Settle::Ack && self.slot.hand_over() {
             self.lease.context().delivery_ended();
         }
     }
@@ -637,7 +639,7 @@ async fn settle_all(deliveries: Vec<Delivery>, how: Settle) -> Vec<Result<(), Er
     let keeper = first.run.keeper().clone();
     let leases: Vec<_> = deliveries.iter().map(|d| d.lease.clone()).collect();
     let mut deliveries = deliveries;
-    deliveries.iter_mut().for_each(Delivery::hand_over_slot);
+    deliveries.iter_mut().for_each(|d| d.hand_over_slot(how));
     settle(&leases, how, Some(&keeper)).await
 }
 

@@ -49,8 +49,8 @@ pub struct Stats {
     /// they get the retry policy, and by default come back when their visibility lapses.
     pub unsettled: u64,
     /// Deliveries held right now (handlers running, FIFO deliveries waiting their turn, and
-    /// deliveries moved elsewhere and not yet settled or dropped); a delivery whose ack or
-    /// release is sent no longer counts, as its `max_in_flight` slot comes free (see
+    /// deliveries moved elsewhere and not yet settled or dropped); a delivery whose ack is
+    /// sent no longer counts once its `max_in_flight` slot comes free (see
     /// [`max_in_flight`](crate::ConsumerBuilder::max_in_flight)).
     pub in_flight: u64,
     /// `max_in_flight` slots taken right now by receives under way, for the messages they

@@ -499,6 +499,31 @@ async fn a_slot_comes_free_as_its_ack_is_sent_while_few_acks_wait_for_answers() 
     assert_eq!((stats.acked, stats.in_flight), (0, 1), "{stats:?}");
 }
 
+/// A release keeps its slot until it is answered: its message is visible again at once, and
+/// a receive started on its slot would split it from the others released with it.
+#[tokio::test(start_paused = true)]
+async fn a_release_keeps_its_slot_until_it_is_answered() {
+    // Every visibility change is answered 10 s late; the rest at once.
+    let faults = Faults::new(1)
+        .held_answer(1.0, secs(10))
+        .actions([Action::ChangeMessageVisibilityBatch]);
+    let q = MemoryQueue::builder().faults(faults).build().unwrap();
+    for i in 0..10 {
+        q.send(format!("m{i}")).unwrap();
+    }
+    let consumer = Consumer::in_memory(&q).max_in_flight(1).build().unwrap();
+    let at_5_s = async {
+        sleep(secs(5)).await;
+        (
+            q.requests().requests(Action::ReceiveMessage),
+            consumer.stats(),
+        )
+    };
+    let (receives, stats) = run_while(&consumer, |d: Delivery| d.release(), at_5_s).await;
+    assert_eq!(receives, 1);
+    assert_eq!((stats.released, stats.in_flight), (0, 1), "{stats:?}");
+}
+
 /// While a receive is under way and more are wanted, one more starts as soon as acks free a
 /// whole batch of slots, not when the receive under way comes back.
 #[tokio::test(start_paused = true)]

@@ -183,3 +183,21 @@ pub async fn receive_and_delete(
     }
     out.messages.unwrap_or_default()
 }
+
+/// CPU time (user + system) from a /proc `stat` file.
+pub fn cpu_time_in(path: &str) -> Option<std::time::Duration> {
+    let stat = std::fs::read_to_string(path).ok()?;
+    // Fields after the command name (which is in parentheses and may contain spaces).
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    // Linux reports these in USER_HZ, 100 per second on every mainstream build.
+    Some(std::time::Duration::from_millis(ticks * 10))
+}
+
+/// CPU time (user + system) the test server has used so far, when the script that started it
+/// exported its PID (`SQS_TEST_SERVER_PID`).
+pub fn server_cpu_time() -> Option<std::time::Duration> {
+    let pid = std::env::var("SQS_TEST_SERVER_PID").ok()?;
+    cpu_time_in(&format!("/proc/{pid}/stat"))
+}

@@ -218,9 +218,9 @@ impl ConsumerBuilder {
     /// The most deliveries held at once (running handlers, and deliveries you moved
     /// elsewhere and still hold), 1..=120000. The consumer receives only while a slot is
     /// free, so no message waits in memory while its timeout runs. A delivery's slot comes
-    /// free once its ack or release is sent, without waiting a round trip for the answer
-    /// (while the acks and releases awaiting answers number at most twice this; past that,
-    /// until the answer), so at a round trip to SQS 40 slots serve up to 40 messages per
+    /// free once its ack is sent, without waiting a round trip for the answer (while the
+    /// acks awaiting answers number at most twice this; past that, and for a release, when
+    /// it is answered), so at a round trip to SQS 40 slots serve up to 40 messages per
     /// round trip (see [Messages a second at a round
     /// trip](crate::guide::flow_control#messages-a-second-at-a-round-trip)). Defaults to 40 (a
     /// multiple of the batch size, 10, so that receives, extensions and deletes go in whole
