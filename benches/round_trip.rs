@@ -30,8 +30,8 @@ use tokio::time::Instant;
 
 mod common;
 use common::{
-    new_queue, plain_client, send_ten, server_client, server_cpu_time, server_name, server_runs,
-    CountRequests,
+    median, new_queue, plain_client, send_ten, server_client, server_cpu_time, server_name,
+    server_runs, two_threads, wanted, CountRequests,
 };
 
 /// The settings a line runs with.
@@ -142,11 +142,7 @@ async fn consume(consumer: &Consumer, messages: u64) -> (f64, Slots) {
 }
 
 fn memory_run(latency: Duration, settings: Settings, messages: u64) -> Run {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = two_threads();
     rt.block_on(async {
         let q = MemoryQueue::builder().latency(latency).build().unwrap();
         for i in 0..messages {
@@ -185,11 +181,6 @@ fn breakdown(counts: &RequestCounts, messages: u64) -> String {
     })
     .collect::<Vec<_>>()
     .join(", ")
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 /// The limit a round trip sets: each slot busy one round trip per message (its receive).
@@ -291,11 +282,7 @@ const SERVER_MESSAGES: usize = 2_000;
 /// One run on the test server at `endpoint` (the delaying proxy), the queue filled straight
 /// at `upstream`.
 fn server_run(endpoint: &str, upstream: &str, settings: Settings) -> Run {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = two_threads();
     rt.block_on(async {
         let filler = plain_client(upstream);
         let url = new_queue(&filler, "w5").await;
@@ -444,11 +431,7 @@ fn quiet() {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with('-'))
-        .collect();
-    let wants = |b: &str| args.is_empty() || args.iter().any(|a| a == b);
+    let wants = wanted();
     if wants("memory") {
         memory();
     }

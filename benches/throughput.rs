@@ -44,8 +44,8 @@ use tokio::time::{sleep, Instant};
 
 mod common;
 use common::{
-    cpu_time_in, new_queue, send_ten, server_client, server_config, server_cpu_time, server_name,
-    server_runs, CountAnswers, CountRequests,
+    cpu_time_in, median, new_queue, send_ten, server_client, server_config, server_cpu_time,
+    server_name, server_runs, wanted, CountAnswers, CountRequests,
 };
 
 /// Counts the bytes allocated and not yet freed, to measure memory per held delivery
@@ -79,11 +79,7 @@ fn live_bytes() -> usize {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with('-'))
-        .collect();
-    let wants = |b: &str| args.is_empty() || args.iter().any(|a| a == b);
+    let wants = wanted();
     if wants("b1") {
         b1();
     }
@@ -123,11 +119,6 @@ fn figure(value: Option<f64>, precision: usize) -> String {
 /// The median of figures every run measured; `None` if one could not.
 fn median_of(values: Vec<Option<f64>>) -> Option<f64> {
     values.into_iter().collect::<Option<Vec<f64>>>().map(median)
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 /// Process CPU time (user + system), from /proc; `None` where there is none.

@@ -12,7 +12,7 @@ use std::time::Duration;
 use common::{eventually, memory_queue as queue, run_while, secs, take_one};
 use sqs_consumer::memory::{Action, Faults, RequestCounts};
 use sqs_consumer::{
-    BoxError, Consumer, ConsumerBuilder, Delivery, Error, MemoryQueue, RetryPolicy,
+    BoxError, Consumer, ConsumerBuilder, Delivery, Error, Handler, MemoryQueue, RetryPolicy, Stats,
 };
 use tokio::sync::mpsc;
 use tokio::time::{sleep, Instant};
@@ -413,9 +413,14 @@ async fn drain_with_latency(
         .max_in_flight(100)
         .max_concurrent_receives(max_concurrent_receives);
     let consumer = configure(builder).build().unwrap();
+    time_to_drain(&q, &consumer).await
+}
+
+/// How long `consumer` takes to drain `q` with instant handlers (virtual time).
+async fn time_to_drain(q: &MemoryQueue, consumer: &Consumer) -> Duration {
     let start = Instant::now();
     run_while(
-        &consumer,
+        consumer,
         |d: Delivery| d.ack(),
         eventually("drained", LIMIT, || q.is_empty()),
     )
@@ -448,15 +453,9 @@ async fn fraction_of_the_round_trip_limit(messages: usize, max_in_flight: usize)
         .max_in_flight(max_in_flight)
         .build()
         .unwrap();
-    let start = Instant::now();
-    run_while(
-        &consumer,
-        |d: Delivery| d.ack(),
-        eventually("drained", LIMIT, || q.is_empty()),
-    )
-    .await;
+    let took = time_to_drain(&q, &consumer).await;
     let limit = max_in_flight as f64 / 0.05;
-    messages as f64 / start.elapsed().as_secs_f64() / limit
+    messages as f64 / took.as_secs_f64() / limit
 }
 
 /// At a round trip, every slot stays busy: a slot comes free as its delivery's ack is sent,
@@ -472,15 +471,10 @@ async fn at_a_round_trip_a_busy_queue_keeps_every_slot_busy() {
     assert!(many_slots >= 0.95, "{many_slots:.3} of the limit");
 }
 
-/// A delivery's slot comes free once its ack is sent, not when the delete is answered; but
-/// no more than twice `max_in_flight` acks go unanswered with their slots given back: past
-/// that an ack keeps its slot, and receives wait.
-#[tokio::test(start_paused = true)]
-async fn a_slot_comes_free_as_its_ack_is_sent_while_few_acks_wait_for_answers() {
-    // Every delete is answered 10 s late; the rest at once.
-    let faults = Faults::new(1)
-        .held_answer(1.0, secs(10))
-        .actions([Action::DeleteMessageBatch]);
+/// Ten messages, `action`'s answers held 10 s (the rest at once), a consumer of one slot
+/// running `handler`: the receives sent and the stats after 5 s.
+async fn five_seconds_with_answers_held(action: Action, handler: impl Handler) -> (u64, Stats) {
+    let faults = Faults::new(1).held_answer(1.0, secs(10)).actions([action]);
     let q = MemoryQueue::builder().faults(faults).build().unwrap();
     for i in 0..10 {
         q.send(format!("m{i}")).unwrap();
@@ -488,12 +482,19 @@ async fn a_slot_comes_free_as_its_ack_is_sent_while_few_acks_wait_for_answers() 
     let consumer = Consumer::in_memory(&q).max_in_flight(1).build().unwrap();
     let at_5_s = async {
         sleep(secs(5)).await;
-        (
-            q.requests().requests(Action::ReceiveMessage),
-            consumer.stats(),
-        )
+        let receives = q.requests().requests(Action::ReceiveMessage);
+        (receives, consumer.stats())
     };
-    let (receives, stats) = run_while(&consumer, |d: Delivery| d.ack(), at_5_s).await;
+    run_while(&consumer, handler, at_5_s).await
+}
+
+/// A delivery's slot comes free once its ack is sent, not when the delete is answered; but
+/// no more than twice `max_in_flight` acks go unanswered with their slots given back: past
+/// that an ack keeps its slot, and receives wait.
+#[tokio::test(start_paused = true)]
+async fn a_slot_comes_free_as_its_ack_is_sent_while_few_acks_wait_for_answers() {
+    let acks = |d: Delivery| d.ack();
+    let (receives, stats) = five_seconds_with_answers_held(Action::DeleteMessageBatch, acks).await;
     // The first two acks gave their slots back at once; the third keeps its slot.
     assert_eq!(receives, 3);
     assert_eq!((stats.acked, stats.in_flight), (0, 1), "{stats:?}");
@@ -503,23 +504,9 @@ async fn a_slot_comes_free_as_its_ack_is_sent_while_few_acks_wait_for_answers() 
 /// a receive started on its slot would split it from the others released with it.
 #[tokio::test(start_paused = true)]
 async fn a_release_keeps_its_slot_until_it_is_answered() {
-    // Every visibility change is answered 10 s late; the rest at once.
-    let faults = Faults::new(1)
-        .held_answer(1.0, secs(10))
-        .actions([Action::ChangeMessageVisibilityBatch]);
-    let q = MemoryQueue::builder().faults(faults).build().unwrap();
-    for i in 0..10 {
-        q.send(format!("m{i}")).unwrap();
-    }
-    let consumer = Consumer::in_memory(&q).max_in_flight(1).build().unwrap();
-    let at_5_s = async {
-        sleep(secs(5)).await;
-        (
-            q.requests().requests(Action::ReceiveMessage),
-            consumer.stats(),
-        )
-    };
-    let (receives, stats) = run_while(&consumer, |d: Delivery| d.release(), at_5_s).await;
+    let releases = |d: Delivery| d.release();
+    let action = Action::ChangeMessageVisibilityBatch;
+    let (receives, stats) = five_seconds_with_answers_held(action, releases).await;
     assert_eq!(receives, 1);
     assert_eq!((stats.released, stats.in_flight), (0, 1), "{stats:?}");
 }

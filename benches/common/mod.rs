@@ -201,3 +201,27 @@ pub fn server_cpu_time() -> Option<std::time::Duration> {
     let pid = std::env::var("SQS_TEST_SERVER_PID").ok()?;
     cpu_time_in(&format!("/proc/{pid}/stat"))
 }
+
+/// A runtime of 2 worker threads, as `#[tokio::main]` gives on these 2 cores.
+pub fn two_threads() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Whether the bench named `name` is to run: every one when the command line names none.
+pub fn wanted() -> impl Fn(&str) -> bool {
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    move |name| args.is_empty() || args.iter().any(|a| a == name)
+}
+
+/// The median of `v` (the upper one of an even count).
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
