@@ -339,7 +339,7 @@ impl Counters {
             visibility_timeout: Duration::from_secs(
                 self.visibility_timeout.load(Ordering::Relaxed),
             ),
-            receive_failures: self.receives.0.failures.load(Ordering::Relaxed),
+            receive_failures: self.receives.0.failures.load(Ordering::Acquire),
             consecutive_receive_failures: self.receives.0.consecutive.load(Ordering::Relaxed),
             since_last_receive: self.receives.times().last_answer.map(|at| at.elapsed()),
         }
@@ -437,8 +437,11 @@ impl ReceiveHealth {
     pub(crate) fn failed(&self) -> Failing {
         let now = Instant::now();
         let since = *self.times().failing_since.get_or_insert(now);
-        self.0.failures.fetch_add(1, Ordering::Relaxed);
         let consecutive = self.0.consecutive.fetch_add(1, Ordering::Relaxed) + 1;
+        // Counted after the run it extends: whoever sees this failure in `receive_failures`
+        // (read first, with `Acquire`) sees it in `consecutive_receive_failures` too, unless
+        // an answer ended the run since; never a failure with no run under way.
+        self.0.failures.fetch_add(1, Ordering::Release);
         #[cfg(feature = "metrics")]
         if let Some(exported) = &self.0.exported {
             exported.failures.increment(1);
