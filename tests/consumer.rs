@@ -548,6 +548,26 @@ async fn a_receive_starts_once_acks_free_its_slots_while_another_waits() {
     assert_eq!(receives, 4);
 }
 
+/// A receive beside the one under way that cannot start for want of tokens, with a whole
+/// batch of slots free, leaves the loop waiting for an answer or a token: it does not wait
+/// for slots that are free already (which would spin, and on the paused clock never let
+/// time move).
+#[tokio::test(start_paused = true)]
+async fn short_of_tokens_with_slots_free_the_receive_loop_waits_without_spinning() {
+    let q = queue_with_50_ms_requests();
+    for i in 0..30 {
+        q.send(format!("m{i}")).unwrap();
+    }
+    let consumer = Consumer::in_memory(&q)
+        .max_in_flight(20)
+        .max_receive_rate(10.0)
+        .build()
+        .unwrap();
+    // Ten at once, then ten a second: the last ten come about 2 s in.
+    let took = time_to_drain(&q, &consumer).await;
+    assert!(took < secs(4), "{took:?}");
+}
+
 #[tokio::test(start_paused = true)]
 async fn under_a_rate_limit_more_receives_start_on_the_tokens_there() {
     // 5,000 a second (a burst of 10) leaves the 50 ms requests the bound: one receive of 2
