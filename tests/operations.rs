@@ -266,9 +266,13 @@ async fn a_failing_receive_logs_one_short_line(kind: Kind) {
         })
         .await;
         outage.start(secs(2));
+        // The line comes just after the counters reset, from the receive loop's thread: the
+        // wait is for both, so that the test never reads the log in between.
         eventually("receives failed, then answered again", secs(30), || {
             let s = consumer.stats();
-            s.receive_failures > 0 && s.consecutive_receive_failures == 0
+            let logged =
+                String::from_utf8_lossy(&logs.lock().unwrap()).contains("receives answered again");
+            s.receive_failures > 0 && s.consecutive_receive_failures == 0 && logged
         })
         .await;
     };

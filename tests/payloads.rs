@@ -457,8 +457,10 @@ async fn an_unreadable_payload_is_logged_once_at_error_naming_message_bucket_and
     let q = TestQueue::new(Kind::Memory, 30).await;
     send_pointer(&q, Producer::Java, &bucket, "no-such-key", 10).await;
     let consumer = consumer_of(&q, s3.client(), &bucket).build().unwrap();
-    let failed = eventually("the payload failure", secs(60), || {
+    // Counted just before it is logged, on a worker: the wait is for both.
+    let failed = eventually("the payload failure counted and logged", secs(60), || {
         consumer.stats().payload_failures == 1
+            && String::from_utf8_lossy(&logs.lock().unwrap()).contains("could not be read")
     });
     common::run_while(&consumer, recording(&Seen::default()), failed).await;
     let logs = String::from_utf8(logs.lock().unwrap().clone()).unwrap();
