@@ -38,6 +38,12 @@ impl Consumer {
         }
     }
 
+    /// The engine, for a consumer driven by events (feature `lambda`).
+    #[cfg(feature = "lambda")]
+    pub(crate) fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
     #[cfg(test)]
     pub(crate) fn receive_settings(&self) -> &crate::receiver::ReceiveSettings {
         self.engine.receive_settings()

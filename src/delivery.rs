@@ -68,6 +68,9 @@ pub(crate) struct Received {
     pub(crate) run: Arc<RunTies>,
     /// The deliveries of the same receive, whose acks may share a request.
     pub(crate) cohort: Option<Arc<Cohort>>,
+    /// The latest its extensions may end, if before the 12-hour limit: when the holder ends
+    /// (a Lambda function's deadline).
+    pub(crate) lease_cap: Option<Instant>,
 }
 
 impl Delivery {
@@ -96,7 +99,8 @@ impl Delivery {
                 receive_count,
                 span,
             )
-            .in_cohort(received.cohort),
+            .in_cohort(received.cohort)
+            .capped_at(received.lease_cap),
         );
         received.run.keeper().keep(lease.clone());
         received.run.delivery_held();
@@ -769,6 +773,7 @@ pub(crate) mod tests {
             slot: None,
             run,
             cohort: None,
+            lease_cap: None,
         };
         Delivery::start(std::sync::Arc::new(ctx), message, received)
     }
@@ -1800,6 +1805,7 @@ mod size {
             slot: None,
             run: RunTies::new(Default::default(), Keeper::new(KeeperRuntime::Caller)),
             cohort: None,
+            lease_cap: None,
         };
         let d = Delivery::start(ctx, m, received);
         let (lease, delivery) = (std::mem::size_of_val(&*d.lease), std::mem::size_of_val(&d));

@@ -2,6 +2,7 @@
 //! deliveries, skips redeliveries whose ack was lost, keeps FIFO groups in order, and runs
 //! the graceful shutdown.
 
+use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -354,7 +355,7 @@ impl Engine {
                 |batch| {
                     // Group tasks log their own failures; this only frees finished ones.
                     while run.groups.try_join_next().is_some() {}
-                    self.deliver(batch, run, dispatch);
+                    self.deliver(batch, run, dispatch, Order::Queue);
                 },
             )
             .await
@@ -442,9 +443,9 @@ impl Engine {
         tracing::info!(queue = %self.queue_name(), "stream stopped");
     }
 
-    /// Turns a receive into deliveries (the keeper keeps them from here) and starts their groups.
-    /// Never awaits, so a shutdown cannot cut it in half.
-    fn deliver(&self, batch: ReceivedBatch, run: &mut Run, dispatch: &Dispatch) {
+    /// Turns a receive into deliveries (the keeper keeps them from here) and starts their
+    /// groups, in `order`. Never awaits, so a shutdown cannot cut it in half.
+    fn deliver(&self, batch: ReceivedBatch, run: &mut Run, dispatch: &Dispatch, order: Order) {
         let ctx = &self.ctx;
         let (ties, groups, late) = (&run.ties, &mut run.groups, run.late.clone());
         let shutdown = ties.shutdown();
@@ -474,6 +475,7 @@ impl Engine {
                 slot,
                 run: ties.clone(),
                 cohort: cohort.clone(),
+                lease_cap: batch.lease_cap,
             };
             deliveries.push(Delivery::start(ctx.clone(), message, received));
         }
@@ -486,7 +488,7 @@ impl Engine {
         }
         match &dispatch.to {
             HandTo::Each(each) => {
-                for group in fifo::partition(deliveries, ctx.is_fifo()) {
+                for group in order.groups(deliveries, ctx.is_fifo()) {
                     let each = each.clone();
                     // Boxed: the task then moves a pointer around, not the whole state machine.
                     // A spawned task logs for the subscriber its worker sees (the global one);
@@ -498,6 +500,20 @@ impl Engine {
                 }
             }
             HandTo::Batch(_) if deliveries.is_empty() => {}
+            HandTo::Batch(batch) if order == Order::Event => {
+                // FIFO: one batch in the event's order, whatever its size.
+                let max = if ctx.is_fifo() {
+                    deliveries.len()
+                } else {
+                    self.handling.batching.max
+                };
+                let mut deliveries = deliveries;
+                while !deliveries.is_empty() {
+                    let rest = deliveries.split_off(max.min(deliveries.len()));
+                    let batch = batch(std::mem::replace(&mut deliveries, rest), shutdown.clone());
+                    groups.spawn(batch.with_current_subscriber());
+                }
+            }
             HandTo::Batch(batch) => {
                 let batching = self.handling.batching;
                 if !batching.window.is_zero() {
@@ -603,6 +619,143 @@ impl Engine {
                 Count(left, "ack or release", "acks and releases"),
                 Secs(FINAL_FLUSH)
             );
+        }
+    }
+}
+
+/// Messages of this consumer's queue that another service received: a Lambda invocation's
+/// event.
+#[cfg(feature = "lambda")]
+#[derive(Debug)]
+pub(crate) struct Event {
+    pub(crate) messages: Vec<aws_sdk_sqs::types::Message>,
+    /// When they were received, as far as is known (the invocation's start): their first
+    /// visibility timeout counts from it.
+    pub(crate) received_at: Instant,
+    /// The visibility timeout their receive applied (the queue's own), seconds.
+    pub(crate) timeout: u32,
+    /// When whoever handles them ends (the function's deadline): no extension runs past it.
+    pub(crate) ends_at: Instant,
+}
+
+/// How an event's run ended.
+#[cfg(feature = "lambda")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct EventEnd {
+    /// Handlers (or FIFO sequences, or batches) still running at the deadline, cancelled.
+    pub(crate) cancelled: usize,
+    /// Acks and releases still unanswered when the wait for them ended.
+    pub(crate) unanswered: usize,
+}
+
+#[cfg(feature = "lambda")]
+impl Engine {
+    /// A dispatch that runs `handler` on each delivery of an event, at most `max_in_flight`
+    /// at a time: the others wait their turn, kept hidden.
+    pub(crate) fn each_of_event<H: Handler>(&self, handler: Arc<H>) -> Dispatch {
+        let settings = self.handling;
+        let turns = Arc::new(tokio::sync::Semaphore::new(
+            self.receive_settings().max_in_flight,
+        ));
+        Dispatch::each(Arc::new(move |d| {
+            let (handler, turns) = (handler.clone(), turns.clone());
+            Box::pin(async move {
+                // Never closed: the wait ends with a turn.
+                let _turn = turns.acquire_owned().await;
+                handling::run_handler(handler, d, settings).await;
+            })
+        }))
+    }
+
+    /// A dispatch that runs `handler` on each batch of an event.
+    pub(crate) fn batches_of_event<H: BatchHandler>(&self, handler: Arc<H>) -> Dispatch {
+        let (ctx, settings) = (self.ctx.clone(), self.handling);
+        Dispatch::batch(Arc::new(move |deliveries, shutdown| {
+            Box::pin(handling::run_batch_handler(
+                handler.clone(),
+                ctx.clone(),
+                shutdown,
+                deliveries,
+                settings,
+            ))
+        }))
+    }
+
+    /// `true` for a FIFO queue.
+    pub(crate) fn is_fifo(&self) -> bool {
+        self.ctx.is_fifo()
+    }
+
+    /// The queue's own visibility timeout, read once for the consumer's life (one try,
+    /// bounded by the request timeout: a caller with a deadline retries, or not).
+    pub(crate) async fn queue_visibility_timeout(&self) -> Result<u32, Error> {
+        self.receiver.queue_visibility_timeout().await
+    }
+
+    /// Starts handing out `event`'s messages (as [`Order::Event`] says) in a run of its own.
+    pub(crate) fn hand_out_event(&self, event: Event, dispatch: &Dispatch) -> Run {
+        #[cfg(feature = "s3")]
+        let dispatch = &self.reading_payloads(dispatch);
+        let mut run = self.new_run(CancellationToken::new(), CancellationToken::new());
+        let batch = ReceivedBatch {
+            messages: event.messages,
+            slots: Vec::new(),
+            received_at: event.received_at,
+            returned_at: event.received_at,
+            timeout: event.timeout,
+            lease_cap: Some(event.ends_at),
+        };
+        self.deliver(batch, &mut run, dispatch, Order::Event);
+        run
+    }
+
+    /// Lets the handlers of an event's `run` go on until `until`. Then cancels those still
+    /// running, releases what they held and what still waited its turn, and waits until
+    /// `flush_until` for the acks and releases under way.
+    pub(crate) async fn end_event(
+        &self,
+        run: Run,
+        until: Instant,
+        flush_until: Instant,
+    ) -> EventEnd {
+        let Run {
+            ties, mut groups, ..
+        } = run;
+        let _ =
+            tokio::time::timeout_at(until, async { while groups.join_next().await.is_some() {} })
+                .await;
+        // From here on, a delivery dropped is released at once.
+        ties.shutdown().cancel();
+        let cancelled = groups.len();
+        groups.shutdown().await;
+        let unanswered = self.ctx.calls().flush(flush_until).await;
+        EventEnd {
+            cancelled,
+            unanswered,
+        }
+    }
+}
+
+/// The order in which one receive's deliveries are handed out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Order {
+    /// The consumer's own receive: each message at once, a FIFO group's one at a time (a
+    /// batch handler's in rounds, one of each group), and batches cut by the batch settings.
+    Queue,
+    /// An event another service received (a Lambda invocation's): a FIFO queue's messages
+    /// one at a time in the event's order, the rest of the event released at the first one
+    /// not acked (a batch handler's in one batch); other queues' as for `Queue`, without a
+    /// batch window.
+    #[cfg_attr(not(feature = "lambda"), allow(dead_code))]
+    Event,
+}
+
+impl Order {
+    /// Deliveries split into the groups handed out one delivery at a time.
+    fn groups(self, deliveries: Vec<Delivery>, fifo: bool) -> Vec<VecDeque<Delivery>> {
+        match self {
+            Order::Event if fifo => vec![deliveries.into()],
+            _ => fifo::partition(deliveries, fifo),
         }
     }
 }

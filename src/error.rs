@@ -106,6 +106,20 @@ pub enum Error {
         source: BoxError,
     },
 
+    /// The Lambda runtime (feature `lambda`) could not serve invocations: the process does
+    /// not run in AWS Lambda (`AWS_LAMBDA_RUNTIME_API` is not set), or the Lambda Runtime API
+    /// failed.
+    #[cfg(feature = "lambda")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "lambda")))]
+    #[error("the Lambda runtime stopped: {reason}")]
+    LambdaRuntime {
+        /// What went wrong.
+        reason: String,
+        /// The runtime's error, if it gave one.
+        #[source]
+        source: Option<BoxError>,
+    },
+
     /// An SQS call (or the equivalent [`MemoryQueue`](crate::MemoryQueue) call) failed.
     #[error("SQS {operation} failed{}: {message}", code.as_deref().map(|c| format!(" with {c}")).unwrap_or_default())]
     Sqs {
@@ -206,6 +220,8 @@ impl Error {
             Error::PastHardDeadline { .. } | Error::Decode { .. } | Error::KeeperThread { .. } => {
                 None
             }
+            #[cfg(feature = "lambda")]
+            Error::LambdaRuntime { .. } => Some(ErrorKind::Fatal),
         }
     }
 

@@ -102,6 +102,15 @@ pub(crate) enum End {
     NotAcked,
 }
 
+/// What ends a lease's extensions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Limit {
+    /// SQS's limit: 12 hours after the receive.
+    TwelveHours,
+    /// Its holder's end, before that (a Lambda function's deadline).
+    Holder,
+}
+
 /// What a handler's end finds of a delivery it was handed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Left {
@@ -164,6 +173,10 @@ pub(crate) struct Lease {
     /// Set once no settle call of its own may still come (its ack or release started, or it
     /// ended): it left its cohort, and its hold was counted.
     left: AtomicBool,
+    /// The latest its extensions may end, in milliseconds after `received`: SQS's 12-hour
+    /// limit (less its margin), or earlier when the lease's holder ends first (a Lambda
+    /// function's deadline). (Not an `Instant`: 120,000 leases may be held at once.)
+    limit_ms: u32,
     /// Where the keeper holds it.
     keeper_slot: AtomicU32,
     /// Set once the keeper was told to let go of it.
@@ -217,12 +230,24 @@ impl Lease {
             answered_after_cs: u16::try_from((handed_out - received_at).as_millis() / 10)
                 .unwrap_or(u16::MAX),
             left: AtomicBool::new(false),
+            limit_ms: millis_after(received_at, extension_limit(received_at)),
             keeper_slot: AtomicU32::new(u32::MAX),
             let_go: AtomicBool::new(false),
             deleting: AtomicBool::new(false),
             #[cfg(feature = "s3")]
             payload_location: std::sync::OnceLock::new(),
         }
+    }
+
+    /// The same lease, its extensions ending by `cap` at the latest (if that comes before
+    /// the 12-hour limit): a holder that ends then has no use for a longer one, and a message
+    /// it could not release comes back sooner.
+    pub(crate) fn capped_at(mut self, cap: Option<Instant>) -> Self {
+        if let Some(cap) = cap {
+            let received_at = self.received_at();
+            self.limit_ms = self.limit_ms.min(millis_after(received_at, cap));
+        }
+        self
     }
 
     /// The same lease, one of `cohort` (the deliveries of its receive).
@@ -340,6 +365,18 @@ impl Lease {
 
     pub(crate) fn lost_reason(&self) -> Option<LostReason> {
         lost_reason(self.state())
+    }
+
+    /// The latest instant an extension may end at, and what sets it.
+    pub(crate) fn extension_limit(&self) -> (Instant, Limit) {
+        let received_at = self.received_at();
+        let at = received_at + Duration::from_millis(u64::from(self.limit_ms));
+        let by = if at < extension_limit(received_at) {
+            Limit::Holder
+        } else {
+            Limit::TwelveHours
+        };
+        (at, by)
     }
 
     /// How long the message may still stay hidden: until receive + 12 h - margin.

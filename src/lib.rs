@@ -147,6 +147,9 @@ mod in_flight_limit;
 mod json;
 mod keeper;
 mod keeper_thread;
+#[cfg(feature = "lambda")]
+#[cfg_attr(docsrs, doc(cfg(feature = "lambda")))]
+pub mod lambda;
 mod lease;
 mod limits;
 pub mod memory;

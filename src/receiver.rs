@@ -65,6 +65,8 @@ pub(crate) struct ReceivedBatch {
     pub(crate) returned_at: Instant,
     /// The visibility timeout the receive applied, seconds.
     pub(crate) timeout: u32,
+    /// The latest the deliveries' extensions may end, if before the 12-hour limit.
+    pub(crate) lease_cap: Option<Instant>,
 }
 
 /// What one receive came back with.
@@ -635,6 +637,7 @@ impl Receiver {
                         received_at,
                         returned_at: Instant::now(),
                         timeout,
+                        lease_cap: None,
                     },
                     releases_at_send,
                 ))
@@ -769,18 +772,20 @@ impl Receiver {
         }
         let read = self.visibility.get_or_try_init(|| async {
             let what = "reading the queue's visibility timeout";
-            match self
-                .retrying(what, || self.queue.visibility_timeout())
-                .await?
-            {
-                0 => Err(Error::InvalidConfig {
-                    field: "visibility_timeout",
-                    got: "none, and the queue's own VisibilityTimeout is 0".into(),
-                    allowed: "1..=43200 s: set the consumer's visibility_timeout, \
-                              or the queue's VisibilityTimeout",
-                }),
-                t => Ok(t),
-            }
+            nonzero_visibility(
+                self.retrying(what, || self.queue.visibility_timeout())
+                    .await?,
+            )
+        });
+        read.await.copied()
+    }
+
+    /// The queue's own visibility timeout, read once for the consumer's life, in one try
+    /// per call until it is known; 0 is refused.
+    #[cfg(feature = "lambda")]
+    pub(crate) async fn queue_visibility_timeout(&self) -> Result<u32, Error> {
+        let read = self.visibility.get_or_try_init(|| async {
+            nonzero_visibility(self.queue.visibility_timeout().await?)
         });
         read.await.copied()
     }
@@ -885,4 +890,18 @@ fn split_permits(mut all: OwnedSemaphorePermit) -> Vec<OwnedSemaphorePermit> {
     }
     one_each.push(all);
     one_each
+}
+
+/// The queue's own visibility timeout `t`, unless it is 0: a consumer that keeps nothing
+/// hidden cannot work.
+fn nonzero_visibility(t: u32) -> Result<u32, Error> {
+    match t {
+        0 => Err(Error::InvalidConfig {
+            field: "visibility_timeout",
+            got: "none, and the queue's own VisibilityTimeout is 0".into(),
+            allowed: "1..=43200 s: set the consumer's visibility_timeout, \
+                      or the queue's VisibilityTimeout",
+        }),
+        t => Ok(t),
+    }
 }

@@ -85,6 +85,10 @@ pub struct ConsumerBuilder {
     span_hook: Option<SpanHook>,
     #[cfg(feature = "s3")]
     payloads: PayloadSettings,
+    /// Deletes recorded here, not sent (in Lambda, which deletes what its function reports
+    /// done).
+    #[cfg(feature = "lambda")]
+    deferred_deletes: Option<crate::queue::deferred_deletes::DeferredDeletes>,
 }
 
 /// What the builder was told about payloads in S3 (feature `s3`).
@@ -144,6 +148,8 @@ impl ConsumerBuilder {
                 delete_on_ack: false,
                 buckets: PayloadBuckets::Unset,
             },
+            #[cfg(feature = "lambda")]
+            deferred_deletes: None,
         }
     }
 
@@ -659,5 +665,41 @@ impl ConsumerBuilder {
     pub fn delete_payload_on_ack(mut self, delete: bool) -> Self {
         self.payloads.delete_on_ack = delete;
         self
+    }
+}
+
+/// What a consumer in AWS Lambda needs of the builder (feature `lambda`).
+#[cfg(feature = "lambda")]
+impl ConsumerBuilder {
+    /// The same builder, its deletes recorded in `deletes` and not sent: Lambda deletes what
+    /// its function reports done.
+    pub(crate) fn defer_deletes(
+        mut self,
+        deletes: crate::queue::deferred_deletes::DeferredDeletes,
+    ) -> Self {
+        self.deferred_deletes = Some(deletes);
+        self
+    }
+
+    /// Refuses the settings that cannot hold in Lambda, whose own receive applied the
+    /// queue's visibility timeout.
+    pub(crate) fn check_for_lambda(&self) -> Result<(), crate::error::Error> {
+        const QUEUES_OWN: &str = "unset in AWS Lambda: Lambda's receive applies the queue's own \
+                                  VisibilityTimeout, which the keeper follows";
+        if let Some(t) = self.visibility_timeout {
+            return Err(crate::error::Error::invalid(
+                "visibility_timeout",
+                t,
+                QUEUES_OWN,
+            ));
+        }
+        if let Some(range) = self.adaptive_visibility {
+            return Err(crate::error::Error::invalid(
+                "adaptive_visibility",
+                range,
+                QUEUES_OWN,
+            ));
+        }
+        Ok(())
     }
 }

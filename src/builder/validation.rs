@@ -67,6 +67,14 @@ impl ConsumerBuilder {
                 keeper_runtime: KeeperRuntime::Caller,
             },
         };
+        #[cfg(feature = "lambda")]
+        let leases = match self.deferred_deletes.take() {
+            Some(deletes) => Leases {
+                queue: crate::queue::deferred_deletes::deferring(leases.queue, deletes),
+                ..leases
+            },
+            None => leases,
+        };
         Ok(Consumer::new(
             queue.with_request_timeout(request_timeout),
             ConsumerSettings {

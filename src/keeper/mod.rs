@@ -21,8 +21,8 @@ use tokio::time::{sleep_until, Instant};
 use crate::call_retries::{self, EXTENSION_MIN_WAIT};
 use crate::error::{Error, ErrorKind, LostReason};
 use crate::keeper_thread::{KeeperRuntime, Mailbox};
-use crate::lease::Lease;
-use crate::limits::{call_margin, extension_limit};
+use crate::lease::{Lease, Limit};
+use crate::limits::call_margin;
 use crate::readable::Secs;
 use crate::stats::Counter;
 
@@ -186,10 +186,34 @@ impl std::fmt::Debug for Keeper {
 
 /// A lease's first timer: its first extension, or its deadline when none is possible.
 fn first_timer(lease: &Lease) -> (Next, Instant) {
-    let limit = extension_limit(lease.received_at());
+    let (limit, _) = lease.extension_limit();
     match next_extension(lease.deadline(), lease.timeout(), limit) {
         Some(ext) => (Next::Extend, ext.at),
         None => (Next::Expire(LostReason::HardDeadline), lease.deadline()),
+    }
+}
+
+/// Says that `lease`'s extension of `visibility` seconds is its last, cut short by `by`.
+fn last_extension(lease: &Lease, by: Limit, visibility: u32, now: Instant) {
+    let held_for = Secs(now.saturating_duration_since(lease.received_at()));
+    match by {
+        Limit::TwelveHours => {
+            lease.context().count(Counter::Capped);
+            tracing::warn!(
+                parent: lease.span(),
+                %held_for,
+                visibility,
+                "last visibility extension: SQS keeps a message hidden for at most 12 hours \
+                 after the receive; it goes to another consumer when this one lapses"
+            );
+        }
+        // Expected: the holder releases what it still holds before its own end.
+        Limit::Holder => tracing::debug!(
+            parent: lease.span(),
+            %held_for,
+            visibility,
+            "last visibility extension: it ends at the function's deadline"
+        ),
     }
 }
 
@@ -670,7 +694,7 @@ impl KeeperTask {
             self.remove(id);
             return Step::Skip;
         }
-        let limit = extension_limit(lease.received_at());
+        let (limit, _) = lease.extension_limit();
         let room = u32::try_from(limit.saturating_duration_since(now).as_secs()).unwrap_or(0);
         let visibility = lease.timeout().min(room);
         if now + Duration::from_secs(u64::from(visibility)) <= lease.deadline() {
@@ -726,18 +750,11 @@ impl KeeperTask {
             return;
         };
         kept.attempt = 0;
+        let (limit, by) = lease.extension_limit();
         if visibility < lease.timeout() && !kept.capped {
             kept.capped = true;
-            lease.context().count(Counter::Capped);
-            tracing::warn!(
-                parent: lease.span(),
-                held_for = %Secs(now.saturating_duration_since(lease.received_at())),
-                visibility,
-                "last visibility extension: SQS keeps a message hidden for at most 12 hours \
-                 after the receive; it goes to another consumer when this one lapses"
-            );
+            last_extension(lease, by, visibility, now);
         }
-        let limit = extension_limit(lease.received_at());
         match next_extension(deadline, lease.timeout(), limit) {
             Some(ext) => {
                 let at = next_due(

@@ -5,6 +5,8 @@
 //! wraps a transport and gives every call a bounded time: no call path can wait for ever on
 //! a server that never answers.
 
+#[cfg(feature = "lambda")]
+pub(crate) mod deferred_deletes;
 mod round_trip;
 pub(crate) mod sdk;
 

@@ -1,0 +1,400 @@
+//! The same handlers in AWS Lambda, fed by an SQS event source mapping (feature `lambda`).
+//!
+//! [`run`] serves a function's invocations with a [`Handler`], [`run_batch`] with a
+//! [`BatchHandler`]: each record of the event becomes a [`Delivery`](crate::Delivery), kept
+//! hidden by the keeper while its handler works, and the invocation answers with a partial
+//! batch response naming the records not done. [`Function`] sets the consumer's settings and
+//! the deadline margin; [`Invocations`] handles events without the Lambda runtime (in tests).
+//! The guide's `lambda` page tells what differs from a worker, and how to deploy.
+//!
+//! ```no_run
+//! use sqs_consumer::{Delivery, Error};
+//!
+//! #[tokio::main]
+//! async fn main() -> Result<(), Error> {
+//!     let config = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+//!     let client = aws_sdk_sqs::Client::new(&config);
+//!     sqs_consumer::lambda::run(client, |delivery: Delivery| async move {
+//!         println!("handling {}", delivery.message_id());
+//!         delivery.ack().await // left to Lambda, which deletes what is reported done
+//!     })
+//!     .await
+//! }
+//! ```
+
+mod invocation;
+mod records;
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
+use std::time::{Duration, SystemTime};
+
+use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
+use aws_sdk_sqs::types::Message;
+use futures_util::future::BoxFuture;
+use lambda_runtime::LambdaEvent;
+
+use crate::batch_handler::BatchHandler;
+use crate::builder::ConsumerBuilder;
+use crate::consumer::Consumer;
+use crate::engine::{Dispatch, Engine};
+use crate::error::Error;
+use crate::handler::Handler;
+use crate::memory::MemoryQueue;
+use crate::queue::deferred_deletes::DeferredDeletes;
+use crate::stats::Stats;
+use invocation::{QueueHandling, Times};
+
+/// How long before the function's deadline the handlers still running are cancelled, by
+/// default: their messages are released and reported failed, and the invocation answers in
+/// time with what was done.
+pub const DEFAULT_DEADLINE_MARGIN: Duration = Duration::from_millis(500);
+
+/// Serves this Lambda function's SQS invocations with `handler` until the runtime stops,
+/// with the default settings ([`Function`] chooses others).
+///
+/// # Errors
+///
+/// [`Error::LambdaRuntime`] when the process does not run in Lambda, or the Lambda Runtime
+/// API fails.
+pub async fn run<H: Handler>(client: aws_sdk_sqs::Client, handler: H) -> Result<(), Error> {
+    Function::new(client).run(handler).await
+}
+
+/// [`run`], with a [`BatchHandler`]: each invocation's deliveries in batches (a FIFO queue's
+/// whole event in one).
+///
+/// # Errors
+///
+/// As for [`run`].
+pub async fn run_batch<H: BatchHandler>(
+    client: aws_sdk_sqs::Client,
+    handler: H,
+) -> Result<(), Error> {
+    Function::new(client).run_batch(handler).await
+}
+
+/// A Lambda function's consumer settings: what [`ConsumerBuilder`] sets for a worker (the
+/// retry policy, ack mode, handler timeout, dead-letter step, payloads), and the deadline
+/// margin.
+///
+/// ```
+/// use std::time::Duration;
+/// use sqs_consumer::lambda::Function;
+/// use sqs_consumer::{AckMode, Delivery, MemoryQueue, RetryPolicy};
+///
+/// # fn main() -> Result<(), sqs_consumer::Error> {
+/// # let queue = MemoryQueue::new();
+/// let invocations = Function::in_memory(&queue) // `Function::new(client)` in Lambda
+///     .consumer(|builder| {
+///         builder
+///             .ack_mode(AckMode::OnSuccess)
+///             .handler_timeout(Duration::from_secs(60))
+///             .retry_policy(RetryPolicy::release_now())
+///     })
+///     .deadline_margin(Duration::from_secs(1))
+///     .handler(|_: Delivery| async { Ok::<_, sqs_consumer::Error>(()) })?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Function {
+    source: Source,
+    configure: Configure,
+    deadline_margin: Duration,
+}
+
+#[derive(Clone)]
+enum Source {
+    Sqs(aws_sdk_sqs::Client),
+    Memory(MemoryQueue),
+}
+
+type Configure = Arc<dyn Fn(ConsumerBuilder) -> ConsumerBuilder + Send + Sync>;
+
+/// The deadline margins `deadline_margin` takes.
+const DEADLINE_MARGINS: std::ops::RangeInclusive<Duration> =
+    Duration::from_millis(100)..=Duration::from_secs(60);
+
+impl Function {
+    /// A function whose events come from queues reached through `client` (its region the
+    /// queues').
+    pub fn new(client: aws_sdk_sqs::Client) -> Self {
+        Self::from(Source::Sqs(client))
+    }
+
+    /// A function whose events come from `queue`, whatever queue ARN they name: for tests of
+    /// a function's handler, with events made by [`event`] from what `queue` gives.
+    pub fn in_memory(queue: &MemoryQueue) -> Self {
+        Self::from(Source::Memory(queue.clone()))
+    }
+
+    fn from(source: Source) -> Self {
+        Self {
+            source,
+            configure: Arc::new(|builder| builder),
+            deadline_margin: DEFAULT_DEADLINE_MARGIN,
+        }
+    }
+
+    /// Settings of the consumer each queue's records are handled with, on the builder
+    /// [`Consumer::builder`] gives for the queue's ARN. The receive settings (`wait_time`,
+    /// `batch_size`, rates, `batch_window`) play no part: Lambda receives. `max_in_flight`
+    /// bounds the handlers running at once. `visibility_timeout` and `adaptive_visibility`
+    /// are refused: Lambda's receive applies the queue's own visibility timeout.
+    ///
+    /// Defaults to the builder's defaults.
+    #[must_use]
+    pub fn consumer(
+        mut self,
+        configure: impl Fn(ConsumerBuilder) -> ConsumerBuilder + Send + Sync + 'static,
+    ) -> Self {
+        self.configure = Arc::new(configure);
+        self
+    }
+
+    /// How long before the function's deadline the handlers still running are cancelled:
+    /// their messages are released (visible again at once) and reported failed, and the
+    /// invocation answers with what was done, so that Lambda deletes it. Half the margin
+    /// goes to the releases, the other half to the answer.
+    ///
+    /// Defaults to 500 ms ([`DEFAULT_DEADLINE_MARGIN`]); 100 ms..=60 s.
+    #[must_use]
+    pub fn deadline_margin(mut self, margin: Duration) -> Self {
+        self.deadline_margin = margin;
+        self
+    }
+
+    /// The invocations of a function that runs `handler` on each record.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] for a setting out of its range, as
+    /// [`build`](ConsumerBuilder::build) says, or one refused in Lambda (see
+    /// [`consumer`](Function::consumer)).
+    pub fn handler<H: Handler>(self, handler: H) -> Result<Invocations, Error> {
+        let handler = Arc::new(handler);
+        self.invocations(Arc::new(move |engine: &Engine| {
+            engine.each_of_event(handler.clone())
+        }))
+    }
+
+    /// The invocations of a function that runs `handler` on each event's deliveries, in
+    /// batches of at most the builder's `max_batch` (a FIFO queue's event in one batch).
+    ///
+    /// # Errors
+    ///
+    /// As for [`handler`](Function::handler).
+    pub fn batch_handler<H: BatchHandler>(self, handler: H) -> Result<Invocations, Error> {
+        let handler = Arc::new(handler);
+        self.invocations(Arc::new(move |engine: &Engine| {
+            engine.batches_of_event(handler.clone())
+        }))
+    }
+
+    /// Serves the function's invocations with `handler` until the Lambda runtime stops.
+    ///
+    /// # Errors
+    ///
+    /// As for [`handler`](Function::handler), and [`Error::LambdaRuntime`] as for [`run`].
+    pub async fn run<H: Handler>(self, handler: H) -> Result<(), Error> {
+        serve(self.handler(handler)?).await
+    }
+
+    /// [`run`](Function::run), with a [`BatchHandler`].
+    ///
+    /// # Errors
+    ///
+    /// As for [`run`](Function::run).
+    pub async fn run_batch<H: BatchHandler>(self, handler: H) -> Result<(), Error> {
+        serve(self.batch_handler(handler)?).await
+    }
+
+    fn invocations(self, dispatch: MakeDispatch) -> Result<Invocations, Error> {
+        if !DEADLINE_MARGINS.contains(&self.deadline_margin) {
+            return Err(Error::invalid(
+                "deadline_margin",
+                self.deadline_margin,
+                "100 ms..=60 s",
+            ));
+        }
+        // Checked now, for a queue of no account: a bad setting stops the function at its
+        // start, not at every invocation.
+        self.builder("checked-settings").check_for_lambda()?;
+        drop(self.builder("checked-settings").build()?);
+        Ok(Invocations(Arc::new(Shared {
+            function: self,
+            dispatch,
+            queues: Mutex::default(),
+        })))
+    }
+
+    /// The builder of `queue`'s consumer, as configured.
+    fn builder(&self, queue: &str) -> ConsumerBuilder {
+        let builder = match &self.source {
+            Source::Sqs(client) => Consumer::builder(client.clone(), queue),
+            Source::Memory(memory) => Consumer::in_memory(memory),
+        };
+        (self.configure)(builder)
+    }
+}
+
+impl fmt::Debug for Function {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Function")
+            .field("deadline_margin", &self.deadline_margin)
+            .finish_non_exhaustive()
+    }
+}
+
+type MakeDispatch = Arc<dyn Fn(&Engine) -> Dispatch + Send + Sync>;
+
+/// A function's invocations: SQS events in, partial batch responses out. A
+/// `lambda_runtime` service ([`run`] serves one); cheap to clone.
+///
+/// Each queue named by an event gets its consumer at its first event, kept for the
+/// function's life: its visibility timeout is read once.
+#[derive(Clone)]
+pub struct Invocations(Arc<Shared>);
+
+struct Shared {
+    function: Function,
+    dispatch: MakeDispatch,
+    /// Each queue's consumer, by its ARN.
+    queues: Mutex<HashMap<String, Arc<QueueHandling>>>,
+}
+
+impl Invocations {
+    /// Handles `event` for a function that ends at `deadline` (Lambda's, from the
+    /// invocation's context); the records not done.
+    ///
+    /// Never fails: a record that could not be handled is in the response.
+    pub async fn invoke(&self, event: SqsEvent, deadline: SystemTime) -> SqsBatchResponse {
+        let times = Times::new(deadline, self.0.function.deadline_margin);
+        let by_queue = by_queue(event.records);
+        let handled = by_queue.into_iter().map(|(arn, records)| async move {
+            match self.queue(&arn) {
+                Ok(queue) => queue.handle(records, times).await,
+                Err(err) => {
+                    tracing::error!(queue = %arn, error = %err.chain(), "cannot consume the queue: its records are reported failed");
+                    records.into_iter().filter_map(|r| r.message_id).collect()
+                }
+            }
+        });
+        let not_done = futures_util::future::join_all(handled).await;
+        let mut response = SqsBatchResponse::default();
+        response.batch_item_failures = not_done.into_iter().flatten().map(failure).collect();
+        response
+    }
+
+    /// The counters of the consumer of the queue `queue_arn` names, once an event named it.
+    pub fn stats(&self, queue_arn: &str) -> Option<Stats> {
+        let queues = self.0.queues.lock().unwrap_or_else(PoisonError::into_inner);
+        queues.get(queue_arn).map(|q| q.consumer.stats())
+    }
+
+    /// The consumer of the queue `arn` names: made and kept at its first event.
+    fn queue(&self, arn: &str) -> Result<Arc<QueueHandling>, Error> {
+        let mut queues = self.0.queues.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(queue) = queues.get(arn) {
+            return Ok(queue.clone());
+        }
+        let deletes = DeferredDeletes::default();
+        let consumer = self
+            .0
+            .function
+            .builder(arn)
+            .defer_deletes(deletes.clone())
+            .build()?;
+        let dispatch = (self.0.dispatch)(consumer.engine());
+        let queue = Arc::new(QueueHandling {
+            consumer,
+            deletes,
+            dispatch,
+        });
+        queues.insert(arn.to_owned(), queue.clone());
+        Ok(queue)
+    }
+}
+
+impl fmt::Debug for Invocations {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Invocations")
+            .field("function", &self.0.function)
+            .finish_non_exhaustive()
+    }
+}
+
+impl lambda_runtime::Service<LambdaEvent<SqsEvent>> for Invocations {
+    type Response = SqsBatchResponse;
+    type Error = Infallible;
+    type Future = BoxFuture<'static, Result<SqsBatchResponse, Infallible>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, event: LambdaEvent<SqsEvent>) -> Self::Future {
+        let invocations = self.clone();
+        Box::pin(async move {
+            let deadline = event.context.deadline();
+            Ok(invocations.invoke(event.payload, deadline).await)
+        })
+    }
+}
+
+/// An SQS event of `messages` received from the queue `queue_arn` names, as Lambda would
+/// send it: for tests of a function, with messages received from a [`MemoryQueue`] or a
+/// test server (ask for all system attributes, so that the receive count comes along).
+pub fn event(queue_arn: &str, messages: impl IntoIterator<Item = Message>) -> SqsEvent {
+    let mut event = SqsEvent::default();
+    event.records = messages
+        .into_iter()
+        .map(|m| records::record(queue_arn, m))
+        .collect();
+    event
+}
+
+/// Serves `invocations` with the Lambda runtime, which reads the function's environment.
+async fn serve(invocations: Invocations) -> Result<(), Error> {
+    // The runtime panics without these; outside Lambda, say so instead.
+    for name in [
+        "AWS_LAMBDA_RUNTIME_API",
+        "AWS_LAMBDA_FUNCTION_NAME",
+        "AWS_LAMBDA_FUNCTION_VERSION",
+    ] {
+        if std::env::var_os(name).is_none() {
+            return Err(Error::LambdaRuntime {
+                reason: format!("{name} is not set: this process does not run in AWS Lambda"),
+                source: None,
+            });
+        }
+    }
+    lambda_runtime::run(invocations)
+        .await
+        .map_err(|source| Error::LambdaRuntime {
+            reason: source.to_string(),
+            source: Some(source),
+        })
+}
+
+/// The event's records by the queue they came from, each queue's in the event's order.
+fn by_queue(records: Vec<SqsMessage>) -> Vec<(String, Vec<SqsMessage>)> {
+    let mut queues: Vec<(String, Vec<SqsMessage>)> = Vec::new();
+    for record in records {
+        let arn = record.event_source_arn.clone().unwrap_or_default();
+        match queues.iter_mut().find(|(q, _)| *q == arn) {
+            Some((_, records)) => records.push(record),
+            None => queues.push((arn, vec![record])),
+        }
+    }
+    queues
+}
+
+fn failure(message_id: String) -> BatchItemFailure {
+    let mut failure = BatchItemFailure::default();
+    failure.item_identifier = message_id;
+    failure
+}

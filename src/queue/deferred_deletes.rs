@@ -1,0 +1,133 @@
+//! Deletes left to whoever received the messages: AWS Lambda deletes the messages of an SQS
+//! event that its function reports done, so an ack there sends nothing. The queue's other
+//! calls (visibility changes, the dead-letter step's sends) go to SQS as usual.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use aws_sdk_sqs::types::Message;
+use futures_util::future::BoxFuture;
+
+use crate::backlog::Backlog;
+use crate::error::Error;
+use crate::queue::{BatchEntry, BatchResult, NewMessage, Queue, Receive, Transport};
+
+/// The receipt handles whose delete was asked for and left undone: shared by the queue that
+/// takes the deletes and whoever answers for them.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct DeferredDeletes(Arc<Mutex<HashSet<String>>>);
+
+impl DeferredDeletes {
+    fn record<'a>(&self, receipts: impl IntoIterator<Item = &'a str>) {
+        self.lock().extend(receipts.into_iter().map(str::to_owned));
+    }
+
+    /// Whether a delete of `receipt` was asked for; forgets it.
+    pub(crate) fn take(&self, receipt: &str) -> bool {
+        self.lock().remove(receipt)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// `queue`, its deletes recorded in `deletes` and answered at once.
+pub(crate) fn deferring(queue: Queue, deletes: DeferredDeletes) -> Queue {
+    let deferring = Deferring {
+        name: queue.name().to_owned(),
+        short_name: queue.short_name().to_owned(),
+        queue: queue.clone(),
+        deletes,
+    };
+    queue.through(deferring)
+}
+
+struct Deferring {
+    /// The queue's calls other than deletes, each already bounded in time.
+    queue: Queue,
+    deletes: DeferredDeletes,
+    name: String,
+    short_name: String,
+}
+
+impl Transport for Deferring {
+    fn describe(&self) -> &str {
+        &self.name
+    }
+
+    fn short_name(&self) -> &str {
+        &self.short_name
+    }
+
+    fn resolve(&self) -> BoxFuture<'_, Result<String, Error>> {
+        Box::pin(self.queue.resolve())
+    }
+
+    fn is_fifo(&self) -> bool {
+        self.queue.is_fifo()
+    }
+
+    fn receive<'a>(&'a self, request: Receive<'a>) -> BoxFuture<'a, Result<Vec<Message>, Error>> {
+        Box::pin(self.queue.receive(request))
+    }
+
+    fn send_message<'a>(&'a self, message: NewMessage<'a>) -> BoxFuture<'a, Result<String, Error>> {
+        Box::pin(self.queue.send_message(message))
+    }
+
+    fn delete_batch<'a>(&'a self, entries: &'a [BatchEntry<'a>]) -> BoxFuture<'a, BatchResult> {
+        self.deletes.record(entries.iter().map(|e| e.receipt));
+        let answers = entries.iter().map(|_| Ok(())).collect();
+        Box::pin(std::future::ready(Ok(answers)))
+    }
+
+    fn change_visibility_batch<'a>(
+        &'a self,
+        entries: &'a [BatchEntry<'a>],
+    ) -> BoxFuture<'a, BatchResult> {
+        Box::pin(self.queue.change_visibility_batch(entries))
+    }
+
+    fn visibility_timeout(&self) -> BoxFuture<'_, Result<u32, Error>> {
+        Box::pin(self.queue.visibility_timeout())
+    }
+
+    fn backlog(&self) -> BoxFuture<'_, Result<Backlog, Error>> {
+        Box::pin(self.queue.backlog())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::MemoryQueue;
+    use crate::queue::ENTRY_IDS;
+    use std::time::Duration;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_delete_is_recorded_and_not_sent_and_a_visibility_change_is_sent() {
+        let memory = MemoryQueue::new();
+        memory.send("a").unwrap();
+        memory.send("b").unwrap();
+        let deletes = DeferredDeletes::default();
+        let queue = deferring(Queue::new(memory.clone()), deletes.clone());
+        let got = memory.receive(2, Duration::ZERO).await.unwrap();
+        let receipts: Vec<&str> = got.iter().filter_map(|m| m.receipt_handle()).collect();
+        let entry = |i: usize, visibility| BatchEntry {
+            id: ENTRY_IDS[i],
+            receipt: receipts[i],
+            visibility,
+        };
+        let answered = queue.delete_batch(&[entry(0, 0)]).await.unwrap();
+        assert!(matches!(answered[..], [Ok(())]));
+        queue.change_visibility_batch(&[entry(1, 0)]).await.unwrap()[0]
+            .as_ref()
+            .unwrap();
+        assert_eq!(memory.requests().deletes(), 0, "no delete sent");
+        assert_eq!(memory.visible_len(), 1, "the release went to the queue");
+        assert!(deletes.take(receipts[0]));
+        assert!(!deletes.take(receipts[0]), "taken once");
+        assert!(!deletes.take(receipts[1]));
+    }
+}

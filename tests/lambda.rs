@@ -1,0 +1,344 @@
+//! The same handlers in AWS Lambda (feature `lambda`): events made of messages received from
+//! a `MemoryQueue` on the paused clock, handled by `Invocations::invoke`. Outcomes map to the
+//! partial batch response; leases are kept past the visibility timeout and capped by the
+//! function's deadline; handlers still running near the deadline are cancelled and their
+//! messages released; a FIFO queue's first failure fails the rest of the event.
+#![cfg(feature = "lambda")]
+
+#[macro_use]
+mod common;
+
+guard_logs!();
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
+use common::{memory_fifo, memory_queue, secs};
+use sqs_consumer::lambda::{self, Function, Invocations};
+use sqs_consumer::memory::SendOptions;
+use sqs_consumer::{AckMode, Batch, Delivery, MemoryQueue};
+use tokio::time::{sleep, sleep_until};
+
+const ARN: &str = "arn:aws:sqs:us-east-1:000000000000:jobs";
+
+/// An event of up to `n` messages received from `q` now, as Lambda's poller receives them.
+async fn event_of(q: &MemoryQueue, n: usize) -> SqsEvent {
+    let mut got = Vec::new();
+    while got.len() < n {
+        let want = u32::try_from((n - got.len()).min(10)).unwrap();
+        let batch = q.receive(want, Duration::ZERO).await.unwrap();
+        if batch.is_empty() {
+            break;
+        }
+        got.extend(batch);
+    }
+    lambda::event(ARN, got)
+}
+
+/// The message ids the response reports failed.
+fn failed(response: &SqsBatchResponse) -> BTreeSet<String> {
+    response
+        .batch_item_failures
+        .iter()
+        .map(|f| f.item_identifier.clone())
+        .collect()
+}
+
+/// The function's deadline, `left` from now.
+fn deadline_in(left: Duration) -> SystemTime {
+    SystemTime::now() + left
+}
+
+/// Does what the body says: `ack`, `err`, `release`, `later` (`release_after` 60 s),
+/// `fail`, `drop`, `panic`, or `ok` (returns `Ok` without settling).
+async fn as_the_body_says(d: Delivery) -> Result<(), sqs_consumer::BoxError> {
+    match d.body() {
+        "ack" => d.ack().await?,
+        "err" => return Err("the handler failed".into()),
+        "release" => d.release().await?,
+        "later" => d.release_after(secs(60)).await?,
+        "fail" => d.fail("failed on purpose").await?,
+        "drop" => drop(d),
+        "panic" => panic!("the handler panicked"),
+        _ => {}
+    }
+    Ok(())
+}
+
+/// Sends one message per body; their ids by body.
+fn send_all(q: &MemoryQueue, bodies: &[&str]) -> Vec<(String, String)> {
+    bodies
+        .iter()
+        .map(|b| ((*b).to_owned(), q.send(*b).unwrap()))
+        .collect()
+}
+
+fn ids_of(sent: &[(String, String)], bodies: &[&str]) -> BTreeSet<String> {
+    sent.iter()
+        .filter(|(b, _)| bodies.contains(&b.as_str()))
+        .map(|(_, id)| id.clone())
+        .collect()
+}
+
+/// Each outcome lands where Lambda expects it: an ack is left for Lambda to delete (nothing
+/// is sent), every other outcome is in `batchItemFailures`; a release is visible at once,
+/// `release_after` after its delay, the rest when their visibility lapses.
+#[tokio::test(start_paused = true)]
+async fn mixed_outcomes_give_exactly_the_failed_items() {
+    let q = memory_queue(30);
+    let bodies = [
+        "ack", "err", "release", "later", "fail", "drop", "panic", "ack",
+    ];
+    let sent = send_all(&q, &bodies);
+    let invocations = Function::in_memory(&q).handler(as_the_body_says).unwrap();
+    let event = event_of(&q, bodies.len()).await;
+    let response = invocations.invoke(event, deadline_in(secs(60))).await;
+    let not_done = ["err", "release", "later", "fail", "drop", "panic"];
+    assert_eq!(failed(&response), ids_of(&sent, &not_done));
+    assert_eq!(q.requests().deletes(), 0, "acks are left to Lambda");
+    assert_eq!(q.len(), bodies.len(), "nothing deleted");
+    assert_eq!(q.visible_len(), 1, "the release is visible at once");
+    sleep(secs(31)).await;
+    // The acked ones stay hidden only as long as Lambda takes to delete them: here nobody
+    // does, so they come back with the others, all but `later`.
+    assert_eq!(q.visible_len(), bodies.len() - 1);
+    sleep(secs(30)).await;
+    assert_eq!(q.visible_len(), bodies.len(), "`later` after its 60 s");
+    let stats = invocations.stats(ARN).expect("the queue's consumer");
+    assert_eq!(
+        (stats.acked, stats.handler_errors),
+        (2, 2),
+        "err and fail: {stats:?}"
+    );
+    assert_eq!(stats.handler_panics, 1, "{stats:?}");
+}
+
+/// With `AckMode::OnSuccess`, a handler's `Ok` is an ack, left to Lambda; its `Err` a
+/// failure.
+#[tokio::test(start_paused = true)]
+async fn on_success_an_ok_is_done_and_an_err_is_not() {
+    let q = memory_queue(30);
+    let sent = send_all(&q, &["ok", "err", "ok"]);
+    let invocations = Function::in_memory(&q)
+        .consumer(|b| b.ack_mode(AckMode::OnSuccess))
+        .handler(as_the_body_says)
+        .unwrap();
+    let response = invocations
+        .invoke(event_of(&q, 3).await, deadline_in(secs(60)))
+        .await;
+    assert_eq!(failed(&response), ids_of(&sent, &["err"]));
+    assert_eq!(q.requests().deletes(), 0);
+}
+
+/// A handler that works for 100 s on a queue whose visibility timeout is 30 s: its message
+/// is never visible to another receiver meanwhile, and its ack is done.
+#[tokio::test(start_paused = true)]
+async fn an_item_held_past_the_queues_timeout_stays_hidden_and_is_done() {
+    let q = memory_queue(30);
+    let id = q.send("long").unwrap();
+    let invocations = Function::in_memory(&q)
+        .handler(|d: Delivery| async move {
+            sleep(secs(100)).await;
+            d.ack().await
+        })
+        .unwrap();
+    let event = event_of(&q, 1).await;
+    let invoke = invocations.invoke(event, deadline_in(secs(900)));
+    let other_receiver = async {
+        for _ in 0..110 {
+            let got = q.receive(10, Duration::ZERO).await.unwrap();
+            assert!(got.is_empty(), "visible while held: {got:?}");
+            sleep(secs(1)).await;
+        }
+    };
+    let (response, ()) = tokio::join!(invoke, other_receiver);
+    assert!(failed(&response).is_empty(), "{id} done");
+    let stats = invocations.stats(ARN).unwrap();
+    assert!(stats.extended >= 3, "extended every 15 s: {stats:?}");
+}
+
+/// A handler still running shortly before the function's deadline is cancelled: its message
+/// is released (visible at once) and reported failed, and the invocation answers before the
+/// deadline with the others done.
+#[tokio::test(start_paused = true)]
+async fn a_handler_outliving_the_deadline_is_reported_failed_before_it() {
+    let q = memory_queue(30);
+    let sent = send_all(&q, &["stuck", "ack", "ack"]);
+    let invocations = Function::in_memory(&q)
+        .handler(|d: Delivery| async move {
+            if d.body() == "stuck" {
+                sleep(secs(3600)).await;
+            }
+            d.ack().await
+        })
+        .unwrap();
+    let event = event_of(&q, 3).await;
+    let start = tokio::time::Instant::now();
+    let response = invocations.invoke(event, deadline_in(secs(10))).await;
+    let took = start.elapsed();
+    assert!(
+        took >= secs(10) - lambda::DEFAULT_DEADLINE_MARGIN && took < secs(10),
+        "answered {took:?} after the start, the deadline at 10 s"
+    );
+    assert_eq!(failed(&response), ids_of(&sent, &["stuck"]));
+    assert_eq!(
+        q.visible_len(),
+        1,
+        "the cancelled one is visible again at once"
+    );
+    let stats = invocations.stats(ARN).unwrap();
+    assert_eq!((stats.acked, stats.released), (2, 1), "{stats:?}");
+}
+
+/// A delivery kept beyond its invocation (moved out of the handler) is extended no further
+/// than the function's deadline: a message whose function died comes back then, not a
+/// visibility timeout later.
+#[tokio::test(start_paused = true)]
+async fn no_extension_runs_past_the_functions_deadline() {
+    let q = memory_queue(30);
+    q.send("kept").unwrap();
+    let kept: Arc<Mutex<Vec<Delivery>>> = Arc::default();
+    let invocations = {
+        let kept = kept.clone();
+        Function::in_memory(&q)
+            .handler(move |d: Delivery| {
+                kept.lock().unwrap().push(d);
+                async { Ok::<_, sqs_consumer::Error>(()) }
+            })
+            .unwrap()
+    };
+    let start = tokio::time::Instant::now();
+    let response = invocations
+        .invoke(event_of(&q, 1).await, deadline_in(secs(50)))
+        .await;
+    assert_eq!(response.batch_item_failures.len(), 1, "not acked");
+    // Extended at 15 s (to 45 s), and at 30 s to the deadline at 50 s, not to 60 s.
+    sleep_until(start + secs(49)).await;
+    assert_eq!(q.visible_len(), 0, "hidden until the deadline");
+    assert_eq!(invocations.stats(ARN).unwrap().extended, 2);
+    sleep_until(start + secs(51)).await;
+    assert_eq!(q.visible_len(), 1, "visible at the deadline");
+    assert_eq!(kept.lock().unwrap().len(), 1);
+}
+
+/// On a FIFO queue the first record not done fails every later one: the handler is not run
+/// on them, they are released, and they are reported failed.
+#[tokio::test(start_paused = true)]
+async fn on_a_fifo_queue_the_first_failure_fails_every_later_item() {
+    let q = memory_fifo(30);
+    let mut sent = Vec::new();
+    for (i, (body, group)) in [("ack", "a"), ("ack", "b"), ("err", "a"), ("ack", "b")]
+        .into_iter()
+        .enumerate()
+    {
+        let options = SendOptions::new()
+            .group_id(group)
+            .deduplication_id(i.to_string());
+        sent.push(q.send_with(body, options).unwrap());
+    }
+    let handled: Arc<Mutex<Vec<String>>> = Arc::default();
+    let invocations = {
+        let handled = handled.clone();
+        Function::in_memory(&q)
+            .handler(move |d: Delivery| {
+                handled.lock().unwrap().push(d.message_id().to_owned());
+                as_the_body_says(d)
+            })
+            .unwrap()
+    };
+    let event = event_of(&q, 4).await;
+    assert_eq!(event.records.len(), 4);
+    let order: Vec<String> = event
+        .records
+        .iter()
+        .map(|r| r.message_id.clone().unwrap())
+        .collect();
+    let response = invocations.invoke(event, deadline_in(secs(60))).await;
+    let reported: Vec<String> = response
+        .batch_item_failures
+        .iter()
+        .map(|f| f.item_identifier.clone())
+        .collect();
+    assert_eq!(
+        reported,
+        order[2..],
+        "the failure and every record after it"
+    );
+    assert_eq!(
+        *handled.lock().unwrap(),
+        order[..3],
+        "in order, none after the failure"
+    );
+    assert_eq!(q.visible_len(), 1, "the one never handled is released");
+}
+
+/// A batch handler on a FIFO queue gets the whole event in one batch, in order; what it
+/// acks after the first record it leaves is reported failed too.
+#[tokio::test(start_paused = true)]
+async fn a_fifo_batch_is_one_batch_and_fails_from_its_first_failure_on() {
+    let q = memory_fifo(30);
+    for i in 0..4 {
+        let options = SendOptions::new()
+            .group_id("g")
+            .deduplication_id(i.to_string());
+        q.send_with(format!("m{i}"), options).unwrap();
+    }
+    let sizes: Arc<Mutex<Vec<usize>>> = Arc::default();
+    let invocations = {
+        let sizes = sizes.clone();
+        Function::in_memory(&q)
+            .batch_handler(move |batch: Batch| {
+                sizes.lock().unwrap().push(batch.len());
+                async move {
+                    for d in batch {
+                        if d.body() != "m1" {
+                            d.ack().await?;
+                        }
+                    }
+                    Ok::<_, sqs_consumer::Error>(())
+                }
+            })
+            .unwrap()
+    };
+    let event = event_of(&q, 4).await;
+    let order: Vec<String> = event
+        .records
+        .iter()
+        .map(|r| r.message_id.clone().unwrap())
+        .collect();
+    let response = invocations.invoke(event, deadline_in(secs(60))).await;
+    let reported: Vec<String> = response
+        .batch_item_failures
+        .iter()
+        .map(|f| f.item_identifier.clone())
+        .collect();
+    assert_eq!(reported, order[1..]);
+    assert_eq!(*sizes.lock().unwrap(), [4]);
+}
+
+/// Settings that cannot hold in Lambda are refused when the function starts, naming them.
+#[test]
+fn a_visibility_timeout_of_the_consumers_own_is_refused() {
+    let q = MemoryQueue::new();
+    let refused = |f: Function| f.handler(as_the_body_says).unwrap_err().to_string();
+    let err = refused(Function::in_memory(&q).consumer(|b| b.visibility_timeout(secs(60))));
+    assert!(err.contains("`visibility_timeout`"), "{err}");
+    let err = refused(Function::in_memory(&q).deadline_margin(Duration::from_millis(10)));
+    assert!(
+        err.contains("`deadline_margin`") && err.contains("100 ms..=60 s"),
+        "{err}"
+    );
+    let err = refused(Function::in_memory(&q).consumer(|b| b.max_in_flight(0)));
+    assert!(err.contains("`max_in_flight`"), "{err}");
+}
+
+/// `Invocations` is what `lambda_runtime` serves.
+#[allow(dead_code)]
+fn invocations_are_a_lambda_service(
+    i: Invocations,
+) -> impl lambda_runtime::Service<lambda_runtime::LambdaEvent<SqsEvent>, Response = SqsBatchResponse>
+{
+    i
+}
