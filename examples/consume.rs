@@ -27,7 +27,39 @@ use std::future::Future;
 use std::io::Write;
 use std::time::Duration;
 
-use sqs_consumer::{BoxError, Consumer, ConsumerBuilder, Delivery, RetryPolicy, Stats};
+use sqs_consumer::{BoxError, Consumer, ConsumerBuilder, Delivery, Error, RetryPolicy, Stats};
+
+/// The consumer's settings: 16 messages at a time, and a failed one back after 5 s, 10 s,
+/// 20 s, ... up to 5 minutes.
+pub fn settings(consumer: ConsumerBuilder) -> ConsumerBuilder {
+    consumer
+        .max_in_flight(16)
+        .retry_policy(RetryPolicy::backoff(
+            Duration::from_secs(5),
+            Duration::from_secs(300),
+        ))
+}
+
+/// The handler: holds the message for `hold` (the work), then acks it.
+pub async fn handle(delivery: Delivery, hold: Duration) -> Result<(), Error> {
+    tracing::info!(
+        message_id = delivery.message_id(),
+        receive_count = delivery.receive_count(),
+        bytes = delivery.body().len(),
+        "handling"
+    );
+    tokio::time::sleep(hold).await;
+    delivery.ack().await
+}
+
+/// `HOLD_SECS`, the time the handler holds each message (0 when unset).
+pub fn hold_from_env() -> Duration {
+    std::env::var("HOLD_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .map(Duration::from_secs)
+        .unwrap_or_default()
+}
 
 /// The example itself: consumes with `consumer` (a builder for the queue) until `stop`,
 /// holding each message for `hold`; writes its summary to `out` and returns the consumer's
@@ -38,24 +70,8 @@ pub async fn run(
     stop: impl Future<Output = ()>,
     out: &mut impl Write,
 ) -> Result<Stats, BoxError> {
-    let consumer = consumer
-        .max_in_flight(16)
-        .retry_policy(RetryPolicy::backoff(
-            Duration::from_secs(5),
-            Duration::from_secs(300),
-        ))
-        .build()?;
-
-    let handler = move |delivery: Delivery| async move {
-        tracing::info!(
-            message_id = delivery.message_id(),
-            receive_count = delivery.receive_count(),
-            bytes = delivery.body().len(),
-            "handling"
-        );
-        tokio::time::sleep(hold).await;
-        delivery.ack().await
-    };
+    let consumer = settings(consumer).build()?;
+    let handler = move |delivery: Delivery| handle(delivery, hold);
     consumer.run_until(handler, stop).await?;
 
     let s = consumer.stats();
@@ -93,11 +109,7 @@ async fn consume_until_stopped() -> Result<(), BoxError> {
         .init();
 
     let queue_url = std::env::var("QUEUE_URL").map_err(|_| "set QUEUE_URL to the queue's URL")?;
-    let hold = std::env::var("HOLD_SECS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .map(Duration::from_secs)
-        .unwrap_or_default();
+    let hold = hold_from_env();
 
     // Credentials, region and endpoint (AWS_ENDPOINT_URL_SQS) the standard AWS way.
     let consumer = Consumer::from_env(queue_url).await;

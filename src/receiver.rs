@@ -780,11 +780,13 @@ impl Receiver {
         read.await.copied()
     }
 
-    /// The queue's own visibility timeout, read once for the consumer's life, in one try
-    /// per call until it is known; 0 is refused.
+    /// The queue's own visibility timeout, read once for the consumer's life (its URL
+    /// resolved first, for a queue given by name or ARN), in one try per call until it is
+    /// known; 0 is refused.
     #[cfg(feature = "lambda")]
     pub(crate) async fn queue_visibility_timeout(&self) -> Result<u32, Error> {
         let read = self.visibility.get_or_try_init(|| async {
+            self.queue.resolve().await?;
             nonzero_visibility(self.queue.visibility_timeout().await?)
         });
         read.await.copied()

@@ -52,9 +52,11 @@ fn deadline_in(left: Duration) -> SystemTime {
 }
 
 /// Does what the body says: `ack`, `err`, `release`, `later` (`release_after` 60 s),
-/// `fail`, `drop`, `panic`, or `ok` (returns `Ok` without settling).
+/// `fail`, `drop`, `panic`, `stuck` (an hour's work), or `ok` (returns `Ok` without
+/// settling); anything after a `-` is ignored.
 async fn as_the_body_says(d: Delivery) -> Result<(), sqs_consumer::BoxError> {
-    match d.body() {
+    // A suffix after `-` keeps bodies apart (a FIFO queue deduplicates equal ones).
+    match d.body().split('-').next().unwrap_or_default() {
         "ack" => d.ack().await?,
         "err" => return Err("the handler failed".into()),
         "release" => d.release().await?,
@@ -62,6 +64,10 @@ async fn as_the_body_says(d: Delivery) -> Result<(), sqs_consumer::BoxError> {
         "fail" => d.fail("failed on purpose").await?,
         "drop" => drop(d),
         "panic" => panic!("the handler panicked"),
+        "stuck" => {
+            sleep(secs(3600)).await;
+            d.ack().await?;
+        }
         _ => {}
     }
     Ok(())
@@ -341,4 +347,244 @@ fn invocations_are_a_lambda_service(
 ) -> impl lambda_runtime::Service<lambda_runtime::LambdaEvent<SqsEvent>, Response = SqsBatchResponse>
 {
     i
+}
+
+/// The same, through a local Lambda Runtime API and `lambda_runtime`, in a function process
+/// of its own, with events of messages received from the test server: visibility changes
+/// and releases hit a real queue.
+mod server {
+    use std::process::{Command, Stdio};
+    use std::time::Instant;
+
+    use aws_sdk_sqs::types::Message;
+    use common::runtime_api::{Answer, RuntimeApi};
+    use common::{KillOnDrop, Kind, TestQueue};
+
+    use super::*;
+
+    /// What the function process runs.
+    enum Program {
+        /// This test binary's `function_process`, with `as_the_body_says`.
+        BodySays,
+        /// `examples/lambda.rs`, holding each message `HOLD_SECS`.
+        Example { hold_secs: u64 },
+    }
+
+    /// A Lambda function serving `api`'s invocations, killed when dropped.
+    fn start(api: &RuntimeApi, program: Program) -> KillOnDrop {
+        let mut command = match program {
+            Program::BodySays => {
+                let mut c = Command::new(std::env::current_exe().expect("this test binary"));
+                c.args(["server::function_process", "--exact", "--include-ignored"])
+                    .args(["--nocapture", "--test-threads=1"])
+                    .env("LAMBDA_TEST_HANDLER", "body");
+                c
+            }
+            Program::Example { hold_secs } => {
+                let mut c = Command::new(example_binary("lambda"));
+                c.env("HOLD_SECS", hold_secs.to_string());
+                c
+            }
+        };
+        command
+            .env("AWS_LAMBDA_RUNTIME_API", api.address())
+            .env("AWS_LAMBDA_FUNCTION_NAME", "test")
+            .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
+            .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "128")
+            .env("AWS_ENDPOINT_URL_SQS", common::server_endpoint())
+            .env("AWS_REGION", "us-east-1")
+            .env("AWS_ACCESS_KEY_ID", "test")
+            .env("AWS_SECRET_ACCESS_KEY", "test")
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null());
+        KillOnDrop(command.spawn().expect("the function starts"))
+    }
+
+    /// The example's binary, built beside this test by `cargo test --all-features`.
+    fn example_binary(name: &str) -> std::path::PathBuf {
+        let exe = std::env::current_exe().expect("the test's own path");
+        let dir = exe
+            .parent()
+            .and_then(|deps| deps.parent())
+            .expect("target/<profile>");
+        let binary = dir.join("examples").join(name);
+        assert!(
+            binary.exists(),
+            "{} is missing: `cargo test --all-features` builds it",
+            binary.display()
+        );
+        binary
+    }
+
+    /// Not a test: the Lambda function process the tests below start (with
+    /// `LAMBDA_TEST_HANDLER` set), serving the Runtime API its environment names. Alone it
+    /// has nothing to serve and returns.
+    #[test]
+    #[ignore = "the Lambda function the server tests start, with LAMBDA_TEST_HANDLER set"]
+    fn function_process() {
+        if std::env::var_os("LAMBDA_TEST_HANDLER").is_none() {
+            return;
+        }
+        let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+        let served = runtime.block_on(lambda::run(common::server_client(), as_the_body_says));
+        panic!("the function stopped serving: {served:?}");
+    }
+
+    /// Up to `n` messages received from `q` now, with all their attributes.
+    async fn receive(q: &TestQueue, n: usize) -> Vec<Message> {
+        let mut got = Vec::new();
+        for _ in 0..20 {
+            if got.len() >= n {
+                break;
+            }
+            got.extend(q.receive_raw(secs(1)).await);
+        }
+        got
+    }
+
+    /// Invokes the function with an event of `messages`, its deadline `timeout` away: the ids
+    /// it reports failed, in its order, and how long it took to answer.
+    async fn invoke(
+        api: &RuntimeApi,
+        q: &TestQueue,
+        messages: Vec<Message>,
+        timeout: Duration,
+    ) -> (Vec<String>, Duration) {
+        let event = lambda::event(&q.arn().await, messages);
+        let started = Instant::now();
+        let answer = api.invoke(&event, timeout).await;
+        let took = started.elapsed();
+        let Answer::Response(response) = answer else {
+            panic!("the function failed: {answer:?}");
+        };
+        let failed = response["batchItemFailures"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no batchItemFailures in {response}"))
+            .iter()
+            .map(|f| f["itemIdentifier"].as_str().unwrap().to_owned())
+            .collect();
+        (failed, took)
+    }
+
+    fn ids(messages: &[Message], bodies: &[&str]) -> BTreeSet<String> {
+        messages
+            .iter()
+            .filter(|m| bodies.contains(&m.body().unwrap_or_default()))
+            .map(|m| m.message_id().unwrap().to_owned())
+            .collect()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "needs an SQS-compatible server: scripts/with-sqs-server.sh cargo test -- --ignored"]
+    async fn mixed_outcomes_give_exactly_the_failed_items() {
+        require_server!("server::mixed_outcomes_give_exactly_the_failed_items");
+        let q = TestQueue::new(Kind::Server, 30).await;
+        let bodies = ["ack", "err", "release", "fail", "drop", "panic", "ack"];
+        for body in bodies {
+            q.send(body).await;
+        }
+        let api = RuntimeApi::start().await;
+        let _function = start(&api, Program::BodySays);
+        let messages = receive(&q, bodies.len()).await;
+        assert_eq!(messages.len(), bodies.len());
+        let expected = ids(&messages, &["err", "release", "fail", "drop", "panic"]);
+        let (failed, _) = invoke(&api, &q, messages.clone(), secs(20)).await;
+        assert_eq!(failed.into_iter().collect::<BTreeSet<_>>(), expected);
+        let again = q.receive_raw(Duration::ZERO).await;
+        let released: Vec<&str> = again.iter().filter_map(|m| m.body()).collect();
+        assert_eq!(released, ["release"], "only the release is visible at once");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "needs an SQS-compatible server: scripts/with-sqs-server.sh cargo test -- --ignored"]
+    async fn an_item_held_past_the_queues_timeout_is_never_visible_meanwhile() {
+        require_server!("server::an_item_held_past_the_queues_timeout_is_never_visible_meanwhile");
+        const TIMEOUT: u64 = 4;
+        let q = TestQueue::new(Kind::Server, TIMEOUT).await;
+        q.send("held").await;
+        let api = RuntimeApi::start().await;
+        // The example's handler holds it for 2.5 of the queue's timeouts.
+        let _function = start(
+            &api,
+            Program::Example {
+                hold_secs: TIMEOUT * 5 / 2,
+            },
+        );
+        let messages = receive(&q, 1).await;
+        let invoked = invoke(&api, &q, messages, secs(60));
+        tokio::pin!(invoked);
+        let mut looks = 0;
+        let (failed, took) = loop {
+            tokio::select! {
+                answer = &mut invoked => break answer,
+                () = sleep(Duration::from_millis(250)) => {
+                    let seen = q.receive_raw(Duration::ZERO).await;
+                    assert!(seen.is_empty(), "visible while held: {seen:?}");
+                    looks += 1;
+                }
+            }
+        };
+        assert!(failed.is_empty(), "done: {failed:?}");
+        assert!(took >= secs(TIMEOUT * 5 / 2), "held {took:?}");
+        assert!(looks >= 20, "looked {looks} times");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "needs an SQS-compatible server: scripts/with-sqs-server.sh cargo test -- --ignored"]
+    async fn a_handler_outliving_the_deadline_is_reported_failed_before_it() {
+        require_server!("server::a_handler_outliving_the_deadline_is_reported_failed_before_it");
+        let q = TestQueue::new(Kind::Server, 30).await;
+        for body in ["stuck", "ack", "ack"] {
+            q.send(body).await;
+        }
+        let api = RuntimeApi::start().await;
+        let _function = start(&api, Program::BodySays);
+        let messages = receive(&q, 3).await;
+        let stuck = ids(&messages, &["stuck"]);
+        let timeout = secs(4);
+        let (failed, took) = invoke(&api, &q, messages, timeout).await;
+        assert_eq!(failed.into_iter().collect::<BTreeSet<_>>(), stuck);
+        let margin = lambda::DEFAULT_DEADLINE_MARGIN;
+        assert!(
+            took >= timeout - margin - Duration::from_millis(100) && took < timeout,
+            "answered after {took:?}; the deadline was {timeout:?} away"
+        );
+        let again = q.receive_raw(Duration::ZERO).await;
+        let bodies: Vec<&str> = again.iter().filter_map(|m| m.body()).collect();
+        assert_eq!(bodies, ["stuck"], "released at the cancel, the others done");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "needs an SQS-compatible server: scripts/with-sqs-server.sh cargo test -- --ignored"]
+    async fn on_a_fifo_queue_the_first_failure_fails_every_later_item() {
+        require_server!("server::on_a_fifo_queue_the_first_failure_fails_every_later_item");
+        let q = TestQueue::new_fifo(Kind::Server, 30).await;
+        // Bodies apart: the queue deduplicates by content.
+        for (body, group) in [
+            ("ack-1", "a"),
+            ("ack-2", "b"),
+            ("err-1", "a"),
+            ("ack-3", "b"),
+            ("ack-4", "c"),
+        ] {
+            q.send_to_group(body, group).await;
+        }
+        let api = RuntimeApi::start().await;
+        let _function = start(&api, Program::BodySays);
+        let messages = receive(&q, 5).await;
+        let order: Vec<String> = messages
+            .iter()
+            .map(|m| m.message_id().unwrap().to_owned())
+            .collect();
+        let first_failure = messages
+            .iter()
+            .position(|m| m.body() == Some("err-1"))
+            .unwrap_or_else(|| panic!("the failing message was not received: {messages:?}"));
+        let (failed, _) = invoke(&api, &q, messages, secs(20)).await;
+        assert_eq!(
+            failed,
+            order[first_failure..],
+            "the failure and every record after it, in order"
+        );
+    }
 }

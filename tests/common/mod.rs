@@ -14,6 +14,7 @@ use tracing_subscriber::Layer as _;
 
 pub mod faults;
 pub mod log_guard;
+pub mod runtime_api;
 pub mod sdk;
 
 /// Runs each scenario `name(kind)` twice: on `MemoryQueue` (paused clock) and on the test
@@ -414,7 +415,8 @@ impl TestQueue {
         }
     }
 
-    async fn arn(&self) -> String {
+    /// The queue's ARN (a memory queue's name).
+    pub async fn arn(&self) -> String {
         match self {
             TestQueue::Memory(q) => q.name().to_owned(),
             TestQueue::Server { client, url } => {
