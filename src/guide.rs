@@ -50,6 +50,11 @@ pub mod tower {}
 #[cfg_attr(docsrs, doc(cfg(feature = "s3")))]
 pub mod payloads {}
 
+#[doc = include_str!("../docs/lambda.md")]
+#[cfg(feature = "lambda")]
+#[cfg_attr(docsrs, doc(cfg(feature = "lambda")))]
+pub mod lambda {}
+
 #[doc = include_str!("../docs/cost.md")]
 pub mod cost {}
 

@@ -55,6 +55,7 @@
 //! - `guide::tower` (feature `tower`): a `tower::Service` as the handler, inside your layers;
 //! - `guide::payloads` (feature `s3`): large messages stored in S3 by Amazon's Extended
 //!   Client libraries, read before the handler;
+//! - `guide::lambda` (feature `lambda`): the same handlers in an AWS Lambda function;
 //! - [`guide::testing`]: the in-memory queue ([`memory`]), local servers, and what they
 //!   answer differently from AWS.
 //!
@@ -87,6 +88,10 @@
 //! - `s3`: `ConsumerBuilder::s3_payloads`, `Delivery::payload_location`, `PayloadLocation`:
 //!   payloads that Amazon's Extended Client libraries store in S3, through `aws-sdk-s3`
 //!   (without its default features: you build the S3 client).
+//! - `lambda`: `lambda::run`, `lambda::run_batch`: the same handlers in AWS Lambda, fed by an
+//!   SQS event source mapping, with partial batch responses, leases kept past the visibility
+//!   timeout and no batch lost to a function timeout, through `lambda_runtime` and
+//!   `aws_lambda_events`.
 //!
 //! With none of them the crate needs no HTTP client, TLS stack or `aws-config`: you pass the
 //! client you built. Items that need a feature say so.

@@ -129,7 +129,8 @@ fn every_feature_is_in_the_readme_table_and_the_crate_docs() {
             "metrics",
             "tower",
             "opentelemetry",
-            "s3"
+            "s3",
+            "lambda"
         ]
     );
     for feature in features {
@@ -221,7 +222,11 @@ fn resolve(root: &Path, cited: &str) -> Result<bool, String> {
     };
     let defined = files.iter().any(|f| {
         let source = std::fs::read_to_string(f).unwrap();
-        source.contains(&format!("fn {name}(")) || source.contains(&format!("fn {defined_as}("))
+        // A generic function is cited by its name too.
+        ["(", "<"].iter().any(|open| {
+            source.contains(&format!("fn {name}{open}"))
+                || source.contains(&format!("fn {defined_as}{open}"))
+        })
     });
     if defined {
         Ok(true)

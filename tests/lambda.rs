@@ -52,8 +52,8 @@ fn deadline_in(left: Duration) -> SystemTime {
 }
 
 /// Does what the body says: `ack`, `err`, `release`, `later` (`release_after` 60 s),
-/// `fail`, `drop`, `panic`, `stuck` (an hour's work), or `ok` (returns `Ok` without
-/// settling); anything after a `-` is ignored.
+/// `fail`, `drop`, `panic`, `stuck` (an hour's work), `dead` (`dead_letter`), or `ok` (returns
+/// `Ok` without settling); anything after a `-` is ignored.
 async fn as_the_body_says(d: Delivery) -> Result<(), sqs_consumer::BoxError> {
     // A suffix after `-` keeps bodies apart (a FIFO queue deduplicates equal ones).
     match d.body().split('-').next().unwrap_or_default() {
@@ -68,6 +68,7 @@ async fn as_the_body_says(d: Delivery) -> Result<(), sqs_consumer::BoxError> {
             sleep(secs(3600)).await;
             d.ack().await?;
         }
+        "dead" => d.dead_letter("cannot be handled").await?,
         _ => {}
     }
     Ok(())
@@ -119,6 +120,74 @@ async fn mixed_outcomes_give_exactly_the_failed_items() {
         "err and fail: {stats:?}"
     );
     assert_eq!(stats.handler_panics, 1, "{stats:?}");
+}
+
+/// A handler past its `handler_timeout` fails its record; a move to the dead-letter queue
+/// sends the copy and is done, so that Lambda deletes the original.
+#[tokio::test(start_paused = true)]
+async fn a_timed_out_handler_fails_and_a_dead_lettered_record_is_done() {
+    let q = memory_queue(30);
+    let dlq = MemoryQueue::new();
+    let sent = send_all(&q, &["stuck", "dead", "ack"]);
+    let invocations = Function::in_memory(&q)
+        .consumer({
+            let dlq = dlq.clone();
+            move |b| b.handler_timeout(secs(5)).dead_letter(&dlq, 5)
+        })
+        .handler(as_the_body_says)
+        .unwrap();
+    let start = tokio::time::Instant::now();
+    let response = invocations
+        .invoke(event_of(&q, 3).await, deadline_in(secs(60)))
+        .await;
+    assert_eq!(failed(&response), ids_of(&sent, &["stuck"]));
+    assert!(start.elapsed() < secs(6), "ended at the handler timeout");
+    assert_eq!(dlq.len(), 1, "the copy was sent");
+    let stats = invocations.stats(ARN).unwrap();
+    assert_eq!(
+        (stats.handler_timeouts, stats.dead_lettered),
+        (1, 1),
+        "{stats:?}"
+    );
+}
+
+/// A record reads in the handler as the message a worker's receive brings: body, receive
+/// count, attributes, sent time, and the queue's visibility timeout.
+#[tokio::test(start_paused = true)]
+async fn a_delivery_reads_as_in_a_worker() {
+    let q = memory_queue(30);
+    let options = SendOptions::new().message_attribute("tenant", "acme");
+    let id = q.send_with("order", options).unwrap();
+    // A first receive lapses: the record's receive count is 2.
+    q.receive(1, Duration::ZERO).await.unwrap();
+    sleep(secs(31)).await;
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let invocations = {
+        let seen = seen.clone();
+        Function::in_memory(&q)
+            .handler(move |d: Delivery| {
+                let tenant = d.message().message_attributes().unwrap()["tenant"].clone();
+                seen.lock().unwrap().push(format!(
+                    "{} {} {} {} {} {:?}",
+                    d.message_id(),
+                    d.body(),
+                    d.receive_count(),
+                    tenant.string_value().unwrap(),
+                    d.sent_at().is_some(),
+                    d.visibility_timeout(),
+                ));
+                d.ack()
+            })
+            .unwrap()
+    };
+    let response = invocations
+        .invoke(event_of(&q, 1).await, deadline_in(secs(60)))
+        .await;
+    assert!(response.batch_item_failures.is_empty());
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [format!("{id} order 2 acme true 30s")]
+    );
 }
 
 /// With `AckMode::OnSuccess`, a handler's `Ok` is an ack, left to Lambda; its `Err` a
@@ -338,6 +407,23 @@ fn a_visibility_timeout_of_the_consumers_own_is_refused() {
     );
     let err = refused(Function::in_memory(&q).consumer(|b| b.max_in_flight(0)));
     assert!(err.contains("`max_in_flight`"), "{err}");
+    let err =
+        refused(Function::in_memory(&q).consumer(|b| b.adaptive_visibility(secs(10), secs(60))));
+    assert!(err.contains("`adaptive_visibility`"), "{err}");
+    #[cfg(feature = "s3")]
+    {
+        let s3 = aws_sdk_s3::Client::from_conf(
+            aws_sdk_s3::Config::builder()
+                .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
+                .build(),
+        );
+        let err = refused(Function::in_memory(&q).consumer(move |b| {
+            b.s3_payloads(s3.clone())
+                .any_payload_bucket()
+                .delete_payload_on_ack(true)
+        }));
+        assert!(err.contains("`delete_payload_on_ack`"), "{err}");
+    }
 }
 
 /// `Invocations` is what `lambda_runtime` serves.

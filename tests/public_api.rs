@@ -54,9 +54,13 @@ const ROOT: &[&str] = &[
     "TraceCarrier",
     "TraceParent",
     "guide",
+    "lambda",
     "memory",
     "shutdown_signal",
 ];
+
+/// The types `sqs_consumer::lambda` exports (feature `lambda`).
+const LAMBDA: &[&str] = &["Function", "Invocations"];
 
 /// What `sqs_consumer::memory` exports.
 const MEMORY: &[&str] = &[
@@ -116,6 +120,11 @@ fn the_root_and_memory_export_exactly_the_listed_names() {
         listed(MEMORY),
         "sqs_consumer::memory's exports changed: update MEMORY (and CHANGELOG.md)"
     );
+    assert_eq!(
+        exported("src/lambda/mod.rs"),
+        listed(LAMBDA),
+        "sqs_consumer::lambda's exports changed: update LAMBDA (and CHANGELOG.md)"
+    );
 }
 
 /// Every public function, method, field and variant, used once with its signature's types.
@@ -132,6 +141,34 @@ async fn every_public_item(
         let signal = sqs_consumer::shutdown_signal();
         fn is_stop_signal(_: &(impl std::future::Future<Output = ()> + Send + 'static)) {}
         is_stop_signal(&signal);
+    }
+
+    // In AWS Lambda.
+    #[cfg(feature = "lambda")]
+    {
+        use sqs_consumer::lambda::{self, Function, Invocations};
+        let ack = |d: Delivery| d.ack();
+        let batch = |_: Batch| async { Ok::<_, Error>(()) };
+        let _: Duration = lambda::DEFAULT_DEADLINE_MARGIN;
+        let function: Function = Function::new(client.clone())
+            .consumer(|builder| builder)
+            .deadline_margin(Duration::ZERO);
+        let _: Function = Function::in_memory(&MemoryQueue::new());
+        let invocations: Invocations = function.clone().handler(ack)?;
+        let _: Invocations = function.clone().batch_handler(batch)?;
+        let event: aws_lambda_events::event::sqs::SqsEvent =
+            lambda::event("arn", Vec::<aws_sdk_sqs::types::Message>::new());
+        let _: aws_lambda_events::event::sqs::SqsBatchResponse = invocations
+            .invoke(event, std::time::SystemTime::now())
+            .await;
+        let _: Option<Stats> = invocations.stats("arn");
+        lambda::run(client.clone(), ack).await?;
+        lambda::run_batch(client.clone(), batch).await?;
+        function.clone().run(ack).await?;
+        function.run_batch(batch).await?;
+        if let Error::LambdaRuntime { reason, source } = &error {
+            let _: (&String, &Option<BoxError>) = (reason, source);
+        }
     }
 
     // Building a consumer.

@@ -700,6 +700,15 @@ impl ConsumerBuilder {
                 QUEUES_OWN,
             ));
         }
+        #[cfg(feature = "s3")]
+        if self.payloads.delete_on_ack {
+            return Err(crate::error::Error::invalid(
+                "delete_payload_on_ack",
+                true,
+                "false in AWS Lambda: Lambda deletes the message after the invocation, and a \
+                 message whose invocation fails to answer would come back without its payload",
+            ));
+        }
         Ok(())
     }
 }

@@ -93,7 +93,7 @@ pub async fn run_batch<H: BatchHandler>(
 ///         builder
 ///             .ack_mode(AckMode::OnSuccess)
 ///             .handler_timeout(Duration::from_secs(60))
-///             .retry_policy(RetryPolicy::release_now())
+///             .retry_policy(RetryPolicy::ReleaseNow)
 ///     })
 ///     .deadline_margin(Duration::from_secs(1))
 ///     .handler(|_: Delivery| async { Ok::<_, sqs_consumer::Error>(()) })?;
