@@ -426,6 +426,25 @@ fn a_visibility_timeout_of_the_consumers_own_is_refused() {
     }
 }
 
+/// Outside Lambda, the example says why on one line and exits 1 (the runtime would panic).
+#[test]
+fn the_example_outside_lambda_says_why_on_one_line_and_exits_1() {
+    let mut command = std::process::Command::new(server::example_binary("lambda"));
+    command
+        .env_remove("AWS_LAMBDA_RUNTIME_API")
+        .env("AWS_REGION", "us-east-1")
+        .env("AWS_ACCESS_KEY_ID", "test")
+        .env("AWS_SECRET_ACCESS_KEY", "test");
+    let out = common::output_within(&mut command, secs(30));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(
+        stderr.trim(),
+        "error: the Lambda runtime stopped: AWS_LAMBDA_RUNTIME_API is not set: this process \
+         does not run in AWS Lambda"
+    );
+}
+
 /// `Invocations` is what `lambda_runtime` serves.
 #[allow(dead_code)]
 fn invocations_are_a_lambda_service(
@@ -487,7 +506,7 @@ mod server {
     }
 
     /// The example's binary, built beside this test by `cargo test --all-features`.
-    fn example_binary(name: &str) -> std::path::PathBuf {
+    pub(super) fn example_binary(name: &str) -> std::path::PathBuf {
         let exe = std::env::current_exe().expect("the test's own path");
         let dir = exe
             .parent()
