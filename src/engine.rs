@@ -200,8 +200,18 @@ impl Engine {
     /// A dispatch that runs `handler` on each receive's deliveries.
     pub(crate) fn batches<H: BatchHandler>(&self, handler: H) -> Dispatch {
         let handler = Arc::new(handler);
-        let (ctx, settings) = (self.ctx.clone(), self.handling);
         let ready = handler.clone();
+        self.batches_always_ready(handler)
+            .waiting_for(Arc::new(move || {
+                let handler = ready.clone();
+                Box::pin(async move { handler.ready().await })
+            }))
+    }
+
+    /// A dispatch that runs `handler` on each batch, with no wait for the handler to be
+    /// ready (an event's batches are there already).
+    pub(crate) fn batches_always_ready<H: BatchHandler>(&self, handler: Arc<H>) -> Dispatch {
+        let (ctx, settings) = (self.ctx.clone(), self.handling);
         Dispatch::batch(Arc::new(move |deliveries, shutdown| {
             Box::pin(handling::run_batch_handler(
                 handler.clone(),
@@ -210,10 +220,6 @@ impl Engine {
                 deliveries,
                 settings,
             ))
-        }))
-        .waiting_for(Arc::new(move || {
-            let handler = ready.clone();
-            Box::pin(async move { handler.ready().await })
         }))
     }
 
@@ -664,20 +670,6 @@ impl Engine {
                 let _turn = turns.acquire_owned().await;
                 handling::run_handler(handler, d, settings).await;
             })
-        }))
-    }
-
-    /// A dispatch that runs `handler` on each batch of an event.
-    pub(crate) fn batches_of_event<H: BatchHandler>(&self, handler: Arc<H>) -> Dispatch {
-        let (ctx, settings) = (self.ctx.clone(), self.handling);
-        Dispatch::batch(Arc::new(move |deliveries, shutdown| {
-            Box::pin(handling::run_batch_handler(
-                handler.clone(),
-                ctx.clone(),
-                shutdown,
-                deliveries,
-                settings,
-            ))
         }))
     }
 

@@ -17,7 +17,7 @@ use std::time::{Duration, SystemTime};
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use common::{memory_fifo, memory_queue, secs};
 use sqs_consumer::lambda::{self, Function, Invocations};
-use sqs_consumer::memory::SendOptions;
+use sqs_consumer::memory::{Action, SendOptions};
 use sqs_consumer::{AckMode, Batch, Delivery, MemoryQueue};
 use tokio::time::{sleep, sleep_until};
 
@@ -43,6 +43,24 @@ fn failed(response: &SqsBatchResponse) -> BTreeSet<String> {
         .batch_item_failures
         .iter()
         .map(|f| f.item_identifier.clone())
+        .collect()
+}
+
+/// The message ids the response reports failed, in its order.
+fn reported(response: &SqsBatchResponse) -> Vec<String> {
+    response
+        .batch_item_failures
+        .iter()
+        .map(|f| f.item_identifier.clone())
+        .collect()
+}
+
+/// The event's message ids, in its order.
+fn record_ids(event: &SqsEvent) -> Vec<String> {
+    event
+        .records
+        .iter()
+        .map(|r| r.message_id.clone().unwrap())
         .collect()
 }
 
@@ -72,6 +90,19 @@ async fn as_the_body_says(d: Delivery) -> Result<(), sqs_consumer::BoxError> {
         _ => {}
     }
     Ok(())
+}
+
+/// A batch handler doing what each body says, one after another; the batch's outcome is
+/// the first error, if any.
+async fn each_as_the_body_says(batch: Batch) -> Result<(), sqs_consumer::BoxError> {
+    let mut outcome = Ok(());
+    for d in batch {
+        let done = as_the_body_says(d).await;
+        if outcome.is_ok() {
+            outcome = done;
+        }
+    }
+    outcome
 }
 
 /// Sends one message per body; their ids by body.
@@ -267,6 +298,73 @@ async fn a_handler_outliving_the_deadline_is_reported_failed_before_it() {
     assert_eq!((stats.acked, stats.released), (2, 1), "{stats:?}");
 }
 
+/// The cut at the deadline says once what it cancelled, and what it could not release in
+/// time; an invocation that ends in time says nothing of it.
+#[tokio::test(start_paused = true)]
+async fn the_cut_at_the_deadline_says_what_it_cancelled_and_left_unanswered() {
+    // Every request takes 1 s: the cancelled one's release is still unanswered at the end
+    // of the wait for it, half the margin before the deadline.
+    let q = MemoryQueue::builder()
+        .visibility_timeout(secs(30))
+        .latency(secs(1))
+        .build()
+        .unwrap();
+    send_all(&q, &["stuck", "ack"]);
+    let (logs, _guard) = common::capture_logs();
+    let invocations = Function::in_memory(&q).handler(as_the_body_says).unwrap();
+    let response = invocations
+        .invoke(event_of(&q, 2).await, deadline_in(secs(10)))
+        .await;
+    assert_eq!(response.batch_item_failures.len(), 1);
+    let text = String::from_utf8(logs.lock().unwrap().clone()).unwrap();
+    let said = |what: &str| text.lines().filter(|l| l.contains(what)).count();
+    assert_eq!(
+        said("1 handler was still running shortly before the function's deadline"),
+        1,
+        "{text}"
+    );
+    assert_eq!(said("unanswered at the function's deadline"), 1, "{text}");
+    q.send("ack").unwrap();
+    let quiet = invocations
+        .invoke(event_of(&q, 1).await, deadline_in(secs(10)))
+        .await;
+    assert!(quiet.batch_item_failures.is_empty());
+    let text = String::from_utf8(logs.lock().unwrap().clone()).unwrap();
+    assert_eq!(text.matches("function's deadline").count(), 2, "{text}");
+}
+
+/// Without the queue's visibility timeout nothing can be kept hidden: the whole event is
+/// reported failed, with the error logged; the next event reads it again.
+#[tokio::test(start_paused = true)]
+async fn an_event_whose_queue_cannot_be_read_is_reported_failed_whole() {
+    let q = memory_queue(30);
+    let sent = send_all(&q, &["ack", "ack-2"]);
+    let (logs, _guard) = common::capture_logs();
+    let invocations = Function::in_memory(&q).handler(as_the_body_says).unwrap();
+    q.fail_next(Action::GetQueueAttributes, "InternalError", 1);
+    let response = invocations
+        .invoke(event_of(&q, 2).await, deadline_in(secs(60)))
+        .await;
+    assert_eq!(failed(&response), ids_of(&sent, &["ack", "ack-2"]));
+    let text = String::from_utf8(logs.lock().unwrap().clone()).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.contains("cannot read the queue's visibility timeout"))
+        .unwrap_or_else(|| panic!("no line for it: {text}"));
+    assert!(
+        line.contains(" ERROR ") && line.contains("InternalError"),
+        "{line}"
+    );
+    sleep(secs(31)).await;
+    let response = invocations
+        .invoke(event_of(&q, 2).await, deadline_in(secs(60)))
+        .await;
+    assert!(
+        response.batch_item_failures.is_empty(),
+        "read again, and done"
+    );
+}
+
 /// A delivery kept beyond its invocation (moved out of the handler) is extended no further
 /// than the function's deadline: a message whose function died comes back then, not a
 /// visibility timeout later.
@@ -292,7 +390,12 @@ async fn no_extension_runs_past_the_functions_deadline() {
     // Extended at 15 s (to 45 s), and at 30 s to the deadline at 50 s, not to 60 s.
     sleep_until(start + secs(49)).await;
     assert_eq!(q.visible_len(), 0, "hidden until the deadline");
-    assert_eq!(invocations.stats(ARN).unwrap().extended, 2);
+    let stats = invocations.stats(ARN).unwrap();
+    assert_eq!(stats.extended, 2, "{stats:?}");
+    assert_eq!(
+        stats.capped, 0,
+        "the 12-hour cap is not what cut it: {stats:?}"
+    );
     sleep_until(start + secs(51)).await;
     assert_eq!(q.visible_len(), 1, "visible at the deadline");
     assert_eq!(kept.lock().unwrap().len(), 1);
@@ -325,19 +428,10 @@ async fn on_a_fifo_queue_the_first_failure_fails_every_later_item() {
     };
     let event = event_of(&q, 4).await;
     assert_eq!(event.records.len(), 4);
-    let order: Vec<String> = event
-        .records
-        .iter()
-        .map(|r| r.message_id.clone().unwrap())
-        .collect();
+    let order = record_ids(&event);
     let response = invocations.invoke(event, deadline_in(secs(60))).await;
-    let reported: Vec<String> = response
-        .batch_item_failures
-        .iter()
-        .map(|f| f.item_identifier.clone())
-        .collect();
     assert_eq!(
-        reported,
+        reported(&response),
         order[2..],
         "the failure and every record after it"
     );
@@ -378,18 +472,9 @@ async fn a_fifo_batch_is_one_batch_and_fails_from_its_first_failure_on() {
             .unwrap()
     };
     let event = event_of(&q, 4).await;
-    let order: Vec<String> = event
-        .records
-        .iter()
-        .map(|r| r.message_id.clone().unwrap())
-        .collect();
+    let order = record_ids(&event);
     let response = invocations.invoke(event, deadline_in(secs(60))).await;
-    let reported: Vec<String> = response
-        .batch_item_failures
-        .iter()
-        .map(|f| f.item_identifier.clone())
-        .collect();
-    assert_eq!(reported, order[1..]);
+    assert_eq!(reported(&response), order[1..]);
     assert_eq!(*sizes.lock().unwrap(), [4]);
 }
 
@@ -445,6 +530,30 @@ fn the_example_outside_lambda_says_why_on_one_line_and_exits_1() {
     );
 }
 
+/// Every entry point says so when the process does not run in Lambda (this test's has no
+/// `AWS_LAMBDA_RUNTIME_API`), and returns.
+#[tokio::test]
+async fn outside_lambda_every_entry_point_returns_the_runtimes_error() {
+    assert!(std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_none());
+    let client = common::client_for("http://127.0.0.1:1");
+    let ack = |d: Delivery| d.ack();
+    let results = [
+        lambda::run(client.clone(), ack).await,
+        lambda::run_batch(client.clone(), each_as_the_body_says).await,
+        Function::new(client.clone()).run(ack).await,
+        Function::new(client).run_batch(each_as_the_body_says).await,
+    ];
+    for result in results {
+        let err = result.unwrap_err();
+        assert!(err.is_fatal(), "{err}");
+        assert!(
+            err.to_string()
+                .contains("AWS_LAMBDA_RUNTIME_API is not set"),
+            "{err}"
+        );
+    }
+}
+
 /// `Invocations` is what `lambda_runtime` serves.
 #[allow(dead_code)]
 fn invocations_are_a_lambda_service(
@@ -471,6 +580,8 @@ mod server {
     enum Program {
         /// This test binary's `function_process`, with `as_the_body_says`.
         BodySays,
+        /// The same, with `each_as_the_body_says` as a batch handler.
+        BatchBodySays,
         /// `examples/lambda.rs`, holding each message `HOLD_SECS`.
         Example { hold_secs: u64 },
     }
@@ -478,11 +589,15 @@ mod server {
     /// A Lambda function serving `api`'s invocations, killed when dropped.
     fn start(api: &RuntimeApi, program: Program) -> KillOnDrop {
         let mut command = match program {
-            Program::BodySays => {
+            Program::BodySays | Program::BatchBodySays => {
+                let handler = match program {
+                    Program::BatchBodySays => "batch",
+                    _ => "body",
+                };
                 let mut c = Command::new(std::env::current_exe().expect("this test binary"));
                 c.args(["server::function_process", "--exact", "--include-ignored"])
                     .args(["--nocapture", "--test-threads=1"])
-                    .env("LAMBDA_TEST_HANDLER", "body");
+                    .env("LAMBDA_TEST_HANDLER", handler);
                 c
             }
             Program::Example { hold_secs } => {
@@ -531,7 +646,11 @@ mod server {
             return;
         }
         let runtime = tokio::runtime::Runtime::new().expect("a runtime");
-        let served = runtime.block_on(lambda::run(common::server_client(), as_the_body_says));
+        let client = common::server_client();
+        let served = match std::env::var("LAMBDA_TEST_HANDLER").as_deref() {
+            Ok("batch") => runtime.block_on(lambda::run_batch(client, each_as_the_body_says)),
+            _ => runtime.block_on(lambda::run(client, as_the_body_says)),
+        };
         panic!("the function stopped serving: {served:?}");
     }
 
@@ -598,6 +717,23 @@ mod server {
         let again = q.receive_raw(Duration::ZERO).await;
         let released: Vec<&str> = again.iter().filter_map(|m| m.body()).collect();
         assert_eq!(released, ["release"], "only the release is visible at once");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "needs an SQS-compatible server: scripts/with-sqs-server.sh cargo test -- --ignored"]
+    async fn a_batch_handler_serves_the_runtime_with_the_same_outcomes() {
+        require_server!("server::a_batch_handler_serves_the_runtime_with_the_same_outcomes");
+        let q = TestQueue::new(Kind::Server, 30).await;
+        let bodies = ["ack", "err", "release", "ack"];
+        for body in bodies {
+            q.send(body).await;
+        }
+        let api = RuntimeApi::start().await;
+        let _function = start(&api, Program::BatchBodySays);
+        let messages = receive(&q, bodies.len()).await;
+        let expected = ids(&messages, &["err", "release"]);
+        let (failed, _) = invoke(&api, &q, messages, secs(20)).await;
+        assert_eq!(failed.into_iter().collect::<BTreeSet<_>>(), expected);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

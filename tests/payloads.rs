@@ -738,6 +738,43 @@ with_s3!(
     poison_payloads_meet_the_retry_policy_then_the_dead_letter_step,
 );
 
+#[cfg(feature = "lambda")]
+with_s3!(a_lambda_records_payload_is_read_before_its_handler);
+
+/// In AWS Lambda (feature `lambda`), a record's pointer is read before its handler as in a
+/// worker, and the record is done once the handler acks it.
+#[cfg(feature = "lambda")]
+async fn a_lambda_records_payload_is_read_before_its_handler(kind: Kind) {
+    use sqs_consumer::lambda::{self, Function};
+    let s3 = S3::new(kind);
+    let bucket = s3.new_bucket().await;
+    s3.put(&bucket, "order", b"the order itself").await;
+    let q = TestQueue::new(kind, 30).await;
+    send_pointer(&q, Producer::Python, &bucket, "order", 16).await;
+    let function = match &q {
+        TestQueue::Memory(memory) => Function::in_memory(memory),
+        TestQueue::Server { client, .. } => Function::new(client.clone()),
+    };
+    let (client, only) = (s3.client(), bucket.clone());
+    let seen = Seen::default();
+    let invocations = function
+        .consumer(move |b| {
+            b.s3_payloads(client.clone())
+                .payload_buckets([only.clone()])
+        })
+        .handler(recording(&seen))
+        .unwrap();
+    let messages = q.receive_raw(secs(1)).await;
+    assert_eq!(messages.len(), 1);
+    let event = lambda::event(&q.arn().await, messages);
+    let deadline = std::time::SystemTime::now() + secs(30);
+    let response = invocations.invoke(event, deadline).await;
+    assert!(response.batch_item_failures.is_empty(), "{response:?}");
+    let seen = seen.lock().unwrap().clone();
+    let location = Some((bucket, "order".to_owned(), 16));
+    assert_eq!(seen, [("the order itself".to_owned(), location)]);
+}
+
 /// By default a payload of 64 MiB is read whole, and a pointer declaring a byte more is
 /// refused unread. The limit is the crate's own, so the fake S3 alone serves the 64 MiB.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -107,7 +107,7 @@ impl QueueHandling {
                 queue = %engine.queue_name(),
                 "{} unanswered at the function's deadline: those messages come back when \
                  their visibility lapses",
-                Count(end.unanswered, "release", "releases"),
+                Count(end.unanswered, "ack or release", "acks and releases"),
             );
         }
         self.not_done(keys, engine.is_fifo())

@@ -5,7 +5,8 @@
 //! hidden by the keeper while its handler works, and the invocation answers with a partial
 //! batch response naming the records not done. [`Function`] sets the consumer's settings and
 //! the deadline margin; [`Invocations`] handles events without the Lambda runtime (in tests).
-//! The guide's `lambda` page tells what differs from a worker, and how to deploy.
+//! The guide's [lambda page](crate::guide::lambda) tells what differs from a worker, and how
+//! to deploy.
 //!
 //! ```no_run
 //! use sqs_consumer::{Delivery, Error};
@@ -190,7 +191,7 @@ impl Function {
     pub fn batch_handler<H: BatchHandler>(self, handler: H) -> Result<Invocations, Error> {
         let handler = Arc::new(handler);
         self.invocations(Arc::new(move |engine: &Engine| {
-            engine.batches_of_event(handler.clone())
+            engine.batches_always_ready(handler.clone())
         }))
     }
 
