@@ -223,8 +223,9 @@ impl Function {
         }
         // Checked now, for a queue of no account: a bad setting stops the function at its
         // start, not at every invocation.
-        self.builder("checked-settings").check_for_lambda()?;
-        drop(self.builder("checked-settings").build()?);
+        let checked = self.builder("checked-settings");
+        checked.check_for_lambda()?;
+        drop(checked.build()?);
         Ok(Invocations(Arc::new(Shared {
             function: self,
             dispatch,
