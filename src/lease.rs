@@ -62,7 +62,7 @@ use crate::context::Context;
 use crate::error::{BoxError, Error, ErrorKind, LostReason};
 use crate::limits::{call_margin, extension_limit, MAX_VISIBILITY_SECS};
 use crate::millis::{millis_after, Millis};
-use crate::request_batch::Cohort;
+use crate::request_batch::{Cohort, OnAnswer};
 use crate::settle_calls::SettleHooks;
 use crate::stats::Counter;
 use crate::unfinished_deletes::Unfinished;
@@ -185,6 +185,10 @@ pub(crate) struct Lease {
     /// extending it while a try is under way, since an extension that lands after the delete
     /// only fails. (A release's visibility change it could undo, so a release is not.)
     deleting: AtomicBool,
+    /// Set (under the status lock) when its delete's success arrived before its deadline,
+    /// where the answer arrives: it is an ack however late its caller looks at the answer
+    /// (a starved runtime), so the keeper neither extends nor lapses it any more.
+    deleted_in_time: AtomicBool,
     /// Where the payload read from S3 came from (to delete it after the ack, if asked); the
     /// payload itself is the `Delivery`'s, freed with it (the keeper may hold a lease a while
     /// longer). Boxed: a lease of an ordinary message stays small.
@@ -234,6 +238,7 @@ impl Lease {
             keeper_slot: AtomicU32::new(u32::MAX),
             let_go: AtomicBool::new(false),
             deleting: AtomicBool::new(false),
+            deleted_in_time: AtomicBool::new(false),
             #[cfg(feature = "s3")]
             payload_location: std::sync::OnceLock::new(),
         }
@@ -319,7 +324,7 @@ impl Lease {
     pub(crate) fn is_extendable(&self) -> bool {
         match self.state() {
             State::Held | State::InHandler | State::Abandoned | State::SettleWaiting => true,
-            State::Settling => self.deleting.load(AtomicOrdering::Relaxed),
+            State::Settling => self.is_deleting(),
             _ => false,
         }
     }
@@ -471,15 +476,25 @@ impl Lease {
     /// lost, whatever is under way, an ack or release included. Its delete, if one comes,
     /// may reach SQS after the message went to another consumer, and SQS answers such a
     /// delete with success. Returns whether it counted.
+    /// A delete whose success arrived before the deadline is done, whenever its caller sees
+    /// it: it does not lapse.
     pub(crate) fn lapsed(&self, reason: LostReason) -> bool {
         self.lose(reason, |s| {
-            held(s) || matches!(s, State::Abandoned | State::Settling | State::SettleWaiting)
+            let settling = matches!(s, State::Settling | State::SettleWaiting);
+            held(s) || s == State::Abandoned || (settling && !self.was_deleted_in_time())
         })
     }
 
-    /// `true` while a try of an ack's (or a move's) delete is queued or under way.
+    /// `true` while a try of an ack's (or a move's) delete is queued or under way, and no
+    /// success of it has arrived.
     pub(crate) fn is_deleting(&self) -> bool {
-        self.state() == State::Settling && self.deleting.load(AtomicOrdering::Relaxed)
+        self.state() == State::Settling
+            && self.deleting.load(AtomicOrdering::Relaxed)
+            && !self.was_deleted_in_time()
+    }
+
+    fn was_deleted_in_time(&self) -> bool {
+        self.deleted_in_time.load(AtomicOrdering::Acquire)
     }
 
     /// `true` while an ack or release is under way, between its tries included.
@@ -521,9 +536,10 @@ impl Lease {
     /// the dead-letter queue), as [`acked`](Lease::acked) says.
     ///
     /// A delete answered after the deadline is no ack either: with no extension covering
-    /// it, the message may have been handed out again before the delete reached SQS.
+    /// it, the message may have been handed out again before the delete reached SQS. When
+    /// the answer came is taken where it arrived ([`OnAnswer`]), not when its caller looks.
     fn deleted(&self, counter: Counter) -> bool {
-        if Instant::now() > self.deadline() {
+        if !self.was_deleted_in_time() && Instant::now() > self.deadline() {
             self.lapsed(LostReason::LapsedBeforeAnswer);
             return false;
         }
@@ -737,6 +753,22 @@ impl Lease {
     }
 }
 
+impl OnAnswer for Lease {
+    /// A delete's success that arrives before the deadline makes the ack true, whenever the
+    /// ack's caller gets to see it (see [`Lease::deleted`]).
+    fn answered(&self, result: &Result<(), Error>) {
+        if result.is_err() || !self.deleting.load(AtomicOrdering::Relaxed) {
+            return;
+        }
+        let status = self.lock();
+        let settling = matches!(status.state, State::Settling | State::SettleWaiting);
+        let deadline = self.received_at() + Duration::from_millis(u64::from(status.deadline_ms));
+        if settling && Instant::now() <= deadline {
+            self.deleted_in_time.store(true, AtomicOrdering::Release);
+        }
+    }
+}
+
 impl SettleHooks for Lease {
     fn cohort(&self) -> Option<Arc<Cohort>> {
         self.cohort.clone()
@@ -875,6 +907,47 @@ mod tests {
         assert_eq!(l.deadline(), Instant::now());
         l.finish_ack(Ok(()), None).expect("not after the deadline");
         assert_eq!(l.context().stats(0).acked, 1);
+    }
+
+    /// A delete's success that arrived in time makes the ack, however late its caller
+    /// finishes it; the keeper neither extends nor lapses the lease after it.
+    #[tokio::test(start_paused = true)]
+    async fn a_delete_that_arrived_in_time_is_an_ack_whenever_its_caller_looks() {
+        let l = lease();
+        assert_eq!(l.begin_ack(), None);
+        tokio::time::advance(Duration::from_millis(29_000)).await;
+        l.answered(&Ok(()));
+        assert!(!l.is_extendable() && !l.is_deleting());
+        tokio::time::advance(Duration::from_millis(5_000)).await;
+        assert!(!l.lapsed(LostReason::LapsedBeforeAnswer), "not lapsed");
+        l.finish_ack(Ok(()), None).expect("answered in time");
+        let stats = l.context().stats(0);
+        assert_eq!((stats.acked, stats.lost), (1, 0));
+    }
+
+    /// A success that arrived after the deadline, or a failure, or a release's success,
+    /// proves nothing: the lease lapses as before.
+    #[tokio::test(start_paused = true)]
+    async fn a_late_success_a_failure_or_a_release_is_no_ack_where_it_arrives() {
+        let late = lease();
+        late.begin_ack();
+        tokio::time::advance(Duration::from_millis(30_001)).await;
+        late.answered(&Ok(()));
+        assert!(late.lapsed(LostReason::LapsedBeforeAnswer));
+        assert!(late.finish_ack(Ok(()), None).unwrap_err().is_lost());
+
+        let failed = lease();
+        failed.begin_ack();
+        failed.answered(&Err(failed_delete(ErrorKind::Retryable)));
+        assert!(failed.is_deleting(), "still extended while it retries");
+        tokio::time::advance(Duration::from_millis(30_001)).await;
+        assert!(failed.lapsed(LostReason::LapsedBeforeAnswer));
+
+        let released = lease();
+        released.begin_release();
+        released.answered(&Ok(()));
+        tokio::time::advance(Duration::from_millis(30_001)).await;
+        assert!(released.lapsed(LostReason::LapsedBeforeAnswer));
     }
 
     /// A delete's failure of `kind`, as the SQS error classification makes it.

@@ -140,6 +140,17 @@ impl BatcherBell {
     }
 }
 
+/// Whoever an entry's answer concerns beside its caller, told where the answer arrives: the
+/// caller may see it much later (its task on a starved runtime), and what the answer proves
+/// depends on when it came.
+pub(crate) trait OnAnswer: Send + Sync {
+    /// The entry's answer has just arrived.
+    fn answered(&self, result: &Result<(), Error>);
+}
+
+/// Who is told an entry's answer where it arrives, if anyone.
+pub(crate) type Told = Option<Arc<dyn OnAnswer>>;
+
 /// One caller's request, waiting for its batch.
 struct Entry {
     receipt: String,
@@ -150,6 +161,8 @@ struct Entry {
     /// When it was handed over: it waits for its cohort at most one round trip from here.
     submitted: Instant,
     reply: oneshot::Sender<Result<(), Error>>,
+    /// Told the answer before the caller.
+    told: Told,
     /// Keeps the consumer's tracker of settle calls busy until this entry is answered, so a
     /// shutdown waits for it even if its caller gave up.
     _pending: TaskTrackerToken,
@@ -194,13 +207,25 @@ impl Batcher {
 
     /// Deletes (or changes the visibility of) one message as part of a batch, and returns
     /// that entry's own result: one attempt, never retried here.
+    #[cfg(test)]
     pub(crate) async fn submit(
         &self,
         receipt: &str,
         visibility: u32,
         cohort: Option<Arc<Cohort>>,
     ) -> Result<(), Error> {
-        let (mut entry, answer) = self.entry(receipt, visibility);
+        self.submit_told(receipt, visibility, cohort, None).await
+    }
+
+    /// [`submit`](Batcher::submit), `told` told the answer where it arrives.
+    pub(crate) async fn submit_told(
+        &self,
+        receipt: &str,
+        visibility: u32,
+        cohort: Option<Arc<Cohort>>,
+        told: Told,
+    ) -> Result<(), Error> {
+        let (mut entry, answer) = self.entry(receipt, visibility, told);
         entry.cohort = cohort.clone();
         match self.send(Submission::One(entry)) {
             Ok(()) => {
@@ -217,9 +242,21 @@ impl Batcher {
     /// (in one request if there are at most 10 and nothing else is waiting); each entry's own
     /// result, in order.
     pub(crate) async fn submit_many(&self, entries: &[(&str, u32)]) -> Vec<Result<(), Error>> {
+        self.submit_many_told(entries, Vec::new()).await
+    }
+
+    /// [`submit_many`](Batcher::submit_many), each entry's `told` (in order; missing ones:
+    /// nobody) told its answer where it arrives.
+    pub(crate) async fn submit_many_told(
+        &self,
+        entries: &[(&str, u32)],
+        told: Vec<Told>,
+    ) -> Vec<Result<(), Error>> {
+        let told = told.into_iter().chain(std::iter::repeat_with(|| None));
         let (entries, answers): (Vec<Entry>, Vec<_>) = entries
             .iter()
-            .map(|(receipt, visibility)| self.entry(receipt, *visibility))
+            .zip(told)
+            .map(|((receipt, visibility), told)| self.entry(receipt, *visibility, told))
             .unzip();
         let count = entries.len();
         let sent = self.send(Submission::Many(entries)).is_ok();
@@ -242,6 +279,7 @@ impl Batcher {
         &self,
         receipt: &str,
         visibility: u32,
+        told: Told,
     ) -> (Entry, oneshot::Receiver<Result<(), Error>>) {
         let (reply, answer) = oneshot::channel();
         let entry = Entry {
@@ -250,6 +288,7 @@ impl Batcher {
             cohort: None,
             submitted: Instant::now(),
             reply,
+            told,
             _pending: self.settles.token(),
         };
         (entry, answer)
@@ -486,6 +525,9 @@ async fn send(queue: &Queue, call: Call, batch: Vec<Entry>) {
     match answer {
         Ok(results) => {
             for (entry, result) in batch.into_iter().zip(results) {
+                if let Some(told) = &entry.told {
+                    told.answered(&result);
+                }
                 let _ = entry.reply.send(result);
             }
         }
@@ -497,7 +539,11 @@ async fn send(queue: &Queue, call: Call, batch: Vec<Entry>) {
             }
             let err = Arc::new(err);
             for entry in batch {
-                let _ = entry.reply.send(Err(Error::replicate(&err)));
+                let result = Err(Error::replicate(&err));
+                if let Some(told) = &entry.told {
+                    told.answered(&result);
+                }
+                let _ = entry.reply.send(result);
             }
         }
     }
@@ -573,6 +619,7 @@ mod tests {
             cohort: None,
             submitted: Instant::now(),
             reply: oneshot::channel().0,
+            told: None,
             _pending: TaskTracker::new().token(),
         }
     }

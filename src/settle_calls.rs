@@ -19,7 +19,7 @@ use crate::error::Error;
 use crate::keeper_thread::KeeperRuntime;
 use crate::queue::Queue;
 use crate::readable::Secs;
-use crate::request_batch::{Batcher, Call, Cohort, RequestsAtOnce};
+use crate::request_batch::{Batcher, Call, Cohort, OnAnswer, RequestsAtOnce};
 
 /// A call that settles a message.
 #[derive(Debug, Clone, Copy)]
@@ -46,8 +46,9 @@ impl SettleCall {
     }
 }
 
-/// What a settle call needs to know of its delivery while it retries.
-pub(crate) trait SettleHooks: Send + Sync + 'static {
+/// What a settle call needs to know of its delivery while it retries. Each try's answer is
+/// told to it where the answer arrives ([`OnAnswer`]).
+pub(crate) trait SettleHooks: OnAnswer + 'static {
     /// `false` once the delivery is lost: trying again cannot help it.
     fn still_ours(&self) -> bool;
     /// A try failed and the next one waits.
@@ -62,6 +63,10 @@ pub(crate) trait SettleHooks: Send + Sync + 'static {
 
 /// A delivery that needs no telling: always ours.
 struct Nobody;
+
+impl OnAnswer for Nobody {
+    fn answered(&self, _: &Result<(), Error>) {}
+}
 
 impl SettleHooks for Nobody {
     fn still_ours(&self) -> bool {
@@ -205,7 +210,7 @@ impl SettleCalls {
         hooks: Arc<dyn SettleHooks>,
     ) -> Result<(), Error> {
         let started = Instant::now();
-        match self.send(call, receipt, hooks.cohort()).await {
+        match self.send(call, receipt, &hooks, hooks.cohort()).await {
             Err(err) if err.is_retryable() && hooks.still_ours() => {
                 let retries = self.retry_in_task(call, receipt.to_owned(), err, started, hooks);
                 retries
@@ -223,17 +228,26 @@ impl SettleCalls {
         items: Vec<(String, Option<Arc<dyn SettleHooks>>)>,
     ) -> Vec<Result<(), Error>> {
         let started = Instant::now();
+        let items: Vec<(String, Arc<dyn SettleHooks>)> = items
+            .into_iter()
+            .map(|(receipt, hooks)| (receipt, hooks.unwrap_or_else(|| Arc::new(Nobody))))
+            .collect();
         let entries: Vec<(&str, u32)> = items
             .iter()
             .map(|(receipt, _)| (receipt.as_str(), call.visibility()))
             .collect();
-        let first = match call {
-            SettleCall::Delete => self.deletes.submit_many(&entries).await,
-            SettleCall::ChangeVisibility(_) => self.visibility.submit_many(&entries).await,
+        let told = items
+            .iter()
+            .map(|(_, hooks)| Some(hooks.clone() as Arc<dyn OnAnswer>))
+            .collect();
+        let batcher = match call {
+            SettleCall::Delete => &self.deletes,
+            SettleCall::ChangeVisibility(_) => &self.visibility,
         };
+        let first = batcher.submit_many_told(&entries, told).await;
+        drop(entries);
         let mut outcomes = Vec::with_capacity(items.len());
         for ((receipt, hooks), result) in items.into_iter().zip(first) {
-            let hooks: Arc<dyn SettleHooks> = hooks.unwrap_or_else(|| Arc::new(Nobody));
             outcomes.push(match result {
                 Err(err) if err.is_retryable() && hooks.still_ours() => {
                     Err(self.retry_in_task(call, receipt, err, started, hooks))
@@ -266,7 +280,7 @@ impl SettleCalls {
         let (tx, rx) = oneshot::channel();
         let calls = self.clone();
         let retries = async move {
-            let result = calls.retry(call, &receipt, err, started, &*hooks).await;
+            let result = calls.retry(call, &receipt, err, started, &hooks).await;
             let _ = tx.send(result);
         };
         // Without a runtime, the channel closes unanswered: "runtime gone".
@@ -287,7 +301,7 @@ impl SettleCalls {
         receipt: &str,
         mut err: Error,
         started: Instant,
-        hooks: &dyn SettleHooks,
+        hooks: &Arc<dyn SettleHooks>,
     ) -> Result<(), Error> {
         let mut backoff = call_retries::SETTLE.backoff();
         let mut attempts = 1;
@@ -306,7 +320,7 @@ impl SettleCalls {
             sleep(wait).await;
             hooks.retrying();
             attempts += 1;
-            match self.send(call, receipt, None).await {
+            match self.send(call, receipt, hooks, None).await {
                 Ok(()) => return Ok(()),
                 Err(next) => err = next,
             }
@@ -314,17 +328,25 @@ impl SettleCalls {
     }
 
     /// One try of a settle call, as an entry of a batch (which may wait a little for the
-    /// rest of `cohort`).
+    /// rest of `cohort`); `hooks` are told its answer where it arrives.
     async fn send(
         &self,
         call: SettleCall,
         receipt: &str,
+        hooks: &Arc<dyn SettleHooks>,
         cohort: Option<Arc<Cohort>>,
     ) -> Result<(), Error> {
+        let told: Arc<dyn OnAnswer> = hooks.clone();
         match call {
-            SettleCall::Delete => self.deletes.submit(receipt, 0, cohort).await,
+            SettleCall::Delete => {
+                let submit = self.deletes.submit_told(receipt, 0, cohort, Some(told));
+                submit.await
+            }
             SettleCall::ChangeVisibility(secs) => {
-                self.visibility.submit(receipt, secs, cohort).await
+                let submit = self
+                    .visibility
+                    .submit_told(receipt, secs, cohort, Some(told));
+                submit.await
             }
         }
     }
@@ -376,6 +398,10 @@ mod tests {
 
     /// A delivery lost meanwhile: no retry can help it.
     struct Lost;
+
+    impl OnAnswer for Lost {
+        fn answered(&self, _: &Result<(), Error>) {}
+    }
 
     impl SettleHooks for Lost {
         fn still_ours(&self) -> bool {

@@ -198,3 +198,72 @@ async fn an_extension_refused_past_the_12_hour_limit_stops_extending() {
     assert_eq!(change.num_calls(), 1, "not retried");
     assert_eq!(consumer.stats().late_extensions, 0);
 }
+
+/// An ack's delete answered before the deadline is an ack, however late the handler's task
+/// looks at the answer: the keeper takes the answer's time where it arrives, and neither
+/// extends nor lapses the lease after it. Here the ack's task is not polled again until two
+/// timeouts after its delete went out (a starved runtime, on the paused clock).
+#[tokio::test(start_paused = true)]
+async fn an_ack_answered_in_time_is_an_ack_however_late_its_task_looks() {
+    let q = common::memory_queue(2);
+    q.send("m").unwrap();
+    let consumer = Consumer::in_memory(&q).build().unwrap();
+    let d = take_one(&consumer).await;
+    let ack = d.ack();
+    tokio::pin!(ack);
+    assert!(
+        futures::poll!(ack.as_mut()).is_pending(),
+        "its delete is out"
+    );
+    sleep(secs(4)).await;
+    ack.await.expect("answered in time: an ack");
+    let stats = consumer.stats();
+    assert_eq!(
+        (stats.acked, stats.lost, stats.lost_acks),
+        (1, 0, 0),
+        "{stats:?}"
+    );
+    assert!(q.is_empty());
+}
+
+/// The same with real threads: both worker threads of the runtime blocked (as handlers
+/// running blocking code in async would) right after the ack's delete went out, longer than
+/// the visibility timeout. The isolated keeper sees the delete answered in time; the ack says
+/// `Ok` when its task runs again, and nothing is counted lost.
+async fn an_ack_answered_in_time_survives_a_blocked_runtime(kind: Kind) {
+    const T: u64 = 2;
+    let q = TestQueue::new(kind, T).await;
+    q.send("held").await;
+    let consumer = q.consumer().isolated_keeper(true).build().unwrap();
+    let d = take_one(&consumer).await;
+    let ack = d.ack();
+    tokio::pin!(ack);
+    assert!(
+        futures::poll!(ack.as_mut()).is_pending(),
+        "its delete is out"
+    );
+    let block = Duration::from_secs(T) * 5 / 4;
+    let other = tokio::spawn(async move { std::thread::sleep(block) });
+    std::thread::sleep(block);
+    other.await.unwrap();
+    ack.await.expect("answered in time: an ack");
+    let stats = consumer.stats();
+    assert_eq!(
+        (stats.acked, stats.lost, stats.lost_acks),
+        (1, 0, 0),
+        "{stats:?}"
+    );
+    assert!(q.receive_raw(secs(T) + secs(1)).await.is_empty(), "deleted");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ack_answered_in_time_survives_a_blocked_runtime_memory() {
+    an_ack_answered_in_time_survives_a_blocked_runtime(Kind::Memory).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs an SQS-compatible server: scripts/with-sqs-server.sh cargo test -- --ignored"]
+async fn an_ack_answered_in_time_survives_a_blocked_runtime_server() {
+    crate::require_server!("an_ack_answered_in_time_survives_a_blocked_runtime_server");
+    an_ack_answered_in_time_survives_a_blocked_runtime(Kind::Server).await;
+}
