@@ -113,7 +113,10 @@ impl S3 {
     }
 
     async fn new_bucket(&self) -> String {
-        let bucket = common::unique_name("payloads");
+        self.new_bucket_named(common::unique_name("payloads")).await
+    }
+
+    async fn new_bucket_named(&self, bucket: String) -> String {
         match self {
             S3::Fake(fake) => fake.create_bucket(&bucket),
             S3::Server(s3) => {
@@ -942,10 +945,12 @@ async fn a_dead_lettered_payload_keeps_its_pointer_not_the_payload(kind: Kind) {
 /// policy with its back-off first, then, at the `dead_letter` step's receive count, the move
 /// with the payload's error as the failure. A missing object, a declared size over the
 /// limit, a malformed pointer and a pointer to a bucket not in `payload_buckets` (never
-/// read) alike; no handler sees any of them, and nothing loops.
+/// read, though its name begins with the listed one's) alike; no handler sees any of them,
+/// and nothing loops.
 async fn poison_payloads_meet_the_retry_policy_then_the_dead_letter_step(kind: Kind) {
     let s3 = S3::new(kind);
-    let (bucket, other) = (s3.new_bucket().await, s3.new_bucket().await);
+    let bucket = s3.new_bucket().await;
+    let other = s3.new_bucket_named(format!("{bucket}-evil")).await;
     s3.put(&other, "secret", b"another tenant's").await;
     let (q, dlq) = (
         TestQueue::new(kind, 30).await,

@@ -310,7 +310,13 @@ mod tests {
     use super::*;
 
     fn location(declared_size: u64) -> PayloadLocation {
-        let pointer = r#"["software.amazon.payloadoffloading.PayloadS3Pointer",{"s3BucketName":"b","s3Key":"k"}]"#;
+        location_in("b", declared_size)
+    }
+
+    fn location_in(bucket: &str, declared_size: u64) -> PayloadLocation {
+        let pointer = format!(
+            r#"["software.amazon.payloadoffloading.PayloadS3Pointer",{{"s3BucketName":"{bucket}","s3Key":"k"}}]"#
+        );
         let size = aws_sdk_sqs::types::MessageAttributeValue::builder()
             .data_type("Number")
             .string_value(declared_size.to_string())
@@ -365,6 +371,37 @@ mod tests {
             "fine"
         );
         assert_eq!(rule.num_calls(), 1);
+    }
+
+    /// Only a bucket named exactly as a listed one is read: not one whose name begins, ends
+    /// with or lies inside a listed one, nor one that a listed name begins with.
+    #[tokio::test]
+    async fn a_bucket_whose_name_merely_resembles_a_listed_one_is_refused() {
+        let rule = mock!(aws_sdk_s3::Client::get_object).then_output(|| {
+            GetObjectOutput::builder()
+                .body(ByteStream::from_static(b"fine"))
+                .build()
+        });
+        let client = mock_client!(aws_sdk_s3, RuleMode::MatchAny, [&rule]);
+        let buckets = Some(vec!["orders-payloads".to_owned()]);
+        let store = PayloadStore::new(client, 100, false, buckets, Duration::from_secs(10));
+        for bucket in [
+            "orders-payloads-evil",
+            "evil-orders-payloads",
+            "x-orders-payloads-y",
+            "orders-payload",
+            "orders",
+        ] {
+            let err = store.read(&location_in(bucket, 4)).await.unwrap_err();
+            assert!(
+                err.reason.contains("not one of payload_buckets"),
+                "{bucket}: {}",
+                err.reason
+            );
+        }
+        assert_eq!(rule.num_calls(), 0, "never read");
+        let read = store.read(&location_in("orders-payloads", 4)).await;
+        assert_eq!(read.unwrap(), "fine");
     }
 
     #[tokio::test]
