@@ -276,14 +276,14 @@ pub(crate) fn with_causes(what: &str, err: &(dyn std::error::Error + 'static)) -
 
 impl fmt::Display for Chain<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut shown = self.0.to_string();
+        let mut shown = one_line(&self.0.to_string()).into_owned();
         f.write_str(&shorten_handles(&shown))?;
         if answered_by_sqs(self.0) {
             return Ok(());
         }
         let mut source = self.0.source();
         while let Some(err) = source {
-            let text = err.to_string();
+            let text = one_line(&err.to_string()).into_owned();
             // A wrapper often repeats its sources' texts (an SQS error's message carries the
             // SDK error's causes): show each once.
             if !shown.contains(&text) {
@@ -297,6 +297,24 @@ impl fmt::Display for Chain<'_> {
         }
         Ok(())
     }
+}
+
+/// `text` on one line: a log line is one line, whatever an error's text holds (the SDK's
+/// credentials chain lists each provider it tried on a line of its own). Each line break goes,
+/// with the indentation after it: a line that ends with `:` runs on after a space, any other
+/// after `; `.
+fn one_line(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.contains(['\n', '\r']) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len());
+    for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        if !out.is_empty() {
+            out.push_str(if out.ends_with(':') { " " } else { "; " });
+        }
+        out.push_str(line);
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 /// An SQS error with SQS's own code: its text says all there is (the operation, the code,
@@ -717,6 +735,35 @@ mod tests {
         let shared = std::sync::Arc::new(Error::invalid("x", 1, "0"));
         let copy = Error::replicate(&shared);
         assert_eq!(copy.chain().to_string(), copy.to_string(), "no repeat");
+    }
+
+    /// The SDK's credentials chain lists what it tried on lines of their own: the chain
+    /// (and so the log line and the error's own text) stays one line.
+    #[test]
+    fn a_cause_of_several_lines_is_shown_on_one() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("dispatch failure")]
+        struct Dispatch(#[source] std::io::Error);
+        let credentials = std::io::Error::other(
+            "no credentials found in chain. Attempted:\n  Environment: environment variable \
+             not set\n  Profile: the credential provider was not enabled\r\n\n",
+        );
+        let unsent = Error::Sqs {
+            operation: "ReceiveMessage",
+            code: None,
+            message: with_causes("no AWS credentials were found", &Dispatch(credentials)),
+            kind: ErrorKind::Retryable,
+            source: Box::new(std::io::Error::other("first line\n  second line")),
+        };
+        let expected = "SQS ReceiveMessage failed: no AWS credentials were found: dispatch \
+                        failure: no credentials found in chain. Attempted: Environment: \
+                        environment variable not set; Profile: the credential provider was not \
+                        enabled";
+        assert_eq!(unsent.to_string(), expected);
+        assert_eq!(
+            unsent.chain().to_string(),
+            format!("{expected}: first line; second line")
+        );
     }
 
     #[test]
