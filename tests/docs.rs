@@ -145,6 +145,57 @@ fn every_feature_is_in_the_readme_table_and_the_crate_docs() {
     }
 }
 
+/// The README is read on crates.io and docs.rs, from the published package: every file of the
+/// repository its prose names is in the package (`include` in `Cargo.toml`), or a link to the
+/// file in the repository, so that it resolves there too.
+#[test]
+fn the_readmes_files_resolve_from_the_published_package() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let value_of = |key: &str| {
+        let line = manifest
+            .lines()
+            .find(|l| l.starts_with(&format!("{key} = ")))
+            .unwrap_or_else(|| panic!("no {key} in Cargo.toml"));
+        line.split_once(" = ").unwrap().1.to_owned()
+    };
+    let repository = value_of("repository").trim_matches('"').to_owned();
+    let include = value_of("include");
+    let included: Vec<&str> = include
+        .trim_matches(['[', ']'])
+        .split(',')
+        .map(|p| p.trim().trim_matches('"').trim_start_matches('/'))
+        .collect();
+    let in_package = |path: &str| {
+        path == "Cargo.toml"
+            || included
+                .iter()
+                .any(|i| path == *i || path.starts_with(&format!("{i}/")))
+    };
+    // The prose: code blocks are commands run in a clone.
+    let prose: String = readme
+        .split("```")
+        .step_by(2)
+        .collect::<Vec<_>>()
+        .join("\n");
+    let mut named = 0;
+    for token in quoted(&prose) {
+        let path = token.split('#').next().unwrap_or(token);
+        if path.is_empty() || !root.join(path).is_file() {
+            continue;
+        }
+        named += 1;
+        let link = format!("[`{token}`]({repository}/blob/main/{path}");
+        assert!(
+            in_package(path) || prose.contains(&link),
+            "the README names `{token}`, which the package leaves out: link it as {link})"
+        );
+    }
+    assert!(named >= 3, "the README names files: {named} found");
+    assert!(!in_package("CONTRIBUTING.md") && !in_package("scripts/test.sh"));
+}
+
 /// The pages that cite tests.
 const PAGES: &[&str] = &[
     "README.md",
