@@ -6,6 +6,12 @@
 //! `Invocations::invoke`, the service `lambda_runtime` calls; the runtime's own HTTP round
 //! trip is the same for both and left out.
 //!
+//! L2: the SQS requests an invocation sends per record (the renewal, extensions, deletes),
+//! with acks left to Lambda and deleted at once, on `MemoryQueue` and the paused clock (the
+//! counts are exact; Lambda's own receives and deletes are not counted): 10 and 100 records
+//! acked at once; the same with one of them held 12 s at a visibility of 5 s; and the
+//! batching window's case, 3 records delivered 4 s into a visibility of 10 s, one held 7 s.
+//!
 //! `cargo bench --features lambda --bench lambda`
 
 #[path = "common/mod.rs"]
@@ -14,7 +20,8 @@ mod common;
 use std::time::{Duration, Instant, SystemTime};
 
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
-use sqs_consumer::lambda::{self, Function, Invocations};
+use sqs_consumer::lambda::{self, Acks, Function, Invocations};
+use sqs_consumer::memory::Action;
 use sqs_consumer::{Delivery, MemoryQueue};
 
 const ARN: &str = "arn:aws:sqs:us-east-1:123456789012:jobs";
@@ -88,7 +95,115 @@ where
     (wall, cpu / EVENTS as u32)
 }
 
+/// One L2 case: `records` records received from a queue of visibility `visibility` s, handed
+/// to the function `late` s after the receive; the first held `hold` s, the others acked at
+/// once.
+#[derive(Clone, Copy)]
+struct Case {
+    name: &'static str,
+    records: usize,
+    visibility: u64,
+    late: u64,
+    hold: u64,
+}
+
+const CASES: [Case; 5] = [
+    Case {
+        name: "10 acked at once",
+        records: 10,
+        visibility: 30,
+        late: 0,
+        hold: 0,
+    },
+    Case {
+        name: "100 acked at once",
+        records: 100,
+        visibility: 30,
+        late: 0,
+        hold: 0,
+    },
+    Case {
+        name: "10, one held 12 s at T = 5 s",
+        records: 10,
+        visibility: 5,
+        late: 0,
+        hold: 12,
+    },
+    Case {
+        name: "100, one held 12 s at T = 5 s",
+        records: 100,
+        visibility: 5,
+        late: 0,
+        hold: 12,
+    },
+    Case {
+        name: "3 delivered 4 s late at T = 10 s, one held 7 s",
+        records: 3,
+        visibility: 10,
+        late: 4,
+        hold: 7,
+    },
+];
+
+/// The SQS requests one invocation of `case` sends, per record, with `acks`.
+async fn requests_per_record(case: Case, acks: Acks) -> f64 {
+    let queue = MemoryQueue::builder()
+        .visibility_timeout(Duration::from_secs(case.visibility))
+        .build()
+        .unwrap();
+    let event = event_of(&queue, case.records).await;
+    let held = event.records[0].message_id.clone();
+    tokio::time::sleep(Duration::from_secs(case.late)).await;
+    let hold = Duration::from_secs(case.hold);
+    let invocations = Function::in_memory(&queue)
+        .acks(acks)
+        .handler(move |d: Delivery| {
+            let holds = Some(d.message_id()) == held.as_deref();
+            async move {
+                if holds {
+                    tokio::time::sleep(hold).await;
+                }
+                d.ack().await
+            }
+        })
+        .expect("valid settings");
+    let before = queue.requests();
+    let deadline = SystemTime::now() + Duration::from_secs(60);
+    let response = invocations.invoke(event, deadline).await.unwrap();
+    assert!(response.batch_item_failures.is_empty(), "every record done");
+    let after = queue.requests();
+    let sent = [
+        Action::ChangeMessageVisibilityBatch,
+        Action::DeleteMessageBatch,
+    ]
+    .into_iter()
+    .chain([Action::ChangeMessageVisibility, Action::DeleteMessage])
+    .map(|a| after.requests(a) - before.requests(a))
+    .sum::<u64>();
+    sent as f64 / case.records as f64
+}
+
+fn l2() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        for case in CASES {
+            let left = requests_per_record(case, Acks::LeftToLambda).await;
+            let deleted = requests_per_record(case, Acks::DeletedAtOnce).await;
+            println!(
+                "L2, {}: {left:.2} requests a record with acks left to Lambda, {deleted:.2} \
+                 deleted at once",
+                case.name
+            );
+        }
+    });
+}
+
 fn main() {
+    l2();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -102,7 +217,10 @@ fn main() {
             let (mut ours, mut theirs) = (Vec::new(), Vec::new());
             let (mut ours_cpu, mut theirs_cpu) = (Vec::new(), Vec::new());
             for _ in 0..RUNS {
-                let (wall, cpu) = per_event(&event, |e| invocations.invoke(e, deadline())).await;
+                let (wall, cpu) = per_event(&event, |e| async {
+                    invocations.invoke(e, deadline()).await.unwrap()
+                })
+                .await;
                 ours.push(wall.as_secs_f64() * 1e6);
                 ours_cpu.push(cpu.as_secs_f64() * 1e6);
                 let (wall, cpu) = per_event(&event, hand_written).await;

@@ -14,8 +14,7 @@ use crate::context::Context;
 use crate::dead_letter::{DeadLetter, Failure};
 use crate::delivery_span::{delivery_span, read_trace_parent};
 use crate::error::{BoxError, Error, LostReason};
-use crate::keeper::Keeper;
-use crate::lease::{Dropped, End, Lease};
+use crate::lease::{Dropped, End, Holder, Lease};
 use crate::limits::{secs_rounded_up, HARD_LIMIT, MAX_VISIBILITY_SECS};
 use crate::request_batch::Cohort;
 use crate::run_ties::RunTies;
@@ -68,9 +67,8 @@ pub(crate) struct Received {
     pub(crate) run: Arc<RunTies>,
     /// The deliveries of the same receive, whose acks may share a request.
     pub(crate) cohort: Option<Arc<Cohort>>,
-    /// The latest its extensions may end, if before the 12-hour limit: when the holder ends
-    /// (a Lambda function's deadline).
-    pub(crate) lease_cap: Option<Instant>,
+    /// Who holds it, if it ends before the 12-hour limit (a Lambda invocation).
+    pub(crate) holder: Option<Holder>,
 }
 
 impl Delivery {
@@ -100,7 +98,7 @@ impl Delivery {
                 span,
             )
             .in_cohort(received.cohort)
-            .capped_at(received.lease_cap),
+            .held_by(received.holder),
         );
         received.run.keeper().keep(lease.clone());
         received.run.delivery_held();
@@ -380,9 +378,9 @@ impl Delivery {
         }
     }
 
-    /// The consumer's keeper, which keeps this delivery hidden.
-    pub(crate) fn keeper(&self) -> &Keeper {
-        self.run.keeper()
+    /// What the delivery shares with the rest of its run.
+    pub(crate) fn run_ties(&self) -> &Arc<RunTies> {
+        &self.run
     }
 
     /// Makes the message visible to every consumer at once (`ChangeMessageVisibility` to 0).
@@ -678,7 +676,8 @@ impl Drop for Delivery {
             match runtime {
                 Some(runtime) => {
                     let shutting_down = self.run.shutdown().is_cancelled();
-                    release_unsettled(&self.lease, shutting_down, &runtime, &span);
+                    let releases = self.run.background();
+                    release_unsettled(&self.lease, shutting_down, &runtime, &span, releases);
                 }
                 // No runtime to release it on: it returns when its visibility lapses.
                 None => self.lease.mark_ended(),
@@ -723,6 +722,7 @@ pub(crate) mod tests {
 
     use super::*;
     use crate::keeper::schedule::COALESCE_WINDOW;
+    use crate::keeper::Keeper;
     use crate::keeper_thread::KeeperRuntime;
     use crate::limits::CAP_MARGIN;
     use crate::memory::counts::Action;
@@ -773,7 +773,7 @@ pub(crate) mod tests {
             slot: None,
             run,
             cohort: None,
-            lease_cap: None,
+            holder: None,
         };
         Delivery::start(std::sync::Arc::new(ctx), message, received)
     }
@@ -1805,7 +1805,7 @@ mod size {
             slot: None,
             run: RunTies::new(Default::default(), Keeper::new(KeeperRuntime::Caller)),
             cohort: None,
-            lease_cap: None,
+            holder: None,
         };
         let d = Delivery::start(ctx, m, received);
         let (lease, delivery) = (std::mem::size_of_val(&*d.lease), std::mem::size_of_val(&d));

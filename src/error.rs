@@ -120,6 +120,22 @@ pub enum Error {
         source: Option<BoxError>,
     },
 
+    /// An AWS Lambda event (feature `lambda`) that a partial batch response cannot answer
+    /// truthfully: no records, a record that is not SQS's, one without a message id, receipt
+    /// handle or queue ARN, or a queue whose records cannot be kept hidden (its consumer
+    /// cannot be built, or its visibility timeout read). The invocation answers with this
+    /// error before any record is handled, and Lambda retries the whole batch.
+    #[cfg(feature = "lambda")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "lambda")))]
+    #[error("the Lambda event cannot be answered record by record: {reason}")]
+    LambdaEvent {
+        /// What is wrong with it.
+        reason: String,
+        /// The error that stopped its queue's consumer, if one did.
+        #[source]
+        source: Option<BoxError>,
+    },
+
     /// An SQS call (or the equivalent [`MemoryQueue`](crate::MemoryQueue) call) failed.
     #[error("SQS {operation} failed{}: {message}", code.as_deref().map(|c| format!(" with {c}")).unwrap_or_default())]
     Sqs {
@@ -222,6 +238,14 @@ impl Error {
             }
             #[cfg(feature = "lambda")]
             Error::LambdaRuntime { .. } => Some(ErrorKind::Fatal),
+            // As its queue's error says (a read that may work next time), else fatal: the
+            // same event fails the same way.
+            #[cfg(feature = "lambda")]
+            Error::LambdaEvent { source, .. } => source
+                .as_deref()
+                .and_then(|s| s.downcast_ref::<Error>())
+                .and_then(Error::kind)
+                .or(Some(ErrorKind::Fatal)),
         }
     }
 

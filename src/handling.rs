@@ -22,6 +22,7 @@ use crate::keeper::Keeper;
 use crate::lease::{Lease, Left};
 use crate::process_span::process_span;
 use crate::readable::Secs;
+use crate::run_ties::RunTies;
 use crate::settle::{move_to_dead_letter, release_unsettled, settle, Moved, Settle};
 use crate::stats::{Counter, Measure};
 
@@ -215,8 +216,9 @@ fn panic_message(panic: &(dyn Any + Send)) -> &str {
 /// them as a failure would.
 struct Handed {
     ctx: Arc<Context>,
-    /// Keeps the deliveries hidden (all of one run's): told to let go of each one settled.
-    keeper: Option<Keeper>,
+    /// What the deliveries' run shares (all of one run's): its keeper, told to let go of
+    /// each one settled, and its releases.
+    run: Option<Arc<RunTies>>,
     items: Items,
     shutdown: CancellationToken,
     ack_mode: AckMode,
@@ -264,7 +266,7 @@ impl Handed {
         };
         Self {
             ctx,
-            keeper: deliveries.first().map(|d| d.keeper().clone()),
+            run: deliveries.first().map(|d| d.run_ties().clone()),
             items,
             shutdown,
             ack_mode,
@@ -274,6 +276,11 @@ impl Handed {
 
     fn len(&self) -> usize {
         self.items.as_slice().len()
+    }
+
+    /// The keeper of the deliveries' run.
+    fn keeper(&self) -> Option<&Keeper> {
+        self.run.as_deref().map(RunTies::keeper)
     }
 
     /// Completes once every delivery handed over is lost.
@@ -366,9 +373,9 @@ impl Handed {
         let (due, rest): (Vec<_>, Vec<_>) = abandoned.into_iter().partition(|(item, left)| {
             *left == Left::Abandoned && dead_letter.is_due(item.lease.receive_count())
         });
-        let moves = due.iter().map(|(item, _)| {
-            move_to_dead_letter(&item.lease, dead_letter, failure, self.keeper.as_ref())
-        });
+        let moves = due
+            .iter()
+            .map(|(item, _)| move_to_dead_letter(&item.lease, dead_letter, failure, self.keeper()));
         for ((item, _), moved) in due.iter().zip(join_all(moves).await) {
             match moved {
                 Moved::Done => {}
@@ -386,7 +393,7 @@ impl Handed {
             .iter()
             .map(|(item, _)| item.lease.clone())
             .collect();
-        let results = settle(&leases, Settle::Ack, self.keeper.as_ref()).await;
+        let results = settle(&leases, Settle::Ack, self.keeper()).await;
         for ((item, _), result) in abandoned.iter().zip(results) {
             match result {
                 Ok(()) => tracing::debug!(parent: &item.span, ack_mode = ?self.ack_mode, "acked"),
@@ -407,7 +414,9 @@ impl Handed {
         match item.lease.context().calls().runtime(None) {
             Some(runtime) if item.lease.lost_reason().is_none() => {
                 let shutting_down = self.shutdown.is_cancelled();
-                release_unsettled(&item.lease, shutting_down, &runtime, &item.span);
+                let releases = self.run.as_ref().map(|run| run.background().clone());
+                let releases = releases.unwrap_or_default();
+                release_unsettled(&item.lease, shutting_down, &runtime, &item.span, &releases);
             }
             _ => item.lease.mark_ended(),
         }
@@ -415,7 +424,7 @@ impl Handed {
 
     /// The keeper lets go of a delivery its handler dropped, now that it is settled.
     fn let_go(&self, item: &Item) {
-        if let Some(keeper) = &self.keeper {
+        if let Some(keeper) = self.keeper() {
             keeper.let_go(&item.lease);
         }
     }
@@ -459,7 +468,7 @@ mod tests {
         let delivery = hold(&q, None).await;
         let lease = delivery.lease().clone();
         // As a consumer does: its keeper outlives each handler.
-        let keeper = delivery.keeper().clone();
+        let keeper = delivery.run_ties().keeper().clone();
         let settings = HandlerSettings {
             ack_mode: AckMode::OnSuccess,
             ..Default::default()

@@ -111,6 +111,28 @@ pub(crate) enum Limit {
     Holder,
 }
 
+/// Who holds a lease when its holder ends before the 12-hour limit: a Lambda invocation,
+/// which answers by its function's deadline and whose acks Lambda carries out after the
+/// answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Holder {
+    /// When the holder ends: no extension runs past it.
+    pub(crate) ends_at: Instant,
+    /// What an ack leaves to the keeper.
+    pub(crate) after_ack: AfterAck,
+}
+
+/// What the keeper does with a lease once it is acked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AfterAck {
+    /// Lets go: the message is deleted.
+    LetGo,
+    /// Keeps it hidden until its holder lets go ([`Lease::end_hold`]): an ack whose delete
+    /// comes later (Lambda's, after the invocation's answer), so that the message is visible
+    /// to nobody meanwhile.
+    KeepHidden,
+}
+
 /// What a handler's end finds of a delivery it was handed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Left {
@@ -181,6 +203,10 @@ pub(crate) struct Lease {
     keeper_slot: AtomicU32,
     /// Set once the keeper was told to let go of it.
     let_go: AtomicBool,
+    /// What an ack leaves to the keeper.
+    after_ack: AfterAck,
+    /// Set when its holder lets go of it: an ack no longer keeps it hidden.
+    hold_ended: AtomicBool,
     /// Set when its settle call is a delete (an ack, or a move's): the keeper goes on
     /// extending it while a try is under way, since an extension that lands after the delete
     /// only fails. (A release's visibility change it could undo, so a release is not.)
@@ -237,6 +263,8 @@ impl Lease {
             limit_ms: millis_after(received_at, extension_limit(received_at)),
             keeper_slot: AtomicU32::new(u32::MAX),
             let_go: AtomicBool::new(false),
+            after_ack: AfterAck::LetGo,
+            hold_ended: AtomicBool::new(false),
             deleting: AtomicBool::new(false),
             deleted_in_time: AtomicBool::new(false),
             #[cfg(feature = "s3")]
@@ -244,13 +272,15 @@ impl Lease {
         }
     }
 
-    /// The same lease, its extensions ending by `cap` at the latest (if that comes before
-    /// the 12-hour limit): a holder that ends then has no use for a longer one, and a message
-    /// it could not release comes back sooner.
-    pub(crate) fn capped_at(mut self, cap: Option<Instant>) -> Self {
-        if let Some(cap) = cap {
+    /// The same lease, held by `holder` if any: its extensions end by the holder's end at
+    /// the latest (if that comes before the 12-hour limit: a holder that ends then has no use
+    /// for a longer one, and a message it could not release comes back sooner), and an ack
+    /// does what the holder says.
+    pub(crate) fn held_by(mut self, holder: Option<Holder>) -> Self {
+        if let Some(holder) = holder {
             let received_at = self.received_at();
-            self.limit_ms = self.limit_ms.min(millis_after(received_at, cap));
+            self.limit_ms = self.limit_ms.min(millis_after(received_at, holder.ends_at));
+            self.after_ack = holder.after_ack;
         }
         self
     }
@@ -295,9 +325,24 @@ impl Lease {
         let _ = self.payload_location.set(Box::new(location));
     }
 
-    /// `true` the first time only: whoever gets it tells the keeper to let go.
+    /// `true` the first time only: whoever gets it tells the keeper to let go. Never while
+    /// an ack keeps it hidden for its holder.
     pub(crate) fn first_let_go(&self) -> bool {
-        !self.let_go.swap(true, AtomicOrdering::Relaxed)
+        !self.is_hidden_after_ack() && !self.let_go.swap(true, AtomicOrdering::Relaxed)
+    }
+
+    /// Its holder lets go of it: an ack no longer keeps it hidden (the caller then tells the
+    /// keeper to let go).
+    #[cfg_attr(not(feature = "lambda"), allow(dead_code))]
+    pub(crate) fn end_hold(&self) {
+        self.hold_ended.store(true, AtomicOrdering::Release);
+    }
+
+    /// Acked, and kept hidden until its holder lets go.
+    fn is_hidden_after_ack(&self) -> bool {
+        self.after_ack == AfterAck::KeepHidden
+            && !self.hold_ended.load(AtomicOrdering::Acquire)
+            && self.state() == State::Acked
     }
 
     /// Where the keeper holds it (set by the keeper only).
@@ -325,6 +370,7 @@ impl Lease {
         match self.state() {
             State::Held | State::InHandler | State::Abandoned | State::SettleWaiting => true,
             State::Settling => self.is_deleting(),
+            State::Acked => self.is_hidden_after_ack(),
             _ => false,
         }
     }

@@ -20,6 +20,7 @@ use crate::call_retries::{self, Backoff};
 use crate::detached_receive::{self, ReceiveRequest};
 use crate::error::Error;
 use crate::in_flight_limit::InFlightLimit;
+use crate::lease::Holder;
 use crate::queue::Queue;
 use crate::rate_limit::{RateLimits, Tokens};
 use crate::readable::{Count, Secs};
@@ -65,8 +66,8 @@ pub(crate) struct ReceivedBatch {
     pub(crate) returned_at: Instant,
     /// The visibility timeout the receive applied, seconds.
     pub(crate) timeout: u32,
-    /// The latest the deliveries' extensions may end, if before the 12-hour limit.
-    pub(crate) lease_cap: Option<Instant>,
+    /// Who holds the deliveries, if it ends before the 12-hour limit (a Lambda invocation).
+    pub(crate) holder: Option<Holder>,
 }
 
 /// What one receive came back with.
@@ -637,7 +638,7 @@ impl Receiver {
                         received_at,
                         returned_at: Instant::now(),
                         timeout,
-                        lease_cap: None,
+                        holder: None,
                     },
                     releases_at_send,
                 ))

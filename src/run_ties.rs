@@ -1,5 +1,5 @@
-//! What the deliveries of one run share: its shutdown signal, its keeper, its runtime, and
-//! how many of them are still held.
+//! What the deliveries of one run share: its shutdown signal, its keeper, its runtime, how
+//! many of them are still held, and the settle calls they left running.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -7,6 +7,7 @@ use std::sync::Arc;
 use tokio::runtime::Handle;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::keeper::Keeper;
 
@@ -22,6 +23,10 @@ pub(crate) struct RunTies {
     held: AtomicUsize,
     /// Signalled when the last one is dropped.
     none_held: Notify,
+    /// The settle calls its deliveries left running in the background (the releases of
+    /// deliveries dropped unsettled, the deletes of redeliveries whose ack was lost): an
+    /// event's end waits for them, and for no other run's.
+    background: TaskTracker,
 }
 
 impl RunTies {
@@ -32,6 +37,7 @@ impl RunTies {
             runtime: Handle::try_current().ok(),
             held: AtomicUsize::new(0),
             none_held: Notify::new(),
+            background: TaskTracker::new(),
         })
     }
 
@@ -42,6 +48,11 @@ impl RunTies {
     /// The consumer's keeper, which keeps the run's deliveries hidden.
     pub(crate) fn keeper(&self) -> &Keeper {
         &self.keeper
+    }
+
+    /// The settle calls its deliveries left running in the background.
+    pub(crate) fn background(&self) -> &TaskTracker {
+        &self.background
     }
 
     /// The runtime the run receives on, if it was made inside one.

@@ -15,6 +15,7 @@ use std::time::SystemTime;
 
 use tokio::runtime::Handle;
 use tokio::time::{sleep, Instant};
+use tokio_util::task::TaskTracker;
 use tracing::{Instrument, Span};
 
 use crate::call_retries::{self, ACK_RETRY_WINDOW};
@@ -59,12 +60,14 @@ pub(crate) async fn settle(
 /// Applies the consumer's retry policy to a delivery that ended unsettled (dropped, or left
 /// by its handler): release it at once if the consumer is `shutting_down`, otherwise as the
 /// policy says (by default, leave it to come back when its visibility lapses). The release
-/// runs on `runtime`, without anyone waiting for it (shutdown does).
+/// runs on `runtime`, without anyone waiting for it (shutdown does, and whoever waits for
+/// `run_releases`, its run's).
 pub(crate) fn release_unsettled(
     lease: &Arc<Lease>,
     shutting_down: bool,
     runtime: &Handle,
     span: &Span,
+    run_releases: &TaskTracker,
 ) {
     lease.mark_ended();
     if lease.timeout() == 0 {
@@ -84,7 +87,8 @@ pub(crate) fn release_unsettled(
         }
     };
     let ctx = lease.context();
-    ctx.calls().spawn(release.instrument(span.clone()), runtime);
+    let release = run_releases.track_future(release.instrument(span.clone()));
+    ctx.calls().spawn(release, runtime);
 }
 
 /// The lease's settle starts; returns the reason it was lost before, if it was. A release
@@ -132,8 +136,10 @@ fn finish(
 ) -> Result<(), Error> {
     match how {
         Settle::Ack => {
+            // After the ack's end: an ack its holder keeps hidden stays with the keeper.
+            let acked = lease.finish_ack(result, lost_before);
             let_go(lease, keeper);
-            lease.finish_ack(result, lost_before)
+            acked
         }
         Settle::Release(secs) => {
             let released = lease.finish_release(result);
@@ -196,11 +202,13 @@ pub(crate) async fn move_to_dead_letter(
         let lost_before = lease.begin_ack();
         let hooks: Arc<dyn SettleHooks> = lease.clone();
         let result = lease.context().calls().delete(lease.receipt(), Some(hooks)).await;
+        let moved = lease.finish_move(result, lost_before);
+        // After the move's end: a move its holder keeps hidden stays with the keeper.
         if let Some(keeper) = keeper {
             keeper.let_go(lease);
         }
         let message_id = lease.message().message_id().unwrap_or_default();
-        match lease.finish_move(result, lost_before) {
+        match moved {
             Ok(()) => {
                 tracing::warn!(%message_id, dead_letter_queue = dead_letter.name(), "moved to the dead-letter queue");
                 Moved::Done

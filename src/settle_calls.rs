@@ -200,6 +200,21 @@ impl SettleCalls {
             .await
     }
 
+    /// Makes the visibility of several messages `secs` from now (their leases true from the
+    /// first try's request on), their first tries together, each retried as a release is:
+    /// each one's result, in order. For messages received by someone else (a Lambda
+    /// invocation's), whose visibility deadline is not known.
+    #[cfg(feature = "lambda")]
+    pub(crate) async fn renew_all(
+        self: &Arc<Self>,
+        receipts: &[&str],
+        secs: u32,
+    ) -> Vec<Result<(), Error>> {
+        let items = receipts.iter().map(|r| ((*r).to_owned(), None)).collect();
+        self.settle_all(SettleCall::ChangeVisibility(secs), items)
+            .await
+    }
+
     /// The first try goes out from the caller, with no task of its own (the batch entry
     /// keeps shutdown waiting for it). Retries, if any, go on in a task of their own, which
     /// shutdown waits for too, so a handler cancelled meanwhile does not cut them short.

@@ -5,6 +5,7 @@
 //! exists at exactly that path, and every file they cite exists; the mutants page has a row
 //! for every mutant the committed runs missed, and their totals.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -194,6 +195,100 @@ fn the_readmes_files_resolve_from_the_published_package() {
     }
     assert!(named >= 3, "the README names files: {named} found");
     assert!(!in_package("CONTRIBUTING.md") && !in_package("scripts/test.sh"));
+}
+
+/// The `Cargo.toml` lines the lambda page gives a function's crate: the crate's version as
+/// published, and one TLS stack in the dependency tree (one rustls, no hyper 0.14), as the
+/// page says. `cargo tree` resolves them against this checkout, offline if it can.
+#[test]
+fn the_lambda_pages_dependencies_resolve_to_one_tls_stack() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let page = std::fs::read_to_string(root.join("docs/lambda.md")).unwrap();
+    let lines = page
+        .split("```toml\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("the lambda page's Cargo.toml lines");
+    let ours = lines
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with("sqs-consumer = "))
+        .expect("the crate's own line");
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+    let version = manifest
+        .lines()
+        .find_map(|l| l.strip_prefix("version = "))
+        .unwrap()
+        .trim_matches('"');
+    let wanted = ours
+        .split("version = \"")
+        .nth(1)
+        .and_then(|v| v.split('"').next())
+        .unwrap();
+    assert!(
+        version.starts_with(&format!("{wanted}.")),
+        "the page asks for {wanted}, the crate is {version}"
+    );
+    assert!(ours.contains("features = [\"lambda\"]"), "{ours}");
+    let local = format!(
+        "sqs-consumer = {{ path = {:?}, features = [\"lambda\"] }}",
+        root.display().to_string()
+    );
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("lambda-function");
+    std::fs::create_dir_all(dir.join("src")).unwrap();
+    std::fs::write(dir.join("src/main.rs"), "fn main() {}\n").unwrap();
+    let toml = format!(
+        "[package]\nname = \"function\"\nversion = \"0.0.0\"\nedition = \"2021\"\n\n[workspace]\n\n{}",
+        lines.replace(ours, &local)
+    );
+    std::fs::write(dir.join("Cargo.toml"), toml).unwrap();
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let tree = |offline: bool| {
+        let mut command = std::process::Command::new(&cargo);
+        command
+            .args([
+                "tree",
+                "-e",
+                "normal",
+                "--prefix",
+                "none",
+                "--manifest-path",
+            ])
+            .arg(dir.join("Cargo.toml"));
+        if offline {
+            command.arg("--offline");
+        }
+        command.output().expect("cargo runs")
+    };
+    let mut out = tree(true);
+    if !out.status.success() {
+        out = tree(false);
+    }
+    let listed = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let versions = |name: &str| -> BTreeSet<String> {
+        listed
+            .lines()
+            .filter_map(|l| l.strip_prefix(&format!("{name} v")))
+            .map(|v| v.split(' ').next().unwrap_or_default().to_owned())
+            .collect()
+    };
+    assert!(listed.contains("sqs-consumer v"), "{listed}");
+    assert_eq!(
+        versions("rustls").len(),
+        1,
+        "rustls {:?}",
+        versions("rustls")
+    );
+    assert!(
+        versions("hyper").iter().all(|v| !v.starts_with("0.")),
+        "hyper {:?}",
+        versions("hyper")
+    );
 }
 
 /// The pages that cite tests.

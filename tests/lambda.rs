@@ -16,7 +16,7 @@ use std::time::{Duration, SystemTime};
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use common::{memory_fifo, memory_queue, secs};
-use sqs_consumer::lambda::{self, Function, Invocations};
+use sqs_consumer::lambda::{self, Acks, FifoFailure, Function, Invocations};
 use sqs_consumer::memory::{Action, SendOptions};
 use sqs_consumer::{AckMode, Batch, Delivery, MemoryQueue};
 use tokio::time::{sleep, sleep_until};
@@ -70,11 +70,21 @@ fn deadline_in(left: Duration) -> SystemTime {
 }
 
 /// Does what the body says: `ack`, `err`, `release`, `later` (`release_after` 60 s),
-/// `fail`, `drop`, `panic`, `stuck` (an hour's work), `dead` (`dead_letter`), or `ok` (returns
+/// `fail`, `drop`, `panic`, `stuck` (an hour's work), `dead` (`dead_letter`), `hold<n>` (`n`
+/// seconds' work, then `ack`), `err<n>` (`n` seconds' work, then `err`), or `ok` (returns
 /// `Ok` without settling); anything after a `-` is ignored.
 async fn as_the_body_says(d: Delivery) -> Result<(), sqs_consumer::BoxError> {
     // A suffix after `-` keeps bodies apart (a FIFO queue deduplicates equal ones).
-    match d.body().split('-').next().unwrap_or_default() {
+    let says = d.body().split('-').next().unwrap_or_default().to_owned();
+    if let Some(n) = says.strip_prefix("hold") {
+        sleep(secs(n.parse()?)).await;
+        return Ok(d.ack().await?);
+    }
+    if let Some(n) = says.strip_prefix("err").filter(|n| !n.is_empty()) {
+        sleep(secs(n.parse()?)).await;
+        return Err("the handler failed".into());
+    }
+    match says.as_str() {
         "ack" => d.ack().await?,
         "err" => return Err("the handler failed".into()),
         "release" => d.release().await?,
@@ -132,7 +142,10 @@ async fn mixed_outcomes_give_exactly_the_failed_items() {
     let sent = send_all(&q, &bodies);
     let invocations = Function::in_memory(&q).handler(as_the_body_says).unwrap();
     let event = event_of(&q, bodies.len()).await;
-    let response = invocations.invoke(event, deadline_in(secs(60))).await;
+    let response = invocations
+        .invoke(event, deadline_in(secs(60)))
+        .await
+        .unwrap();
     let not_done = ["err", "release", "later", "fail", "drop", "panic"];
     assert_eq!(failed(&response), ids_of(&sent, &not_done));
     assert_eq!(q.requests().deletes(), 0, "acks are left to Lambda");
@@ -170,7 +183,8 @@ async fn a_timed_out_handler_fails_and_a_dead_lettered_record_is_done() {
     let start = tokio::time::Instant::now();
     let response = invocations
         .invoke(event_of(&q, 3).await, deadline_in(secs(60)))
-        .await;
+        .await
+        .unwrap();
     assert_eq!(failed(&response), ids_of(&sent, &["stuck"]));
     assert!(start.elapsed() < secs(6), "ended at the handler timeout");
     assert_eq!(dlq.len(), 1, "the copy was sent");
@@ -213,7 +227,8 @@ async fn a_delivery_reads_as_in_a_worker() {
     };
     let response = invocations
         .invoke(event_of(&q, 1).await, deadline_in(secs(60)))
-        .await;
+        .await
+        .unwrap();
     assert!(response.batch_item_failures.is_empty());
     assert_eq!(
         *seen.lock().unwrap(),
@@ -233,7 +248,8 @@ async fn on_success_an_ok_is_done_and_an_err_is_not() {
         .unwrap();
     let response = invocations
         .invoke(event_of(&q, 3).await, deadline_in(secs(60)))
-        .await;
+        .await
+        .unwrap();
     assert_eq!(failed(&response), ids_of(&sent, &["err"]));
     assert_eq!(q.requests().deletes(), 0);
 }
@@ -260,9 +276,348 @@ async fn an_item_held_past_the_queues_timeout_stays_hidden_and_is_done() {
         }
     };
     let (response, ()) = tokio::join!(invoke, other_receiver);
-    assert!(failed(&response).is_empty(), "{id} done");
+    assert!(failed(&response.unwrap()).is_empty(), "{id} done");
     let stats = invocations.stats(ARN).unwrap();
     assert!(stats.extended >= 3, "extended every 15 s: {stats:?}");
+}
+
+/// Runs `invoke` while another receiver looks at `q` every 250 ms; the answer, and the
+/// bodies the other receiver got before it.
+async fn watched<F>(q: &MemoryQueue, invoke: F) -> (SqsBatchResponse, Vec<String>)
+where
+    F: std::future::Future<Output = Result<SqsBatchResponse, sqs_consumer::Error>>,
+{
+    tokio::pin!(invoke);
+    let mut seen = Vec::new();
+    loop {
+        tokio::select! {
+            answer = &mut invoke => return (answer.unwrap(), seen),
+            () = sleep(Duration::from_millis(250)) => {
+                let got = q.receive(10, Duration::ZERO).await.unwrap();
+                seen.extend(got.iter().filter_map(|m| m.body().map(str::to_owned)));
+            }
+        }
+    }
+}
+
+/// Lambda may hand over records long after it received them (a batching window): the lease
+/// counts from the receive. Visibility 10 s, the event delivered 4 s after the receive, the
+/// function's deadline 8 s away: the records are renewed (one request for all three) before
+/// any handler runs, and none is visible to another receiver before the answer, one held
+/// 7 s included.
+#[tokio::test(start_paused = true)]
+async fn an_event_delivered_late_in_its_visibility_stays_hidden_until_the_answer() {
+    let q = memory_queue(10);
+    send_all(&q, &["hold7", "ack", "ack-2"]);
+    let invocations = Function::in_memory(&q).handler(as_the_body_says).unwrap();
+    let event = event_of(&q, 3).await;
+    sleep(secs(4)).await;
+    let start = tokio::time::Instant::now();
+    let (response, seen) = watched(&q, invocations.invoke(event, deadline_in(secs(8)))).await;
+    assert!(seen.is_empty(), "visible before the answer: {seen:?}");
+    assert!(start.elapsed() >= secs(7), "held for 7 s");
+    assert!(failed(&response).is_empty(), "all done: {response:?}");
+    let counts = q.requests();
+    assert_eq!(
+        counts.requests(Action::ChangeMessageVisibilityBatch),
+        1,
+        "one renewal for the three, and no extension needed within the renewed 10 s"
+    );
+}
+
+/// Records acked at once stay hidden while another record of the invocation is still
+/// handled, until the answer (Lambda deletes them after it): visibility 5 s, one record held
+/// 12 s beside three acked at once. Their extensions share the held one's requests.
+#[tokio::test(start_paused = true)]
+async fn records_done_early_stay_hidden_until_the_answer() {
+    let q = memory_queue(5);
+    send_all(&q, &["hold12", "ack", "ack-2", "ack-3"]);
+    let invocations = Function::in_memory(&q).handler(as_the_body_says).unwrap();
+    let event = event_of(&q, 4).await;
+    let (response, seen) = watched(&q, invocations.invoke(event, deadline_in(secs(30)))).await;
+    assert!(seen.is_empty(), "visible before the answer: {seen:?}");
+    assert!(failed(&response).is_empty(), "all done: {response:?}");
+    let counts = q.requests();
+    assert_eq!(counts.deletes(), 0, "left to Lambda");
+    // The renewal, then an extension every 2.5 s until the answer at 12 s: each a request
+    // for all four.
+    assert_eq!(counts.requests(Action::ChangeMessageVisibilityBatch), 5);
+    assert_eq!(counts.visibility_changes(), 5 * 4);
+    // Let go of at the answer: back when their last extension lapses, as nobody deletes
+    // them here.
+    sleep(secs(6)).await;
+    assert_eq!(q.visible_len(), 4);
+}
+
+/// With `Acks::DeletedAtOnce` an ack is a `DeleteMessage` at once, as in a worker, and the
+/// record is done; the others are still kept hidden until the answer.
+#[tokio::test(start_paused = true)]
+async fn acks_deleted_at_once_delete_at_once_and_are_done() {
+    let q = memory_queue(5);
+    send_all(&q, &["hold12", "ack", "ack-2", "err"]);
+    let invocations = Function::in_memory(&q)
+        .acks(Acks::DeletedAtOnce)
+        .handler(as_the_body_says)
+        .unwrap();
+    let event = event_of(&q, 4).await;
+    let err_id = event
+        .records
+        .iter()
+        .find(|r| r.body.as_deref() == Some("err"))
+        .and_then(|r| r.message_id.clone())
+        .unwrap();
+    let deleted_early = async {
+        sleep(secs(1)).await;
+        q.len()
+    };
+    let ((response, seen), left) = tokio::join!(
+        watched(&q, invocations.invoke(event, deadline_in(secs(30)))),
+        deleted_early
+    );
+    assert_eq!(left, 2, "the two acks deleted at once");
+    assert_eq!(failed(&response), BTreeSet::from([err_id]));
+    assert!(
+        !seen.is_empty() && seen.iter().all(|b| b == "err"),
+        "only the failed one, once its visibility lapsed: {seen:?}"
+    );
+    let counts = q.requests();
+    assert_eq!(
+        counts.requests(Action::DeleteMessageBatch),
+        2,
+        "the acks, then the held one"
+    );
+    assert_eq!(q.len(), 1, "the failed one is left");
+}
+
+/// A record that is gone before the invocation began (its visibility lapsed while Lambda
+/// held it, and another receiver took it) is not handled: the renewal says it is gone, and
+/// it is reported failed. The others are handled.
+#[tokio::test(start_paused = true)]
+async fn a_record_gone_before_the_invocation_is_reported_failed_unhandled() {
+    let q = memory_queue(10);
+    let sent = send_all(&q, &["ack", "ack-2"]);
+    let event = event_of(&q, 2).await;
+    sleep(secs(11)).await;
+    // Another receiver takes one of them; the other is left visible.
+    let taken = q.receive(1, Duration::ZERO).await.unwrap();
+    let taken_id = taken[0].message_id().unwrap().to_owned();
+    let handled: Arc<Mutex<Vec<String>>> = Arc::default();
+    let invocations = {
+        let handled = handled.clone();
+        Function::in_memory(&q)
+            .handler(move |d: Delivery| {
+                handled.lock().unwrap().push(d.message_id().to_owned());
+                as_the_body_says(d)
+            })
+            .unwrap()
+    };
+    let response = invocations
+        .invoke(event, deadline_in(secs(60)))
+        .await
+        .unwrap();
+    assert_eq!(failed(&response), BTreeSet::from([taken_id.clone()]));
+    let others: Vec<String> = sent
+        .iter()
+        .map(|(_, id)| id.clone())
+        .filter(|id| *id != taken_id)
+        .collect();
+    assert_eq!(
+        *handled.lock().unwrap(),
+        others,
+        "the gone one is not handled"
+    );
+}
+
+/// An event the partial batch response cannot describe truthfully is answered with an
+/// error, and none of its records is handled: no records, a record that is not SQS's, one
+/// without a message id, a receipt handle or a queue ARN.
+#[tokio::test(start_paused = true)]
+async fn an_event_the_answer_cannot_describe_is_answered_with_an_error() {
+    let q = memory_queue(30);
+    let handled = Arc::new(Mutex::new(0));
+    let invocations = {
+        let handled = handled.clone();
+        Function::in_memory(&q)
+            .handler(move |d: Delivery| {
+                *handled.lock().unwrap() += 1;
+                d.ack()
+            })
+            .unwrap()
+    };
+    type Break = fn(&mut aws_lambda_events::event::sqs::SqsMessage);
+    let cases: [(&str, Break); 5] = [
+        ("it has no records", |_| {}),
+        ("is not an SQS record", |r| {
+            r.event_source = Some("aws:sns".into())
+        }),
+        ("has no messageId", |r| r.message_id = None),
+        ("has no receiptHandle", |r| {
+            r.receipt_handle = Some(String::new())
+        }),
+        ("has no eventSourceARN", |r| r.event_source_arn = None),
+    ];
+    for (says, break_it) in cases {
+        send_all(&q, &["ack", "ack-2"]);
+        let mut event = event_of(&q, 2).await;
+        if says == "it has no records" {
+            event.records.clear();
+        } else {
+            break_it(&mut event.records[1]);
+        }
+        let err = invocations
+            .invoke(event, deadline_in(secs(60)))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, sqs_consumer::Error::LambdaEvent { .. }) && err.is_fatal(),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains(says), "{says}: {err}");
+        assert_eq!(*handled.lock().unwrap(), 0, "{says}: none handled");
+        // Visible again for the next case.
+        sleep(secs(31)).await;
+    }
+    assert_eq!(q.requests().visibility_changes(), 0, "none renewed");
+}
+
+/// `FifoFailure::FailsItsGroup`: a record not done fails the later records of its own group
+/// only, which are released unhandled; the other groups go on, each in order.
+#[tokio::test(start_paused = true)]
+async fn on_a_fifo_queue_a_failure_can_fail_its_group_only() {
+    let q = memory_fifo(30);
+    let script = [
+        ("ack", "a"),
+        ("ack", "b"),
+        ("err", "a"),
+        ("ack", "b"),
+        ("ack", "a"),
+        ("ack", "c"),
+        ("ack", "b"),
+    ];
+    let mut groups = std::collections::HashMap::new();
+    for (i, (body, group)) in script.into_iter().enumerate() {
+        let options = SendOptions::new()
+            .group_id(group)
+            .deduplication_id(i.to_string());
+        let id = q.send_with(format!("{body}-{i}"), options).unwrap();
+        groups.insert(id, group);
+    }
+    let handled: Arc<Mutex<Vec<String>>> = Arc::default();
+    let invocations = {
+        let handled = handled.clone();
+        Function::in_memory(&q)
+            .fifo_failure(FifoFailure::FailsItsGroup)
+            .handler(move |d: Delivery| {
+                handled.lock().unwrap().push(d.message_id().to_owned());
+                as_the_body_says(d)
+            })
+            .unwrap()
+    };
+    let event = event_of(&q, script.len()).await;
+    let order = record_ids(&event);
+    assert_eq!(order.len(), script.len());
+    let response = invocations
+        .invoke(event, deadline_in(secs(60)))
+        .await
+        .unwrap();
+    assert_eq!(
+        reported(&response),
+        [order[2].clone(), order[4].clone()],
+        "the failure and its group's later record, nothing of b or c"
+    );
+    let handled = handled.lock().unwrap().clone();
+    assert!(!handled.contains(&order[4]), "the later a is not handled");
+    assert_eq!(handled.len(), script.len() - 1);
+    for group in ["a", "b", "c"] {
+        let in_order: Vec<&String> = order.iter().filter(|id| groups[*id] == group).collect();
+        let as_handled: Vec<&String> = handled.iter().filter(|id| groups[*id] == group).collect();
+        assert!(
+            in_order.starts_with(&as_handled),
+            "group {group} handled in its order: {as_handled:?} of {in_order:?}"
+        );
+    }
+    assert_eq!(q.visible_len(), 1, "the later a, released unhandled");
+}
+
+/// Two invocations in flight at once in one function (Lambda's managed concurrency): each
+/// keeps its own records hidden and answers for them alone, the short one without waiting
+/// for the long one.
+#[tokio::test(start_paused = true)]
+async fn two_invocations_in_flight_at_once_answer_each_for_its_own() {
+    let q = memory_queue(5);
+    let long = send_all(&q, &["hold20", "err"]);
+    let long_event = event_of(&q, 2).await;
+    let short = send_all(&q, &["ack-3", "release", "hold3"]);
+    let short_event = event_of(&q, 3).await;
+    let invocations = Function::in_memory(&q).handler(as_the_body_says).unwrap();
+    let start = tokio::time::Instant::now();
+    let long_invocation = async {
+        let answer = invocations.invoke(long_event, deadline_in(secs(60))).await;
+        (answer.unwrap(), start.elapsed())
+    };
+    let short_invocation = async {
+        let answer = invocations.invoke(short_event, deadline_in(secs(60))).await;
+        (answer.unwrap(), start.elapsed())
+    };
+    let ((long_answer, long_took), (short_answer, short_took)) =
+        tokio::join!(long_invocation, short_invocation);
+    assert_eq!(failed(&long_answer), ids_of(&long, &["err"]));
+    assert_eq!(failed(&short_answer), ids_of(&short, &["release"]));
+    assert!(
+        short_took >= secs(3) && short_took < secs(4),
+        "{short_took:?}"
+    );
+    assert!(
+        long_took >= secs(20) && long_took < secs(21),
+        "{long_took:?}"
+    );
+    let stats = invocations.stats(ARN).unwrap();
+    assert_eq!((stats.acked, stats.lost), (3, 0), "{stats:?}");
+}
+
+/// An invocation waits for its own releases before it answers, not for another's: requests
+/// take 3 s (the queue's visibility timeout is read, and the records renewed, by 6 s), the
+/// long invocation's failed record is released (`RetryPolicy::ReleaseNow`) from 7 s to 10 s,
+/// and the short one's handler ends at 8 s.
+#[tokio::test(start_paused = true)]
+async fn an_invocation_waits_for_its_own_releases_not_anothers() {
+    const LATENCY: Duration = Duration::from_secs(3);
+    let q = MemoryQueue::builder()
+        .visibility_timeout(secs(30))
+        .latency(LATENCY)
+        .build()
+        .unwrap();
+    send_all(&q, &["err1"]);
+    let long_event = event_of(&q, 1).await;
+    send_all(&q, &["hold2"]);
+    let short_event = event_of(&q, 1).await;
+    let invocations = Function::in_memory(&q)
+        .consumer(|b| b.retry_policy(sqs_consumer::RetryPolicy::ReleaseNow))
+        .handler(as_the_body_says)
+        .unwrap();
+    let start = tokio::time::Instant::now();
+    let long_invocation = async {
+        let answer = invocations.invoke(long_event, deadline_in(secs(60))).await;
+        (answer.unwrap(), start.elapsed())
+    };
+    let short_invocation = async {
+        let answer = invocations.invoke(short_event, deadline_in(secs(60))).await;
+        (answer.unwrap(), start.elapsed())
+    };
+    let ((long_answer, long_took), (short_answer, short_took)) =
+        tokio::join!(long_invocation, short_invocation);
+    assert_eq!(long_answer.batch_item_failures.len(), 1);
+    assert!(short_answer.batch_item_failures.is_empty());
+    let handlers_start = LATENCY * 2;
+    assert!(
+        long_took >= handlers_start + secs(1) + LATENCY,
+        "after its release: {long_took:?}"
+    );
+    assert_eq!(
+        short_took,
+        handlers_start + secs(2),
+        "not after the other's release"
+    );
 }
 
 /// A handler still running shortly before the function's deadline is cancelled: its message
@@ -282,7 +637,10 @@ async fn a_handler_outliving_the_deadline_is_reported_failed_before_it() {
         .unwrap();
     let event = event_of(&q, 3).await;
     let start = tokio::time::Instant::now();
-    let response = invocations.invoke(event, deadline_in(secs(10))).await;
+    let response = invocations
+        .invoke(event, deadline_in(secs(10)))
+        .await
+        .unwrap();
     let took = start.elapsed();
     assert!(
         took >= secs(10) - lambda::DEFAULT_DEADLINE_MARGIN && took < secs(10),
@@ -314,7 +672,8 @@ async fn the_cut_at_the_deadline_says_what_it_cancelled_and_left_unanswered() {
     let invocations = Function::in_memory(&q).handler(as_the_body_says).unwrap();
     let response = invocations
         .invoke(event_of(&q, 2).await, deadline_in(secs(10)))
-        .await;
+        .await
+        .unwrap();
     assert_eq!(response.batch_item_failures.len(), 1);
     let text = String::from_utf8(logs.lock().unwrap().clone()).unwrap();
     let said = |what: &str| text.lines().filter(|l| l.contains(what)).count();
@@ -327,29 +686,55 @@ async fn the_cut_at_the_deadline_says_what_it_cancelled_and_left_unanswered() {
     q.send("ack").unwrap();
     let quiet = invocations
         .invoke(event_of(&q, 1).await, deadline_in(secs(10)))
-        .await;
+        .await
+        .unwrap();
     assert!(quiet.batch_item_failures.is_empty());
     let text = String::from_utf8(logs.lock().unwrap().clone()).unwrap();
     assert_eq!(text.matches("function's deadline").count(), 2, "{text}");
 }
 
-/// Without the queue's visibility timeout nothing can be kept hidden: the whole event is
-/// reported failed, with the error logged; the next event reads it again.
+/// Without the queue's visibility timeout nothing can be kept hidden: the invocation answers
+/// with an error (Lambda retries the whole batch), none of its records handled, the error
+/// logged; the next event reads it again.
 #[tokio::test(start_paused = true)]
-async fn an_event_whose_queue_cannot_be_read_is_reported_failed_whole() {
+async fn an_event_whose_queue_cannot_be_read_is_answered_with_an_error() {
     let q = memory_queue(30);
-    let sent = send_all(&q, &["ack", "ack-2"]);
+    send_all(&q, &["ack", "ack-2"]);
     let (logs, _guard) = common::capture_logs();
-    let invocations = Function::in_memory(&q).handler(as_the_body_says).unwrap();
+    let handled = Arc::new(Mutex::new(0));
+    let invocations = {
+        let handled = handled.clone();
+        Function::in_memory(&q)
+            .handler(move |d: Delivery| {
+                *handled.lock().unwrap() += 1;
+                as_the_body_says(d)
+            })
+            .unwrap()
+    };
     q.fail_next(Action::GetQueueAttributes, "InternalError", 1);
-    let response = invocations
+    let err = invocations
         .invoke(event_of(&q, 2).await, deadline_in(secs(60)))
-        .await;
-    assert_eq!(failed(&response), ids_of(&sent, &["ack", "ack-2"]));
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, sqs_consumer::Error::LambdaEvent { .. }),
+        "{err}"
+    );
+    assert!(err.is_retryable(), "as its queue's read: {err}");
+    let source = std::error::Error::source(&err).map(ToString::to_string);
+    assert!(
+        source
+            .as_deref()
+            .unwrap_or_default()
+            .contains("InternalError"),
+        "{source:?}"
+    );
+    assert_eq!(*handled.lock().unwrap(), 0, "none handled");
+    assert_eq!(q.requests().visibility_changes(), 0, "none renewed");
     let text = String::from_utf8(logs.lock().unwrap().clone()).unwrap();
     let line = text
         .lines()
-        .find(|l| l.contains("cannot read the queue's visibility timeout"))
+        .find(|l| l.contains("answering the invocation with an error"))
         .unwrap_or_else(|| panic!("no line for it: {text}"));
     assert!(
         line.contains(" ERROR ") && line.contains("InternalError"),
@@ -358,7 +743,8 @@ async fn an_event_whose_queue_cannot_be_read_is_reported_failed_whole() {
     sleep(secs(31)).await;
     let response = invocations
         .invoke(event_of(&q, 2).await, deadline_in(secs(60)))
-        .await;
+        .await
+        .unwrap();
     assert!(
         response.batch_item_failures.is_empty(),
         "read again, and done"
@@ -385,7 +771,8 @@ async fn no_extension_runs_past_the_functions_deadline() {
     let start = tokio::time::Instant::now();
     let response = invocations
         .invoke(event_of(&q, 1).await, deadline_in(secs(50)))
-        .await;
+        .await
+        .unwrap();
     assert_eq!(response.batch_item_failures.len(), 1, "not acked");
     // Extended at 15 s (to 45 s), and at 30 s to the deadline at 50 s, not to 60 s.
     sleep_until(start + secs(49)).await;
@@ -429,7 +816,10 @@ async fn on_a_fifo_queue_the_first_failure_fails_every_later_item() {
     let event = event_of(&q, 4).await;
     assert_eq!(event.records.len(), 4);
     let order = record_ids(&event);
-    let response = invocations.invoke(event, deadline_in(secs(60))).await;
+    let response = invocations
+        .invoke(event, deadline_in(secs(60)))
+        .await
+        .unwrap();
     assert_eq!(
         reported(&response),
         order[2..],
@@ -473,7 +863,10 @@ async fn a_fifo_batch_is_one_batch_and_fails_from_its_first_failure_on() {
     };
     let event = event_of(&q, 4).await;
     let order = record_ids(&event);
-    let response = invocations.invoke(event, deadline_in(secs(60))).await;
+    let response = invocations
+        .invoke(event, deadline_in(secs(60)))
+        .await
+        .unwrap();
     assert_eq!(reported(&response), order[1..]);
     assert_eq!(*sizes.lock().unwrap(), [4]);
 }
@@ -485,11 +878,17 @@ fn a_visibility_timeout_of_the_consumers_own_is_refused() {
     let refused = |f: Function| f.handler(as_the_body_says).unwrap_err().to_string();
     let err = refused(Function::in_memory(&q).consumer(|b| b.visibility_timeout(secs(60))));
     assert!(err.contains("`visibility_timeout`"), "{err}");
-    let err = refused(Function::in_memory(&q).deadline_margin(Duration::from_millis(10)));
-    assert!(
-        err.contains("`deadline_margin`") && err.contains("100 ms..=60 s"),
-        "{err}"
-    );
+    for margin in [Duration::from_millis(99), Duration::from_millis(60_001)] {
+        let err = refused(Function::in_memory(&q).deadline_margin(margin));
+        assert!(
+            err.contains("`deadline_margin`") && err.contains("100 ms..=60 s"),
+            "{err}"
+        );
+    }
+    for margin in [Duration::from_millis(100), Duration::from_secs(60)] {
+        let function = Function::in_memory(&q).deadline_margin(margin);
+        assert!(function.handler(as_the_body_says).is_ok(), "{margin:?}");
+    }
     let err = refused(Function::in_memory(&q).consumer(|b| b.max_in_flight(0)));
     assert!(err.contains("`max_in_flight`"), "{err}");
     let err =
@@ -582,6 +981,11 @@ mod server {
         BodySays,
         /// The same, with `each_as_the_body_says` as a batch handler.
         BatchBodySays,
+        /// The same as `BodySays`, a FIFO failure failing its group only.
+        GroupFailure,
+        /// The same as `BodySays`, two invocations at a time
+        /// (`AWS_LAMBDA_MAX_CONCURRENCY=2`).
+        TwoAtATime,
         /// `examples/lambda.rs`, holding each message `HOLD_SECS`.
         Example { hold_secs: u64 },
     }
@@ -589,9 +993,13 @@ mod server {
     /// A Lambda function serving `api`'s invocations, killed when dropped.
     fn start(api: &RuntimeApi, program: Program) -> KillOnDrop {
         let mut command = match program {
-            Program::BodySays | Program::BatchBodySays => {
+            Program::BodySays
+            | Program::BatchBodySays
+            | Program::GroupFailure
+            | Program::TwoAtATime => {
                 let handler = match program {
                     Program::BatchBodySays => "batch",
+                    Program::GroupFailure => "group",
                     _ => "body",
                 };
                 let mut c = Command::new(std::env::current_exe().expect("this test binary"));
@@ -606,6 +1014,9 @@ mod server {
                 c
             }
         };
+        if matches!(program, Program::TwoAtATime) {
+            command.env("AWS_LAMBDA_MAX_CONCURRENCY", "2");
+        }
         command
             .env("AWS_LAMBDA_RUNTIME_API", api.address())
             .env("AWS_LAMBDA_FUNCTION_NAME", "test")
@@ -649,6 +1060,11 @@ mod server {
         let client = common::server_client();
         let served = match std::env::var("LAMBDA_TEST_HANDLER").as_deref() {
             Ok("batch") => runtime.block_on(lambda::run_batch(client, each_as_the_body_says)),
+            Ok("group") => runtime.block_on(
+                Function::new(client)
+                    .fifo_failure(FifoFailure::FailsItsGroup)
+                    .run(as_the_body_says),
+            ),
             _ => runtime.block_on(lambda::run(client, as_the_body_says)),
         };
         panic!("the function stopped serving: {served:?}");
@@ -677,17 +1093,218 @@ mod server {
         let event = lambda::event(&q.arn().await, messages);
         let started = Instant::now();
         let answer = api.invoke(&event, timeout).await;
-        let took = started.elapsed();
+        (failed_in(answer), started.elapsed())
+    }
+
+    /// The ids a response reports failed, in its order.
+    fn failed_in(answer: Answer) -> Vec<String> {
         let Answer::Response(response) = answer else {
             panic!("the function failed: {answer:?}");
         };
-        let failed = response["batchItemFailures"]
+        response["batchItemFailures"]
             .as_array()
             .unwrap_or_else(|| panic!("no batchItemFailures in {response}"))
             .iter()
             .map(|f| f["itemIdentifier"].as_str().unwrap().to_owned())
+            .collect()
+    }
+
+    /// [`invoke`], while another receiver looks at `q` every 250 ms: the ids reported failed,
+    /// and the bodies the other receiver got before the answer.
+    async fn invoke_watched(
+        api: &RuntimeApi,
+        q: &TestQueue,
+        messages: Vec<Message>,
+        timeout: Duration,
+    ) -> (Vec<String>, Vec<String>) {
+        let invoked = invoke(api, q, messages, timeout);
+        tokio::pin!(invoked);
+        let mut seen = Vec::new();
+        loop {
+            tokio::select! {
+                (failed, _) = &mut invoked => return (failed, seen),
+                () = sleep(Duration::from_millis(250)) => {
+                    let got = q.receive_raw(Duration::ZERO).await;
+                    seen.extend(got.iter().filter_map(|m| m.body().map(str::to_owned)));
+                }
+            }
+        }
+    }
+
+    /// Lambda may hand over records long after it received them: visibility 10 s, the event
+    /// delivered 4 s after the receive, the function's deadline 8 s away, one record held
+    /// 7 s. Nothing is visible to another receiver (looking every 250 ms) before the answer.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "needs an SQS-compatible server: scripts/with-sqs-server.sh cargo test -- --ignored"]
+    async fn an_event_delivered_late_in_its_visibility_stays_hidden_until_the_answer() {
+        require_server!(
+            "server::an_event_delivered_late_in_its_visibility_stays_hidden_until_the_answer"
+        );
+        let q = TestQueue::new(Kind::Server, 10).await;
+        for body in ["hold7", "ack", "ack-2"] {
+            q.send(body).await;
+        }
+        let api = RuntimeApi::start().await;
+        let _function = start(&api, Program::BodySays);
+        let messages = receive(&q, 3).await;
+        assert_eq!(messages.len(), 3);
+        sleep(secs(4)).await;
+        let (failed, seen) = invoke_watched(&api, &q, messages, secs(8)).await;
+        assert!(seen.is_empty(), "visible before the answer: {seen:?}");
+        assert!(failed.is_empty(), "all done: {failed:?}");
+    }
+
+    /// Records acked at once stay hidden until the answer while another record of the
+    /// invocation is handled: visibility 5 s, one record held 12 s beside three acked at
+    /// once; nothing is visible to another receiver (looking every 250 ms) before the answer.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "needs an SQS-compatible server: scripts/with-sqs-server.sh cargo test -- --ignored"]
+    async fn records_done_early_stay_hidden_until_the_answer() {
+        require_server!("server::records_done_early_stay_hidden_until_the_answer");
+        let q = TestQueue::new(Kind::Server, 5).await;
+        for body in ["hold12", "ack", "ack-2", "ack-3"] {
+            q.send(body).await;
+        }
+        let api = RuntimeApi::start().await;
+        let _function = start(&api, Program::BodySays);
+        let messages = receive(&q, 4).await;
+        assert_eq!(messages.len(), 4);
+        let (failed, seen) = invoke_watched(&api, &q, messages, secs(20)).await;
+        assert!(seen.is_empty(), "visible before the answer: {seen:?}");
+        assert!(failed.is_empty(), "all done: {failed:?}");
+    }
+
+    /// An event the answer cannot describe is answered with an error through the runtime
+    /// (Lambda retries the whole batch): a record without `messageId`; and a payload that is
+    /// no SQS event at all gets the runtime's own error. Nothing of either is handled.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "needs an SQS-compatible server: scripts/with-sqs-server.sh cargo test -- --ignored"]
+    async fn an_event_the_answer_cannot_describe_is_answered_with_an_error() {
+        require_server!("server::an_event_the_answer_cannot_describe_is_answered_with_an_error");
+        let q = TestQueue::new(Kind::Server, 30).await;
+        for body in ["release", "release-2"] {
+            q.send(body).await;
+        }
+        let api = RuntimeApi::start().await;
+        let _function = start(&api, Program::BodySays);
+        let messages = receive(&q, 2).await;
+        let mut event = lambda::event(&q.arn().await, messages);
+        event.records[1].message_id = None;
+        let Answer::Error(error) = api.invoke(&event, secs(20)).await else {
+            panic!("answered a record it cannot name");
+        };
+        assert!(error.contains("has no messageId"), "{error}");
+        let scheduled =
+            serde_json::json!({"source": "aws.events", "detail-type": "Scheduled Event"});
+        let Answer::Error(error) = api.invoke(&scheduled, secs(20)).await else {
+            panic!("answered an event that is not SQS's");
+        };
+        assert!(!error.is_empty());
+        let visible = q.receive_raw(Duration::ZERO).await;
+        assert!(visible.is_empty(), "none handled (released): {visible:?}");
+    }
+
+    /// On a FIFO queue with `FifoFailure::FailsItsGroup`, a failure fails the rest of its
+    /// group only: the other groups' records are done.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "needs an SQS-compatible server: scripts/with-sqs-server.sh cargo test -- --ignored"]
+    async fn on_a_fifo_queue_a_failure_can_fail_its_group_only() {
+        require_server!("server::on_a_fifo_queue_a_failure_can_fail_its_group_only");
+        let q = TestQueue::new_fifo(Kind::Server, 30).await;
+        for (body, group) in [
+            ("ack-1", "a"),
+            ("ack-2", "b"),
+            ("err-1", "a"),
+            ("ack-3", "b"),
+            ("ack-4", "a"),
+            ("ack-5", "c"),
+        ] {
+            q.send_to_group(body, group).await;
+        }
+        let api = RuntimeApi::start().await;
+        let _function = start(&api, Program::GroupFailure);
+        let messages = receive(&q, 6).await;
+        let group_of = |m: &Message| {
+            m.attributes()
+                .and_then(|a| {
+                    a.get(&aws_sdk_sqs::types::MessageSystemAttributeName::MessageGroupId)
+                })
+                .cloned()
+                .unwrap_or_default()
+        };
+        let failure = messages
+            .iter()
+            .position(|m| m.body() == Some("err-1"))
+            .unwrap_or_else(|| panic!("the failing message was not received: {messages:?}"));
+        let expected: Vec<String> = messages
+            .iter()
+            .enumerate()
+            .filter(|(i, m)| *i >= failure && group_of(m) == "a")
+            .map(|(_, m)| m.message_id().unwrap().to_owned())
             .collect();
-        (failed, took)
+        let (failed, _) = invoke(&api, &q, messages, secs(20)).await;
+        assert_eq!(
+            failed, expected,
+            "the failure and its group's later records only"
+        );
+    }
+
+    /// Two invocations in flight at once in one function process (Lambda's managed
+    /// concurrency): the short one answers while the long one still holds its record, and
+    /// each answers for its own records.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "needs an SQS-compatible server: scripts/with-sqs-server.sh cargo test -- --ignored"]
+    async fn two_invocations_in_flight_at_once_answer_each_for_its_own() {
+        require_server!("server::two_invocations_in_flight_at_once_answer_each_for_its_own");
+        let q = TestQueue::new(Kind::Server, 4).await;
+        for body in ["hold6", "err"] {
+            q.send(body).await;
+        }
+        let long = receive(&q, 2).await;
+        for body in ["ack", "release"] {
+            q.send(body).await;
+        }
+        let short = receive(&q, 2).await;
+        let (long_failed, short_failed) = (ids(&long, &["err"]), ids(&short, &["release"]));
+        let api = RuntimeApi::start().await;
+        let _function = start(&api, Program::TwoAtATime);
+        let started = Instant::now();
+        let long_invocation = async {
+            let (failed, seen) = invoke_watched(&api, &q, long, secs(20)).await;
+            (failed, seen, started.elapsed())
+        };
+        let short_invocation = async {
+            let (failed, took) = invoke(&api, &q, short.clone(), secs(20)).await;
+            // As Lambda does: it deletes the records reported done.
+            for done in short
+                .iter()
+                .filter(|m| !failed.iter().any(|f| Some(f.as_str()) == m.message_id()))
+            {
+                q.delete_raw(done.receipt_handle().unwrap()).await;
+            }
+            (failed, took)
+        };
+        let ((long_answer, seen, long_took), (short_answer, short_took)) =
+            tokio::join!(long_invocation, short_invocation);
+        assert_eq!(
+            long_answer.into_iter().collect::<BTreeSet<_>>(),
+            long_failed
+        );
+        assert_eq!(
+            short_answer.into_iter().collect::<BTreeSet<_>>(),
+            short_failed
+        );
+        assert!(long_took >= secs(6), "held 6 s: {long_took:?}");
+        assert!(
+            short_took < secs(3),
+            "not after the long one: {short_took:?}"
+        );
+        // The failed ones follow the retry policy (the release at once, the error when its
+        // visibility lapses); the held one and the acked one are never seen.
+        assert!(
+            seen.iter().all(|b| b == "release" || b == "err"),
+            "only the failed ones: {seen:?}"
+        );
     }
 
     fn ids(messages: &[Message], bodies: &[&str]) -> BTreeSet<String> {

@@ -771,7 +771,7 @@ async fn a_lambda_records_payload_is_read_before_its_handler(kind: Kind) {
     assert_eq!(messages.len(), 1);
     let event = lambda::event(&q.arn().await, messages);
     let deadline = std::time::SystemTime::now() + secs(30);
-    let response = invocations.invoke(event, deadline).await;
+    let response = invocations.invoke(event, deadline).await.unwrap();
     assert!(response.batch_item_failures.is_empty(), "{response:?}");
     let seen = seen.lock().unwrap().clone();
     let location = Some((bucket, "order".to_owned(), 16));

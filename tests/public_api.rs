@@ -60,7 +60,7 @@ const ROOT: &[&str] = &[
 ];
 
 /// The types `sqs_consumer::lambda` exports (feature `lambda`).
-const LAMBDA: &[&str] = &["Function", "Invocations"];
+const LAMBDA: &[&str] = &["Acks", "FifoFailure", "Function", "Invocations"];
 
 /// What `sqs_consumer::memory` exports.
 const MEMORY: &[&str] = &[
@@ -146,13 +146,17 @@ async fn every_public_item(
     // In AWS Lambda.
     #[cfg(feature = "lambda")]
     {
-        use sqs_consumer::lambda::{self, Function, Invocations};
+        use sqs_consumer::lambda::{self, Acks, FifoFailure, Function, Invocations};
         let ack = |d: Delivery| d.ack();
         let batch = |_: Batch| async { Ok::<_, Error>(()) };
         let _: Duration = lambda::DEFAULT_DEADLINE_MARGIN;
         let function: Function = Function::new(client.clone())
             .consumer(|builder| builder)
-            .deadline_margin(Duration::ZERO);
+            .deadline_margin(Duration::ZERO)
+            .acks(Acks::LeftToLambda)
+            .acks(Acks::DeletedAtOnce)
+            .fifo_failure(FifoFailure::FailsTheRest)
+            .fifo_failure(FifoFailure::FailsItsGroup);
         let _: Function = Function::in_memory(&MemoryQueue::new());
         let invocations: Invocations = function.clone().handler(ack)?;
         let _: Invocations = function.clone().batch_handler(batch)?;
@@ -160,13 +164,16 @@ async fn every_public_item(
             lambda::event("arn", Vec::<aws_sdk_sqs::types::Message>::new());
         let _: aws_lambda_events::event::sqs::SqsBatchResponse = invocations
             .invoke(event, std::time::SystemTime::now())
-            .await;
+            .await?;
         let _: Option<Stats> = invocations.stats("arn");
         lambda::run(client.clone(), ack).await?;
         lambda::run_batch(client.clone(), batch).await?;
         function.clone().run(ack).await?;
         function.run_batch(batch).await?;
         if let Error::LambdaRuntime { reason, source } = &error {
+            let _: (&String, &Option<BoxError>) = (reason, source);
+        }
+        if let Error::LambdaEvent { reason, source } = &error {
             let _: (&String, &Option<BoxError>) = (reason, source);
         }
     }

@@ -1,10 +1,11 @@
 //! The same handlers in AWS Lambda, fed by an SQS event source mapping (feature `lambda`).
 //!
 //! [`run`] serves a function's invocations with a [`Handler`], [`run_batch`] with a
-//! [`BatchHandler`]: each record of the event becomes a [`Delivery`](crate::Delivery), kept
-//! hidden by the keeper while its handler works, and the invocation answers with a partial
-//! batch response naming the records not done. [`Function`] sets the consumer's settings and
-//! the deadline margin; [`Invocations`] handles events without the Lambda runtime (in tests).
+//! [`BatchHandler`]: each record of the event becomes a [`Delivery`](crate::Delivery), its
+//! lease renewed before its handler runs and kept by the keeper until the invocation answers,
+//! and the invocation answers with a partial batch response naming the records not done.
+//! [`Function`] sets the consumer's settings, the deadline margin, what an ack does and what a
+//! FIFO failure fails; [`Invocations`] handles events without the Lambda runtime (in tests).
 //! The guide's [lambda page](crate::guide::lambda) tells what differs from a worker, and how
 //! to deploy.
 //!
@@ -27,7 +28,6 @@ mod invocation;
 mod records;
 
 use std::collections::HashMap;
-use std::convert::Infallible;
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
@@ -36,7 +36,7 @@ use std::time::{Duration, SystemTime};
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
 use aws_sdk_sqs::types::Message;
 use futures_util::future::BoxFuture;
-use lambda_runtime::LambdaEvent;
+use lambda_runtime::{Diagnostic, LambdaEvent};
 
 use crate::batch_handler::BatchHandler;
 use crate::builder::ConsumerBuilder;
@@ -44,10 +44,13 @@ use crate::consumer::Consumer;
 use crate::engine::{Dispatch, Engine};
 use crate::error::Error;
 use crate::handler::Handler;
+use crate::lease::AfterAck;
 use crate::memory::MemoryQueue;
-use crate::queue::deferred_deletes::DeferredDeletes;
+use crate::queue::deferred_deletes::{DeferredDeletes, Deletes};
 use crate::stats::Stats;
 use invocation::{QueueHandling, Times};
+
+pub use crate::engine::event::FifoFailure;
 
 /// How long before the function's deadline the handlers still running are cancelled, by
 /// default: their messages are released and reported failed, and the invocation answers in
@@ -105,6 +108,27 @@ pub struct Function {
     source: Source,
     configure: Configure,
     deadline_margin: Duration,
+    acks: Acks,
+    fifo_failure: FifoFailure,
+}
+
+/// What an ack (or a move to the dead-letter queue, whose original is deleted) does in an
+/// invocation. Either way the record is reported done, and no record of the invocation is
+/// visible to anyone before the answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Acks {
+    /// Nothing is sent: the keeper goes on keeping the record hidden until the invocation
+    /// answers, and Lambda deletes it then. Costs no request where the invocation's other
+    /// records are extended anyway; a done record whose invocation dies before answering
+    /// (a crash, not a timeout: the deadline margin answers before those) is handled again.
+    /// The default.
+    #[default]
+    LeftToLambda,
+    /// `DeleteMessage` at once, as in a worker, batched; `ack` says `Ok` once SQS answered,
+    /// and Lambda's own delete after the answer finds the message gone. One request more for
+    /// every ten records done, and done is done even if the invocation dies afterwards.
+    DeletedAtOnce,
 }
 
 #[derive(Clone)]
@@ -137,6 +161,8 @@ impl Function {
             source,
             configure: Arc::new(|builder| builder),
             deadline_margin: DEFAULT_DEADLINE_MARGIN,
+            acks: Acks::default(),
+            fifo_failure: FifoFailure::default(),
         }
     }
 
@@ -165,6 +191,27 @@ impl Function {
     #[must_use]
     pub fn deadline_margin(mut self, margin: Duration) -> Self {
         self.deadline_margin = margin;
+        self
+    }
+
+    /// What an ack does: left to Lambda, the record kept hidden until the answer, or a
+    /// `DeleteMessage` at once. The guide's [lambda page](crate::guide::lambda) gives what
+    /// each costs.
+    ///
+    /// Defaults to [`Acks::LeftToLambda`].
+    #[must_use]
+    pub fn acks(mut self, acks: Acks) -> Self {
+        self.acks = acks;
+        self
+    }
+
+    /// On a FIFO queue, which later records of the event a record not done fails with it:
+    /// every one (AWS's rule), or its own message group's only.
+    ///
+    /// Defaults to [`FifoFailure::FailsTheRest`].
+    #[must_use]
+    pub fn fifo_failure(mut self, failure: FifoFailure) -> Self {
+        self.fifo_failure = failure;
         self
     }
 
@@ -247,6 +294,8 @@ impl fmt::Debug for Function {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Function")
             .field("deadline_margin", &self.deadline_margin)
+            .field("acks", &self.acks)
+            .field("fifo_failure", &self.fifo_failure)
             .finish_non_exhaustive()
     }
 }
@@ -270,25 +319,57 @@ struct Shared {
 
 impl Invocations {
     /// Handles `event` for a function that ends at `deadline` (Lambda's, from the
-    /// invocation's context); the records not done.
+    /// invocation's context): the records not done.
     ///
-    /// Never fails: a record that could not be handled is in the response.
-    pub async fn invoke(&self, event: SqsEvent, deadline: SystemTime) -> SqsBatchResponse {
+    /// # Errors
+    ///
+    /// [`Error::LambdaEvent`] for an event a partial batch response cannot answer truthfully
+    /// (the guide's [lambda page](crate::guide::lambda) lists each case), before any record
+    /// of it is handled; logged at `error`. Lambda retries the whole batch.
+    pub async fn invoke(
+        &self,
+        event: SqsEvent,
+        deadline: SystemTime,
+    ) -> Result<SqsBatchResponse, Error> {
+        let answer = self.answer(event, deadline).await;
+        if let Err(err) = &answer {
+            tracing::error!(
+                error = %err.chain(),
+                "answering the invocation with an error, none of its records handled: Lambda \
+                 retries the whole batch"
+            );
+        }
+        answer
+    }
+
+    async fn answer(
+        &self,
+        event: SqsEvent,
+        deadline: SystemTime,
+    ) -> Result<SqsBatchResponse, Error> {
         let times = Times::new(deadline, self.0.function.deadline_margin);
-        let by_queue = by_queue(event.records);
-        let handled = by_queue.into_iter().map(|(arn, records)| async move {
-            match self.queue(&arn) {
-                Ok(queue) => queue.handle(records, times).await,
-                Err(err) => {
-                    tracing::error!(queue = %arn, error = %err.chain(), "cannot consume the queue: its records are reported failed");
-                    records.into_iter().filter_map(|r| r.message_id).collect()
-                }
-            }
-        });
+        // Every queue ready (its consumer, its visibility timeout) before any record is
+        // handled: an event that cannot be handled whole is answered with an error.
+        let mut ready = Vec::new();
+        for (arn, records) in by_queue(event.records)? {
+            let unreadable = |err: Error| Error::LambdaEvent {
+                reason: format!("the records of queue {arn} cannot be kept hidden"),
+                source: Some(Box::new(err)),
+            };
+            let queue = self.queue(&arn).map_err(unreadable)?;
+            let timeout = queue.visibility_timeout(times).await.map_err(unreadable)?;
+            ready.push((queue, records, timeout));
+        }
+        let handled =
+            ready
+                .into_iter()
+                .map(|(queue, records, timeout)| async move {
+                    queue.handle(records, timeout, times).await
+                });
         let not_done = futures_util::future::join_all(handled).await;
         let mut response = SqsBatchResponse::default();
         response.batch_item_failures = not_done.into_iter().flatten().map(failure).collect();
-        response
+        Ok(response)
     }
 
     /// The counters of the consumer of the queue `queue_arn` names, once an event named it.
@@ -303,10 +384,13 @@ impl Invocations {
         if let Some(queue) = queues.get(arn) {
             return Ok(queue.clone());
         }
-        let deletes = DeferredDeletes::default();
-        let consumer = self
-            .0
-            .function
+        let function = &self.0.function;
+        let (deletes, after_ack) = match function.acks {
+            Acks::LeftToLambda => (Deletes::LeftToLambda, AfterAck::KeepHidden),
+            Acks::DeletedAtOnce => (Deletes::SentAtOnce, AfterAck::LetGo),
+        };
+        let deletes = DeferredDeletes::new(deletes);
+        let consumer = function
             .builder(arn)
             .defer_deletes(deletes.clone())
             .build()?;
@@ -315,6 +399,8 @@ impl Invocations {
             consumer,
             deletes,
             dispatch,
+            after_ack,
+            fifo_failure: function.fifo_failure,
         });
         queues.insert(arn.to_owned(), queue.clone());
         Ok(queue)
@@ -329,12 +415,14 @@ impl fmt::Debug for Invocations {
     }
 }
 
+/// The invocation's answer: the partial batch response, or an error (its chain as the
+/// message) for an event that response cannot answer truthfully.
 impl lambda_runtime::Service<LambdaEvent<SqsEvent>> for Invocations {
     type Response = SqsBatchResponse;
-    type Error = Infallible;
-    type Future = BoxFuture<'static, Result<SqsBatchResponse, Infallible>>;
+    type Error = Diagnostic;
+    type Future = BoxFuture<'static, Result<SqsBatchResponse, Diagnostic>>;
 
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Diagnostic>> {
         Poll::Ready(Ok(()))
     }
 
@@ -342,7 +430,11 @@ impl lambda_runtime::Service<LambdaEvent<SqsEvent>> for Invocations {
         let invocations = self.clone();
         Box::pin(async move {
             let deadline = event.context.deadline();
-            Ok(invocations.invoke(event.payload, deadline).await)
+            let answer = invocations.invoke(event.payload, deadline).await;
+            answer.map_err(|err| Diagnostic {
+                error_type: "sqs_consumer::Error::LambdaEvent".to_owned(),
+                error_message: err.chain().to_string(),
+            })
         })
     }
 }
@@ -374,7 +466,9 @@ async fn serve(invocations: Invocations) -> Result<(), Error> {
             });
         }
     }
-    lambda_runtime::run(invocations)
+    // Concurrent invocations where Lambda runs several in one process
+    // (`AWS_LAMBDA_MAX_CONCURRENCY`), one at a time otherwise.
+    lambda_runtime::run_concurrent(invocations)
         .await
         .map_err(|source| Error::LambdaRuntime {
             reason: source.to_string(),
@@ -382,17 +476,58 @@ async fn serve(invocations: Invocations) -> Result<(), Error> {
         })
 }
 
-/// The event's records by the queue they came from, each queue's in the event's order.
-fn by_queue(records: Vec<SqsMessage>) -> Vec<(String, Vec<SqsMessage>)> {
+/// The event's records by the queue they came from, each queue's in the event's order; an
+/// error for an event a partial batch response cannot answer truthfully: no records, a
+/// record that is not SQS's, or one without the message id that names it, the receipt handle
+/// that keeps it or the queue it came from.
+fn by_queue(records: Vec<SqsMessage>) -> Result<Vec<(String, Vec<SqsMessage>)>, Error> {
+    if records.is_empty() {
+        return Err(malformed(
+            "it has no records: it is not an SQS event".to_owned(),
+        ));
+    }
     let mut queues: Vec<(String, Vec<SqsMessage>)> = Vec::new();
-    for record in records {
+    for (i, record) in records.into_iter().enumerate() {
+        let present = |field: &Option<String>| field.as_deref().is_some_and(|f| !f.is_empty());
+        let id = record.message_id.as_deref().unwrap_or_default();
+        let missing = if record.event_source.as_deref() != Some("aws:sqs") {
+            Some(format!(
+                "record {i} is not an SQS record (its eventSource is {:?})",
+                record.event_source.as_deref().unwrap_or("missing")
+            ))
+        } else if !present(&record.message_id) {
+            Some(format!(
+                "record {i} has no messageId: the answer could not name it"
+            ))
+        } else if !present(&record.receipt_handle) {
+            Some(format!(
+                "record {i} (message {id}) has no receiptHandle: it could be neither kept \
+                 hidden nor released"
+            ))
+        } else if !present(&record.event_source_arn) {
+            Some(format!(
+                "record {i} (message {id}) has no eventSourceARN: its queue is unknown"
+            ))
+        } else {
+            None
+        };
+        if let Some(reason) = missing {
+            return Err(malformed(reason));
+        }
         let arn = record.event_source_arn.clone().unwrap_or_default();
         match queues.iter_mut().find(|(q, _)| *q == arn) {
             Some((_, records)) => records.push(record),
             None => queues.push((arn, vec![record])),
         }
     }
-    queues
+    Ok(queues)
+}
+
+fn malformed(reason: String) -> Error {
+    Error::LambdaEvent {
+        reason,
+        source: None,
+    }
 }
 
 fn failure(message_id: String) -> BatchItemFailure {

@@ -1,6 +1,8 @@
-//! Deletes left to whoever received the messages: AWS Lambda deletes the messages of an SQS
-//! event that its function reports done, so an ack there sends nothing. The queue's other
-//! calls (visibility changes, the dead-letter step's sends) go to SQS as usual.
+//! The deletes an AWS Lambda invocation answers for: Lambda deletes the messages of an SQS
+//! event that its function reports done, so an ack there either sends nothing (the delete is
+//! left to Lambda) or is sent at once; either way the receipts whose delete succeeded are
+//! recorded, for the answer. The queue's other calls (visibility changes, the dead-letter
+//! step's sends) go to SQS as usual.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -12,27 +14,47 @@ use crate::backlog::Backlog;
 use crate::error::Error;
 use crate::queue::{BatchEntry, BatchResult, NewMessage, Queue, Receive, Transport};
 
-/// The receipt handles whose delete was asked for and left undone: shared by the queue that
-/// takes the deletes and whoever answers for them.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct DeferredDeletes(Arc<Mutex<HashSet<String>>>);
+/// When an invocation's deletes reach SQS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Deletes {
+    /// Lambda sends them, for the records reported done: nothing is sent here, and each is
+    /// answered with success at once.
+    LeftToLambda,
+    /// Sent at once, as a worker's are.
+    SentAtOnce,
+}
+
+/// The receipt handles whose delete succeeded (or was left to Lambda): shared by the queue
+/// that takes the deletes and whoever answers for them.
+#[derive(Debug, Clone)]
+pub(crate) struct DeferredDeletes {
+    done: Arc<Mutex<HashSet<String>>>,
+    deletes: Deletes,
+}
 
 impl DeferredDeletes {
+    pub(crate) fn new(deletes: Deletes) -> Self {
+        Self {
+            done: Arc::default(),
+            deletes,
+        }
+    }
+
     fn record<'a>(&self, receipts: impl IntoIterator<Item = &'a str>) {
         self.lock().extend(receipts.into_iter().map(str::to_owned));
     }
 
-    /// Whether a delete of `receipt` was asked for; forgets it.
+    /// Whether a delete of `receipt` succeeded (or was left to Lambda); forgets it.
     pub(crate) fn take(&self, receipt: &str) -> bool {
         self.lock().remove(receipt)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+        self.done.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
-/// `queue`, its deletes recorded in `deletes` and answered at once.
+/// `queue`, its deletes recorded in `deletes`, and sent or answered at once as it says.
 pub(crate) fn deferring(queue: Queue, deletes: DeferredDeletes) -> Queue {
     let deferring = Deferring {
         name: queue.name().to_owned(),
@@ -44,7 +66,7 @@ pub(crate) fn deferring(queue: Queue, deletes: DeferredDeletes) -> Queue {
 }
 
 struct Deferring {
-    /// The queue's calls other than deletes, each already bounded in time.
+    /// The queue's calls, each already bounded in time.
     queue: Queue,
     deletes: DeferredDeletes,
     name: String,
@@ -77,9 +99,17 @@ impl Transport for Deferring {
     }
 
     fn delete_batch<'a>(&'a self, entries: &'a [BatchEntry<'a>]) -> BoxFuture<'a, BatchResult> {
-        self.deletes.record(entries.iter().map(|e| e.receipt));
-        let answers = entries.iter().map(|_| Ok(())).collect();
-        Box::pin(std::future::ready(Ok(answers)))
+        if self.deletes.deletes == Deletes::LeftToLambda {
+            self.deletes.record(entries.iter().map(|e| e.receipt));
+            let answers = entries.iter().map(|_| Ok(())).collect();
+            return Box::pin(std::future::ready(Ok(answers)));
+        }
+        Box::pin(async move {
+            let answers = self.queue.delete_batch(entries).await?;
+            let deleted = entries.iter().zip(&answers).filter(|(_, a)| a.is_ok());
+            self.deletes.record(deleted.map(|(e, _)| e.receipt));
+            Ok(answers)
+        })
     }
 
     fn change_visibility_batch<'a>(
@@ -101,6 +131,7 @@ impl Transport for Deferring {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::memory::counts::Action;
     use crate::memory::MemoryQueue;
     use crate::queue::ENTRY_IDS;
     use std::time::Duration;
@@ -110,7 +141,7 @@ mod tests {
         let memory = MemoryQueue::new();
         memory.send("a").unwrap();
         memory.send("b").unwrap();
-        let deletes = DeferredDeletes::default();
+        let deletes = DeferredDeletes::new(Deletes::LeftToLambda);
         let queue = deferring(Queue::new(memory.clone()), deletes.clone());
         let got = memory.receive(2, Duration::ZERO).await.unwrap();
         let receipts: Vec<&str> = got.iter().filter_map(|m| m.receipt_handle()).collect();
@@ -129,5 +160,38 @@ mod tests {
         assert!(deletes.take(receipts[0]));
         assert!(!deletes.take(receipts[0]), "taken once");
         assert!(!deletes.take(receipts[1]));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn deletes_sent_at_once_are_sent_and_only_the_successes_recorded() {
+        let memory = MemoryQueue::new();
+        memory.send("a").unwrap();
+        let deletes = DeferredDeletes::new(Deletes::SentAtOnce);
+        let queue = deferring(Queue::new(memory.clone()), deletes.clone());
+        let got = memory.receive(1, Duration::ZERO).await.unwrap();
+        let receipt = got[0].receipt_handle().unwrap();
+        let entries = [
+            BatchEntry {
+                id: ENTRY_IDS[0],
+                receipt,
+                visibility: 0,
+            },
+            BatchEntry {
+                id: ENTRY_IDS[1],
+                receipt: "not-a-receipt-handle",
+                visibility: 0,
+            },
+        ];
+        let answered = queue.delete_batch(&entries).await.unwrap();
+        assert!(answered[0].is_ok() && answered[1].is_err(), "{answered:?}");
+        let sent = memory.requests();
+        assert_eq!(
+            sent.requests(Action::DeleteMessageBatch),
+            1,
+            "sent, both in one request"
+        );
+        assert!(memory.is_empty());
+        assert!(deletes.take(receipt));
+        assert!(!deletes.take("not-a-receipt-handle"), "its delete failed");
     }
 }

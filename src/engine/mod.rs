@@ -2,6 +2,9 @@
 //! deliveries, skips redeliveries whose ack was lost, keeps FIFO groups in order, and runs
 //! the graceful shutdown.
 
+#[cfg(feature = "lambda")]
+pub(crate) mod event;
+
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
@@ -27,6 +30,7 @@ use crate::handler::Handler;
 use crate::handling::{self, HandlerSettings};
 use crate::keeper::Keeper;
 use crate::keeper_thread::KeeperRuntime;
+use crate::lease::Lease;
 use crate::queue::Queue;
 use crate::readable::{Count, Secs};
 use crate::receiver::{ReceiveSettings, ReceivedBatch, Receiver, Receiving};
@@ -471,7 +475,7 @@ impl Engine {
                 continue;
             };
             if let Some(unfinished) = ctx.take_unfinished(message_id) {
-                finish_delete(ctx, unfinished, message_id, receipt, slot);
+                finish_delete(ctx, unfinished, (message_id, receipt), slot, ties);
                 continue;
             }
             let received = Received {
@@ -481,9 +485,13 @@ impl Engine {
                 slot,
                 run: ties.clone(),
                 cohort: cohort.clone(),
-                lease_cap: batch.lease_cap,
+                holder: batch.holder,
             };
-            deliveries.push(Delivery::start(ctx.clone(), message, received));
+            let delivery = Delivery::start(ctx.clone(), message, received);
+            if order.is_event() {
+                run.event_leases.push(delivery.lease().clone());
+            }
+            deliveries.push(delivery);
         }
         if late.is_cancelled() {
             // Received after the shutdown's deadline (a receive under way at the signal that
@@ -506,7 +514,7 @@ impl Engine {
                 }
             }
             HandTo::Batch(_) if deliveries.is_empty() => {}
-            HandTo::Batch(batch) if order == Order::Event => {
+            HandTo::Batch(batch) if order.is_event() => {
                 // FIFO: one batch in the event's order, whatever its size.
                 let max = if ctx.is_fifo() {
                     deliveries.len()
@@ -629,105 +637,6 @@ impl Engine {
     }
 }
 
-/// Messages of this consumer's queue that another service received: a Lambda invocation's
-/// event.
-#[cfg(feature = "lambda")]
-#[derive(Debug)]
-pub(crate) struct Event {
-    pub(crate) messages: Vec<aws_sdk_sqs::types::Message>,
-    /// When they were received, as far as is known (the invocation's start): their first
-    /// visibility timeout counts from it.
-    pub(crate) received_at: Instant,
-    /// The visibility timeout their receive applied (the queue's own), seconds.
-    pub(crate) timeout: u32,
-    /// When whoever handles them ends (the function's deadline): no extension runs past it.
-    pub(crate) ends_at: Instant,
-}
-
-/// How an event's run ended.
-#[cfg(feature = "lambda")]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct EventEnd {
-    /// Handlers (or FIFO sequences, or batches) still running at the deadline, cancelled.
-    pub(crate) cancelled: usize,
-    /// Acks and releases still unanswered when the wait for them ended.
-    pub(crate) unanswered: usize,
-}
-
-#[cfg(feature = "lambda")]
-impl Engine {
-    /// A dispatch that runs `handler` on each delivery of an event, at most `max_in_flight`
-    /// at a time: the others wait their turn, kept hidden.
-    pub(crate) fn each_of_event<H: Handler>(&self, handler: Arc<H>) -> Dispatch {
-        let settings = self.handling;
-        let turns = Arc::new(tokio::sync::Semaphore::new(
-            self.receive_settings().max_in_flight,
-        ));
-        Dispatch::each(Arc::new(move |d| {
-            let (handler, turns) = (handler.clone(), turns.clone());
-            Box::pin(async move {
-                // Never closed: the wait ends with a turn.
-                let _turn = turns.acquire_owned().await;
-                handling::run_handler(handler, d, settings).await;
-            })
-        }))
-    }
-
-    /// `true` for a FIFO queue.
-    pub(crate) fn is_fifo(&self) -> bool {
-        self.ctx.is_fifo()
-    }
-
-    /// The queue's own visibility timeout, read once for the consumer's life (one try,
-    /// bounded by the request timeout: a caller with a deadline retries, or not).
-    pub(crate) async fn queue_visibility_timeout(&self) -> Result<u32, Error> {
-        self.receiver.queue_visibility_timeout().await
-    }
-
-    /// Starts handing out `event`'s messages (as [`Order::Event`] says) in a run of its own.
-    pub(crate) fn hand_out_event(&self, event: Event, dispatch: &Dispatch) -> Run {
-        #[cfg(feature = "s3")]
-        let dispatch = &self.reading_payloads(dispatch);
-        let mut run = self.new_run(CancellationToken::new(), CancellationToken::new());
-        let batch = ReceivedBatch {
-            messages: event.messages,
-            slots: Vec::new(),
-            received_at: event.received_at,
-            returned_at: event.received_at,
-            timeout: event.timeout,
-            lease_cap: Some(event.ends_at),
-        };
-        self.deliver(batch, &mut run, dispatch, Order::Event);
-        run
-    }
-
-    /// Lets the handlers of an event's `run` go on until `until`. Then cancels those still
-    /// running, releases what they held and what still waited its turn, and waits until
-    /// `flush_until` for the acks and releases under way.
-    pub(crate) async fn end_event(
-        &self,
-        run: Run,
-        until: Instant,
-        flush_until: Instant,
-    ) -> EventEnd {
-        let Run {
-            ties, mut groups, ..
-        } = run;
-        let _ =
-            tokio::time::timeout_at(until, async { while groups.join_next().await.is_some() {} })
-                .await;
-        // From here on, a delivery dropped is released at once.
-        ties.shutdown().cancel();
-        let cancelled = groups.len();
-        groups.shutdown().await;
-        let unanswered = self.ctx.calls().flush(flush_until).await;
-        EventEnd {
-            cancelled,
-            unanswered,
-        }
-    }
-}
-
 /// The order in which one receive's deliveries are handed out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Order {
@@ -735,19 +644,29 @@ pub(crate) enum Order {
     /// batch handler's in rounds, one of each group), and batches cut by the batch settings.
     Queue,
     /// An event another service received (a Lambda invocation's): a FIFO queue's messages
-    /// one at a time in the event's order, the rest of the event released at the first one
-    /// not acked (a batch handler's in one batch); other queues' as for `Queue`, without a
-    /// batch window.
-    #[cfg_attr(not(feature = "lambda"), allow(dead_code))]
-    Event,
+    /// one at a time in the event's order, and at the first one not acked the rest of the
+    /// event released, or the rest of its group, as the event's `FifoFailure` says (a batch
+    /// handler's in one batch); other queues' as for `Queue`, without a batch window.
+    #[cfg(feature = "lambda")]
+    Event(event::FifoFailure),
 }
 
 impl Order {
     /// Deliveries split into the groups handed out one delivery at a time.
     fn groups(self, deliveries: Vec<Delivery>, fifo: bool) -> Vec<VecDeque<Delivery>> {
         match self {
-            Order::Event if fifo => vec![deliveries.into()],
+            #[cfg(feature = "lambda")]
+            Order::Event(event::FifoFailure::FailsTheRest) if fifo => vec![deliveries.into()],
             _ => fifo::partition(deliveries, fifo),
+        }
+    }
+
+    /// `true` for an event another service received.
+    fn is_event(self) -> bool {
+        match self {
+            Order::Queue => false,
+            #[cfg(feature = "lambda")]
+            Order::Event(_) => true,
         }
     }
 }
@@ -766,6 +685,9 @@ pub(crate) struct Run {
     late_arrivals: Vec<Delivery>,
     /// The filling batch of a batch handler with a window, once one was received.
     collector: Option<Collector>,
+    /// The leases of an event's deliveries (none for the consumer's own receives): its end
+    /// reads how each ended, and lets go of those kept hidden after their ack.
+    event_leases: Vec<Arc<Lease>>,
 }
 
 impl Engine {
@@ -777,6 +699,7 @@ impl Engine {
             late,
             late_arrivals: Vec::new(),
             collector: None,
+            event_leases: Vec::new(),
         }
     }
 }
@@ -886,9 +809,9 @@ impl Drop for ReceiveTask {
 fn finish_delete(
     ctx: &Arc<Context>,
     unfinished: Unfinished,
-    message_id: &str,
-    receipt: &str,
+    (message_id, receipt): (&str, &str),
     slot: Option<Slot>,
+    run: &RunTies,
 ) {
     match unfinished {
         Unfinished::Ack => {
@@ -923,6 +846,8 @@ fn finish_delete(
         drop(slot);
     };
     if let Some(runtime) = ctx.calls().runtime(None) {
-        ctx.calls().spawn(delete, &runtime);
+        // The run's too: an event's answer counts on it (the record is done once deleted).
+        ctx.calls()
+            .spawn(run.background().track_future(delete), &runtime);
     }
 }
