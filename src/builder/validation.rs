@@ -850,13 +850,15 @@ mod tests {
             .any_payload_bucket()
             .build()
             .expect("any bucket, knowingly");
-        builder()
-            .s3_payloads(s3())
-            .payload_buckets(["payloads"])
-            .max_payload_bytes(2 << 30)
-            .delete_payload_on_ack(true)
-            .build()
-            .expect("bounds are valid");
+        for max in [1, 2 << 30] {
+            builder()
+                .s3_payloads(s3())
+                .payload_buckets(["payloads"])
+                .max_payload_bytes(max)
+                .delete_payload_on_ack(true)
+                .build()
+                .expect("bounds are valid");
+        }
         let names =
             |given: &[&str]| asked_for(builder().s3_payloads(s3()).any_payload_bucket(), given);
         let both = ["ExtendedPayloadSize", "SQSLargePayloadSize"];

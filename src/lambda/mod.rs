@@ -113,8 +113,8 @@ pub struct Function {
 }
 
 /// What an ack (or a move to the dead-letter queue, whose original is deleted) does in an
-/// invocation. Either way the record is reported done, and no record of the invocation is
-/// visible to anyone before the answer.
+/// invocation. Either way the record is reported done, and is visible to nobody before the
+/// answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum Acks {
