@@ -428,6 +428,50 @@ async fn a_record_gone_before_the_invocation_is_reported_failed_unhandled() {
     );
 }
 
+/// On a FIFO queue, a record gone before the invocation began fails the later records as a
+/// failure does: every one by default, its group's only with `FifoFailure::FailsItsGroup`;
+/// those are released unhandled, and the rest is handled.
+#[tokio::test(start_paused = true)]
+async fn on_a_fifo_queue_a_record_gone_before_the_invocation_fails_the_later_ones() {
+    for (failure, handled_bodies) in [
+        (FifoFailure::FailsTheRest, vec![]),
+        (FifoFailure::FailsItsGroup, vec!["b1"]),
+    ] {
+        let q = memory_fifo(10);
+        for (body, group) in [("a1", "a"), ("a2", "a"), ("b1", "b")] {
+            let options = SendOptions::new().group_id(group);
+            q.send_with(body, options).unwrap();
+        }
+        let event = event_of(&q, 3).await;
+        let order = record_ids(&event);
+        sleep(secs(11)).await;
+        // Another receiver takes the first of group a, now visible again.
+        let taken = q.receive(1, Duration::ZERO).await.unwrap();
+        assert_eq!(taken[0].body(), Some("a1"));
+        let handled: Arc<Mutex<Vec<String>>> = Arc::default();
+        let invocations = {
+            let handled = handled.clone();
+            Function::in_memory(&q)
+                .fifo_failure(failure)
+                .handler(move |d: Delivery| {
+                    handled.lock().unwrap().push(d.body().to_owned());
+                    d.ack()
+                })
+                .unwrap()
+        };
+        let response = invocations
+            .invoke(event, deadline_in(secs(60)))
+            .await
+            .unwrap();
+        let expected = match failure {
+            FifoFailure::FailsItsGroup => &order[..2],
+            _ => &order[..],
+        };
+        assert_eq!(reported(&response), expected, "{failure:?}");
+        assert_eq!(*handled.lock().unwrap(), handled_bodies, "{failure:?}");
+    }
+}
+
 /// An event the partial batch response cannot describe truthfully is answered with an
 /// error, and none of its records is handled: no records, a record that is not SQS's, one
 /// without a message id, a receipt handle or a queue ARN.
