@@ -102,6 +102,23 @@ async fn as_the_body_says(d: Delivery) -> Result<(), sqs_consumer::BoxError> {
     Ok(())
 }
 
+/// The message ids of the deliveries a function's handler got, in the order it got them.
+type Handled = Arc<Mutex<Vec<String>>>;
+
+/// `function`'s invocations with a handler that notes each delivery's message id, then does
+/// what its body says.
+fn noting(function: Function) -> (Invocations, Handled) {
+    let handled: Handled = Arc::default();
+    let noted = handled.clone();
+    let invocations = function
+        .handler(move |d: Delivery| {
+            noted.lock().unwrap().push(d.message_id().to_owned());
+            as_the_body_says(d)
+        })
+        .unwrap();
+    (invocations, handled)
+}
+
 /// A batch handler doing what each body says, one after another; the batch's outcome is
 /// the first error, if any.
 async fn each_as_the_body_says(batch: Batch) -> Result<(), sqs_consumer::BoxError> {
@@ -401,16 +418,7 @@ async fn a_record_gone_before_the_invocation_is_reported_failed_unhandled() {
     // Another receiver takes one of them; the other is left visible.
     let taken = q.receive(1, Duration::ZERO).await.unwrap();
     let taken_id = taken[0].message_id().unwrap().to_owned();
-    let handled: Arc<Mutex<Vec<String>>> = Arc::default();
-    let invocations = {
-        let handled = handled.clone();
-        Function::in_memory(&q)
-            .handler(move |d: Delivery| {
-                handled.lock().unwrap().push(d.message_id().to_owned());
-                as_the_body_says(d)
-            })
-            .unwrap()
-    };
+    let (invocations, handled) = noting(Function::in_memory(&q));
     let response = invocations
         .invoke(event, deadline_in(secs(60)))
         .await
@@ -433,12 +441,9 @@ async fn a_record_gone_before_the_invocation_is_reported_failed_unhandled() {
 /// those are released unhandled, and the rest is handled.
 #[tokio::test(start_paused = true)]
 async fn on_a_fifo_queue_a_record_gone_before_the_invocation_fails_the_later_ones() {
-    for (failure, handled_bodies) in [
-        (FifoFailure::FailsTheRest, vec![]),
-        (FifoFailure::FailsItsGroup, vec!["b1"]),
-    ] {
+    for failure in [FifoFailure::FailsTheRest, FifoFailure::FailsItsGroup] {
         let q = memory_fifo(10);
-        for (body, group) in [("a1", "a"), ("a2", "a"), ("b1", "b")] {
+        for (body, group) in [("ack-a1", "a"), ("ack-a2", "a"), ("ack-b1", "b")] {
             let options = SendOptions::new().group_id(group);
             q.send_with(body, options).unwrap();
         }
@@ -447,28 +452,18 @@ async fn on_a_fifo_queue_a_record_gone_before_the_invocation_fails_the_later_one
         sleep(secs(11)).await;
         // Another receiver takes the first of group a, now visible again.
         let taken = q.receive(1, Duration::ZERO).await.unwrap();
-        assert_eq!(taken[0].body(), Some("a1"));
-        let handled: Arc<Mutex<Vec<String>>> = Arc::default();
-        let invocations = {
-            let handled = handled.clone();
-            Function::in_memory(&q)
-                .fifo_failure(failure)
-                .handler(move |d: Delivery| {
-                    handled.lock().unwrap().push(d.body().to_owned());
-                    d.ack()
-                })
-                .unwrap()
-        };
+        assert_eq!(taken[0].body(), Some("ack-a1"));
+        let (invocations, handled) = noting(Function::in_memory(&q).fifo_failure(failure));
         let response = invocations
             .invoke(event, deadline_in(secs(60)))
             .await
             .unwrap();
-        let expected = match failure {
-            FifoFailure::FailsItsGroup => &order[..2],
-            _ => &order[..],
+        let (expected, handled_ids) = match failure {
+            FifoFailure::FailsItsGroup => (&order[..2], &order[2..]),
+            _ => (&order[..], &order[..0]),
         };
         assert_eq!(reported(&response), expected, "{failure:?}");
-        assert_eq!(*handled.lock().unwrap(), handled_bodies, "{failure:?}");
+        assert_eq!(*handled.lock().unwrap(), handled_ids, "{failure:?}");
     }
 }
 
@@ -478,16 +473,7 @@ async fn on_a_fifo_queue_a_record_gone_before_the_invocation_fails_the_later_one
 #[tokio::test(start_paused = true)]
 async fn an_event_the_answer_cannot_describe_is_answered_with_an_error() {
     let q = memory_queue(30);
-    let handled = Arc::new(Mutex::new(0));
-    let invocations = {
-        let handled = handled.clone();
-        Function::in_memory(&q)
-            .handler(move |d: Delivery| {
-                *handled.lock().unwrap() += 1;
-                d.ack()
-            })
-            .unwrap()
-    };
+    let (invocations, handled) = noting(Function::in_memory(&q));
     type Break = fn(&mut aws_lambda_events::event::sqs::SqsMessage);
     let cases: [(&str, Break); 5] = [
         ("it has no records", |_| {}),
@@ -517,7 +503,7 @@ async fn an_event_the_answer_cannot_describe_is_answered_with_an_error() {
             "{err:?}"
         );
         assert!(err.to_string().contains(says), "{says}: {err}");
-        assert_eq!(*handled.lock().unwrap(), 0, "{says}: none handled");
+        assert!(handled.lock().unwrap().is_empty(), "{says}: none handled");
         // Visible again for the next case.
         sleep(secs(31)).await;
     }
@@ -546,17 +532,8 @@ async fn on_a_fifo_queue_a_failure_can_fail_its_group_only() {
         let id = q.send_with(format!("{body}-{i}"), options).unwrap();
         groups.insert(id, group);
     }
-    let handled: Arc<Mutex<Vec<String>>> = Arc::default();
-    let invocations = {
-        let handled = handled.clone();
-        Function::in_memory(&q)
-            .fifo_failure(FifoFailure::FailsItsGroup)
-            .handler(move |d: Delivery| {
-                handled.lock().unwrap().push(d.message_id().to_owned());
-                as_the_body_says(d)
-            })
-            .unwrap()
-    };
+    let (invocations, handled) =
+        noting(Function::in_memory(&q).fifo_failure(FifoFailure::FailsItsGroup));
     let event = event_of(&q, script.len()).await;
     let order = record_ids(&event);
     assert_eq!(order.len(), script.len());
@@ -745,16 +722,7 @@ async fn an_event_whose_queue_cannot_be_read_is_answered_with_an_error() {
     let q = memory_queue(30);
     send_all(&q, &["ack", "ack-2"]);
     let (logs, _guard) = common::capture_logs();
-    let handled = Arc::new(Mutex::new(0));
-    let invocations = {
-        let handled = handled.clone();
-        Function::in_memory(&q)
-            .handler(move |d: Delivery| {
-                *handled.lock().unwrap() += 1;
-                as_the_body_says(d)
-            })
-            .unwrap()
-    };
+    let (invocations, handled) = noting(Function::in_memory(&q));
     q.fail_next(Action::GetQueueAttributes, "InternalError", 1);
     let err = invocations
         .invoke(event_of(&q, 2).await, deadline_in(secs(60)))
@@ -773,7 +741,7 @@ async fn an_event_whose_queue_cannot_be_read_is_answered_with_an_error() {
             .contains("InternalError"),
         "{source:?}"
     );
-    assert_eq!(*handled.lock().unwrap(), 0, "none handled");
+    assert!(handled.lock().unwrap().is_empty(), "none handled");
     assert_eq!(q.requests().visibility_changes(), 0, "none renewed");
     let text = String::from_utf8(logs.lock().unwrap().clone()).unwrap();
     let line = text
@@ -847,16 +815,7 @@ async fn on_a_fifo_queue_the_first_failure_fails_every_later_item() {
             .deduplication_id(i.to_string());
         sent.push(q.send_with(body, options).unwrap());
     }
-    let handled: Arc<Mutex<Vec<String>>> = Arc::default();
-    let invocations = {
-        let handled = handled.clone();
-        Function::in_memory(&q)
-            .handler(move |d: Delivery| {
-                handled.lock().unwrap().push(d.message_id().to_owned());
-                as_the_body_says(d)
-            })
-            .unwrap()
-    };
+    let (invocations, handled) = noting(Function::in_memory(&q));
     let event = event_of(&q, 4).await;
     assert_eq!(event.records.len(), 4);
     let order = record_ids(&event);
@@ -1114,6 +1073,23 @@ mod server {
         panic!("the function stopped serving: {served:?}");
     }
 
+    /// `bodies` sent to `q`, a function serving `program`, and the messages received for an
+    /// event of them (all of them, or the test fails).
+    async fn serving(
+        q: &TestQueue,
+        bodies: &[&str],
+        program: Program,
+    ) -> (RuntimeApi, KillOnDrop, Vec<Message>) {
+        for body in bodies {
+            q.send(body).await;
+        }
+        let api = RuntimeApi::start().await;
+        let function = start(&api, program);
+        let messages = receive(q, bodies.len()).await;
+        assert_eq!(messages.len(), bodies.len(), "received {messages:?}");
+        (api, function, messages)
+    }
+
     /// Up to `n` messages received from `q` now, with all their attributes.
     async fn receive(q: &TestQueue, n: usize) -> Vec<Message> {
         let mut got = Vec::new();
@@ -1185,13 +1161,8 @@ mod server {
             "server::an_event_delivered_late_in_its_visibility_stays_hidden_until_the_answer"
         );
         let q = TestQueue::new(Kind::Server, 10).await;
-        for body in ["hold7", "ack", "ack-2"] {
-            q.send(body).await;
-        }
-        let api = RuntimeApi::start().await;
-        let _function = start(&api, Program::BodySays);
-        let messages = receive(&q, 3).await;
-        assert_eq!(messages.len(), 3);
+        let bodies = ["hold7", "ack", "ack-2"];
+        let (api, _function, messages) = serving(&q, &bodies, Program::BodySays).await;
         sleep(secs(4)).await;
         let (failed, seen) = invoke_watched(&api, &q, messages, secs(8)).await;
         assert!(seen.is_empty(), "visible before the answer: {seen:?}");
@@ -1206,13 +1177,8 @@ mod server {
     async fn records_done_early_stay_hidden_until_the_answer() {
         require_server!("server::records_done_early_stay_hidden_until_the_answer");
         let q = TestQueue::new(Kind::Server, 5).await;
-        for body in ["hold12", "ack", "ack-2", "ack-3"] {
-            q.send(body).await;
-        }
-        let api = RuntimeApi::start().await;
-        let _function = start(&api, Program::BodySays);
-        let messages = receive(&q, 4).await;
-        assert_eq!(messages.len(), 4);
+        let bodies = ["hold12", "ack", "ack-2", "ack-3"];
+        let (api, _function, messages) = serving(&q, &bodies, Program::BodySays).await;
         let (failed, seen) = invoke_watched(&api, &q, messages, secs(20)).await;
         assert!(seen.is_empty(), "visible before the answer: {seen:?}");
         assert!(failed.is_empty(), "all done: {failed:?}");
@@ -1226,12 +1192,8 @@ mod server {
     async fn an_event_the_answer_cannot_describe_is_answered_with_an_error() {
         require_server!("server::an_event_the_answer_cannot_describe_is_answered_with_an_error");
         let q = TestQueue::new(Kind::Server, 30).await;
-        for body in ["release", "release-2"] {
-            q.send(body).await;
-        }
-        let api = RuntimeApi::start().await;
-        let _function = start(&api, Program::BodySays);
-        let messages = receive(&q, 2).await;
+        let bodies = ["release", "release-2"];
+        let (api, _function, messages) = serving(&q, &bodies, Program::BodySays).await;
         let mut event = lambda::event(&q.arn().await, messages);
         event.records[1].message_id = None;
         let Answer::Error(error) = api.invoke(&event, secs(20)).await else {
@@ -1248,49 +1210,54 @@ mod server {
         assert!(visible.is_empty(), "none handled (released): {visible:?}");
     }
 
-    /// On a FIFO queue with `FifoFailure::FailsItsGroup`, a failure fails the rest of its
-    /// group only: the other groups' records are done.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    #[ignore = "needs an SQS-compatible server: scripts/with-sqs-server.sh cargo test -- --ignored"]
-    async fn on_a_fifo_queue_a_failure_can_fail_its_group_only() {
-        require_server!("server::on_a_fifo_queue_a_failure_can_fail_its_group_only");
+    /// A FIFO event of three groups with a failure in group a, served by `program`: the
+    /// records reported failed are the failure and, as `failure` says, every later record or
+    /// its group's later records only, in the event's order.
+    async fn a_fifo_failure_fails(program: Program, failure: FifoFailure) {
         let q = TestQueue::new_fifo(Kind::Server, 30).await;
-        for (body, group) in [
+        let script = [
             ("ack-1", "a"),
             ("ack-2", "b"),
             ("err-1", "a"),
             ("ack-3", "b"),
             ("ack-4", "a"),
             ("ack-5", "c"),
-        ] {
+        ];
+        // Bodies apart: the queue deduplicates by content.
+        for (body, group) in script {
             q.send_to_group(body, group).await;
         }
         let api = RuntimeApi::start().await;
-        let _function = start(&api, Program::GroupFailure);
-        let messages = receive(&q, 6).await;
+        let _function = start(&api, program);
+        let messages = receive(&q, script.len()).await;
         let group_of = |m: &Message| {
-            m.attributes()
-                .and_then(|a| {
-                    a.get(&aws_sdk_sqs::types::MessageSystemAttributeName::MessageGroupId)
-                })
-                .cloned()
-                .unwrap_or_default()
+            let body = m.body().unwrap_or_default();
+            script.iter().find(|(b, _)| *b == body).map(|(_, g)| *g)
         };
-        let failure = messages
+        let first_failure = messages
             .iter()
             .position(|m| m.body() == Some("err-1"))
             .unwrap_or_else(|| panic!("the failing message was not received: {messages:?}"));
         let expected: Vec<String> = messages
             .iter()
             .enumerate()
-            .filter(|(i, m)| *i >= failure && group_of(m) == "a")
+            .filter(|(i, m)| {
+                *i >= first_failure
+                    && (failure == FifoFailure::FailsTheRest || group_of(m) == Some("a"))
+            })
             .map(|(_, m)| m.message_id().unwrap().to_owned())
             .collect();
         let (failed, _) = invoke(&api, &q, messages, secs(20)).await;
-        assert_eq!(
-            failed, expected,
-            "the failure and its group's later records only"
-        );
+        assert_eq!(failed, expected, "{failure:?}, in the event's order");
+    }
+
+    /// On a FIFO queue with `FifoFailure::FailsItsGroup`, a failure fails the rest of its
+    /// group only: the other groups' records are done.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "needs an SQS-compatible server: scripts/with-sqs-server.sh cargo test -- --ignored"]
+    async fn on_a_fifo_queue_a_failure_can_fail_its_group_only() {
+        require_server!("server::on_a_fifo_queue_a_failure_can_fail_its_group_only");
+        a_fifo_failure_fails(Program::GroupFailure, FifoFailure::FailsItsGroup).await;
     }
 
     /// Two invocations in flight at once in one function process (Lambda's managed
@@ -1365,13 +1332,7 @@ mod server {
         require_server!("server::mixed_outcomes_give_exactly_the_failed_items");
         let q = TestQueue::new(Kind::Server, 30).await;
         let bodies = ["ack", "err", "release", "fail", "drop", "panic", "ack"];
-        for body in bodies {
-            q.send(body).await;
-        }
-        let api = RuntimeApi::start().await;
-        let _function = start(&api, Program::BodySays);
-        let messages = receive(&q, bodies.len()).await;
-        assert_eq!(messages.len(), bodies.len());
+        let (api, _function, messages) = serving(&q, &bodies, Program::BodySays).await;
         let expected = ids(&messages, &["err", "release", "fail", "drop", "panic"]);
         let (failed, _) = invoke(&api, &q, messages.clone(), secs(20)).await;
         assert_eq!(failed.into_iter().collect::<BTreeSet<_>>(), expected);
@@ -1386,12 +1347,7 @@ mod server {
         require_server!("server::a_batch_handler_serves_the_runtime_with_the_same_outcomes");
         let q = TestQueue::new(Kind::Server, 30).await;
         let bodies = ["ack", "err", "release", "ack"];
-        for body in bodies {
-            q.send(body).await;
-        }
-        let api = RuntimeApi::start().await;
-        let _function = start(&api, Program::BatchBodySays);
-        let messages = receive(&q, bodies.len()).await;
+        let (api, _function, messages) = serving(&q, &bodies, Program::BatchBodySays).await;
         let expected = ids(&messages, &["err", "release"]);
         let (failed, _) = invoke(&api, &q, messages, secs(20)).await;
         assert_eq!(failed.into_iter().collect::<BTreeSet<_>>(), expected);
@@ -1436,12 +1392,8 @@ mod server {
     async fn a_handler_outliving_the_deadline_is_reported_failed_before_it() {
         require_server!("server::a_handler_outliving_the_deadline_is_reported_failed_before_it");
         let q = TestQueue::new(Kind::Server, 30).await;
-        for body in ["stuck", "ack", "ack"] {
-            q.send(body).await;
-        }
-        let api = RuntimeApi::start().await;
-        let _function = start(&api, Program::BodySays);
-        let messages = receive(&q, 3).await;
+        let bodies = ["stuck", "ack", "ack"];
+        let (api, _function, messages) = serving(&q, &bodies, Program::BodySays).await;
         let stuck = ids(&messages, &["stuck"]);
         let timeout = secs(4);
         let (failed, took) = invoke(&api, &q, messages, timeout).await;
@@ -1460,33 +1412,6 @@ mod server {
     #[ignore = "needs an SQS-compatible server: scripts/with-sqs-server.sh cargo test -- --ignored"]
     async fn on_a_fifo_queue_the_first_failure_fails_every_later_item() {
         require_server!("server::on_a_fifo_queue_the_first_failure_fails_every_later_item");
-        let q = TestQueue::new_fifo(Kind::Server, 30).await;
-        // Bodies apart: the queue deduplicates by content.
-        for (body, group) in [
-            ("ack-1", "a"),
-            ("ack-2", "b"),
-            ("err-1", "a"),
-            ("ack-3", "b"),
-            ("ack-4", "c"),
-        ] {
-            q.send_to_group(body, group).await;
-        }
-        let api = RuntimeApi::start().await;
-        let _function = start(&api, Program::BodySays);
-        let messages = receive(&q, 5).await;
-        let order: Vec<String> = messages
-            .iter()
-            .map(|m| m.message_id().unwrap().to_owned())
-            .collect();
-        let first_failure = messages
-            .iter()
-            .position(|m| m.body() == Some("err-1"))
-            .unwrap_or_else(|| panic!("the failing message was not received: {messages:?}"));
-        let (failed, _) = invoke(&api, &q, messages, secs(20)).await;
-        assert_eq!(
-            failed,
-            order[first_failure..],
-            "the failure and every record after it, in order"
-        );
+        a_fifo_failure_fails(Program::BodySays, FifoFailure::FailsTheRest).await;
     }
 }
