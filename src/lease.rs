@@ -521,9 +521,8 @@ impl Lease {
     /// The deadline passed with no extension covering it (or none can reach SQS before it):
     /// lost, whatever is under way, an ack or release included. Its delete, if one comes,
     /// may reach SQS after the message went to another consumer, and SQS answers such a
-    /// delete with success. Returns whether it counted.
-    /// A delete whose success arrived before the deadline is done, whenever its caller sees
-    /// it: it does not lapse.
+    /// delete with success. A delete whose success arrived before the deadline is done,
+    /// whenever its caller sees it: that does not lapse. Returns whether it counted.
     pub(crate) fn lapsed(&self, reason: LostReason) -> bool {
         self.lose(reason, |s| {
             let settling = matches!(s, State::Settling | State::SettleWaiting);
