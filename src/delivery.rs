@@ -14,7 +14,7 @@ use crate::context::Context;
 use crate::dead_letter::{DeadLetter, Failure};
 use crate::delivery_span::{delivery_span, read_trace_parent};
 use crate::error::{BoxError, Error, LostReason};
-use crate::lease::{Dropped, End, Holder, Lease};
+use crate::lease::{receive_count, Dropped, End, Holder, Lease};
 use crate::limits::{secs_rounded_up, HARD_LIMIT, MAX_VISIBILITY_SECS};
 use crate::request_batch::Cohort;
 use crate::run_ties::RunTies;
@@ -75,11 +75,7 @@ impl Delivery {
     /// Wraps a received message and hands it to the keeper at once. The message has a receipt
     /// handle (the caller checked).
     pub(crate) fn start(ctx: Arc<Context>, message: Message, received: Received) -> Self {
-        let receive_count = message
-            .attributes()
-            .and_then(|a| a.get(&MessageSystemAttributeName::ApproximateReceiveCount))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(1);
+        let receive_count = receive_count(&message);
         let age = sent_at(&message).map(age_since);
         let span = delivery_span(&ctx, &message, receive_count, age);
         if let Some(age) = age {
@@ -94,7 +90,6 @@ impl Delivery {
                 received.received_at,
                 received.returned_at,
                 received.timeout,
-                receive_count,
                 span,
             )
             .in_cohort(received.cohort)
@@ -1809,7 +1804,10 @@ mod size {
         };
         let d = Delivery::start(ctx, m, received);
         let (lease, delivery) = (std::mem::size_of_val(&*d.lease), std::mem::size_of_val(&d));
-        assert!(lease <= 384, "Lease: {lease} bytes");
+        // 120,000 may be held at once (B3 in benches/throughput.rs): a byte more on a lease
+        // can take the allocator to its next size. S3's payload location adds its place.
+        let most = if cfg!(feature = "s3") { 360 } else { 344 };
+        assert!(lease <= most, "Lease: {lease} bytes");
         assert!(delivery <= 48, "Delivery: {delivery} bytes");
     }
 }

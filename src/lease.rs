@@ -49,11 +49,11 @@
 //! delivery already lost is not an ack: it is never counted in `acked`.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering as AtomicOrdering};
+use std::sync::atomic::{AtomicU32, AtomicU8, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use aws_sdk_sqs::types::Message;
+use aws_sdk_sqs::types::{Message, MessageSystemAttributeName};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 use tracing::Span;
@@ -126,6 +126,7 @@ pub(crate) struct Holder {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum AfterAck {
     /// Lets go: the message is deleted.
+    #[cfg_attr(not(feature = "lambda"), allow(dead_code))]
     LetGo,
     /// Keeps it hidden until its holder lets go ([`Lease::end_hold`]): an ack whose delete
     /// comes later (Lambda's, after the invocation's answer), so that the message is visible
@@ -165,6 +166,54 @@ struct Status {
     state: State,
 }
 
+/// How many times SQS says it has handed `message` out (`ApproximateReceiveCount`), this
+/// time included; 1 when it does not say.
+pub(crate) fn receive_count(message: &Message) -> u32 {
+    message
+        .attributes()
+        .and_then(|a| a.get(&MessageSystemAttributeName::ApproximateReceiveCount))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1)
+}
+
+/// Something that happens to a lease once and never unhappens.
+#[derive(Debug, Clone, Copy)]
+#[repr(u8)]
+enum Mark {
+    /// No settle call of its own may still come (its ack or release started, or it ended):
+    /// it left its cohort, and its hold was counted.
+    Left = 1,
+    /// The keeper was told to let go of it.
+    LetGo = 1 << 1,
+    /// An ack keeps it hidden until its holder lets go ([`AfterAck::KeepHidden`]).
+    KeepsHiddenAfterAck = 1 << 2,
+    /// Its holder let go of it: an ack no longer keeps it hidden.
+    HoldEnded = 1 << 3,
+    /// Its settle call is a delete (an ack, or a move's): the keeper goes on extending it
+    /// while a try is under way, since an extension that lands after the delete only fails.
+    /// (A release's visibility change it could undo, so a release is not.)
+    Deleting = 1 << 4,
+    /// Its delete's success arrived before its deadline (set under the status lock, where the
+    /// answer arrives): it is an ack however late its caller looks at the answer (a starved
+    /// runtime), so the keeper neither extends nor lapses it any more.
+    DeletedInTime = 1 << 5,
+}
+
+/// A lease's [`Mark`]s, one byte for all: 120,000 leases may be held at once.
+#[derive(Debug, Default)]
+struct Marks(AtomicU8);
+
+impl Marks {
+    /// Sets `mark`; returns whether it was set already.
+    fn set(&self, mark: Mark) -> bool {
+        self.0.fetch_or(mark as u8, AtomicOrdering::AcqRel) & mark as u8 != 0
+    }
+
+    fn has(&self, mark: Mark) -> bool {
+        self.0.load(AtomicOrdering::Acquire) & mark as u8 != 0
+    }
+}
+
 /// What a delivery, the keeper and its handler share.
 #[derive(Debug)]
 pub(crate) struct Lease {
@@ -182,7 +231,6 @@ pub(crate) struct Lease {
     /// The visibility timeout the receive applied, seconds: at most 43,200, SQS's limit.
     /// (Two bytes: 120,000 leases may be held at once.)
     timeout: u16,
-    receive_count: u32,
     /// The delivery's span: the keeper logs in it.
     span: Span,
     /// The deliveries received with this one (none on a FIFO queue): its ack may wait a
@@ -192,29 +240,14 @@ pub(crate) struct Lease {
     /// (at most a long poll's 20 s plus its request timeout of at most 300 s): the hold counts
     /// from the answer. (Not an `Instant`: 120,000 leases may be held at once.)
     answered_after_cs: u16,
-    /// Set once no settle call of its own may still come (its ack or release started, or it
-    /// ended): it left its cohort, and its hold was counted.
-    left: AtomicBool,
     /// The latest its extensions may end, in milliseconds after `received`: SQS's 12-hour
     /// limit (less its margin), or earlier when the lease's holder ends first (a Lambda
     /// function's deadline). (Not an `Instant`: 120,000 leases may be held at once.)
     limit_ms: u32,
     /// Where the keeper holds it.
     keeper_slot: AtomicU32,
-    /// Set once the keeper was told to let go of it.
-    let_go: AtomicBool,
-    /// What an ack leaves to the keeper.
-    after_ack: AfterAck,
-    /// Set when its holder lets go of it: an ack no longer keeps it hidden.
-    hold_ended: AtomicBool,
-    /// Set when its settle call is a delete (an ack, or a move's): the keeper goes on
-    /// extending it while a try is under way, since an extension that lands after the delete
-    /// only fails. (A release's visibility change it could undo, so a release is not.)
-    deleting: AtomicBool,
-    /// Set (under the status lock) when its delete's success arrived before its deadline,
-    /// where the answer arrives: it is an ack however late its caller looks at the answer
-    /// (a starved runtime), so the keeper neither extends nor lapses it any more.
-    deleted_in_time: AtomicBool,
+    /// What has happened to it that never unhappens.
+    marks: Marks,
     /// Where the payload read from S3 came from (to delete it after the ack, if asked); the
     /// payload itself is the `Delivery`'s, freed with it (the keeper may hold a lease a while
     /// longer). Boxed: a lease of an ordinary message stays small.
@@ -231,7 +264,6 @@ impl Lease {
         received_at: Instant,
         handed_out: Instant,
         timeout: u32,
-        receive_count: u32,
         span: Span,
     ) -> Self {
         let received = ctx.epoch().millis(received_at);
@@ -254,19 +286,13 @@ impl Lease {
             received,
             // SQS applies no more than 12 hours; a server that said more gets that.
             timeout: u16::try_from(timeout.min(MAX_VISIBILITY_SECS)).unwrap_or(u16::MAX),
-            receive_count,
             span,
             cohort: None,
             answered_after_cs: u16::try_from((handed_out - received_at).as_millis() / 10)
                 .unwrap_or(u16::MAX),
-            left: AtomicBool::new(false),
             limit_ms: millis_after(received_at, extension_limit(received_at)),
             keeper_slot: AtomicU32::new(u32::MAX),
-            let_go: AtomicBool::new(false),
-            after_ack: AfterAck::LetGo,
-            hold_ended: AtomicBool::new(false),
-            deleting: AtomicBool::new(false),
-            deleted_in_time: AtomicBool::new(false),
+            marks: Marks::default(),
             #[cfg(feature = "s3")]
             payload_location: std::sync::OnceLock::new(),
         }
@@ -280,7 +306,9 @@ impl Lease {
         if let Some(holder) = holder {
             let received_at = self.received_at();
             self.limit_ms = self.limit_ms.min(millis_after(received_at, holder.ends_at));
-            self.after_ack = holder.after_ack;
+            if holder.after_ack == AfterAck::KeepHidden {
+                self.marks.set(Mark::KeepsHiddenAfterAck);
+            }
         }
         self
     }
@@ -301,7 +329,7 @@ impl Lease {
         if matches!(state, State::Held | State::InHandler | State::Abandoned) {
             return;
         }
-        if self.left.swap(true, AtomicOrdering::AcqRel) {
+        if self.marks.set(Mark::Left) {
             return;
         }
         if let Some(cohort) = &self.cohort {
@@ -328,20 +356,20 @@ impl Lease {
     /// `true` the first time only: whoever gets it tells the keeper to let go. Never while
     /// an ack keeps it hidden for its holder.
     pub(crate) fn first_let_go(&self) -> bool {
-        !self.is_hidden_after_ack() && !self.let_go.swap(true, AtomicOrdering::Relaxed)
+        !self.is_hidden_after_ack() && !self.marks.set(Mark::LetGo)
     }
 
     /// Its holder lets go of it: an ack no longer keeps it hidden (the caller then tells the
     /// keeper to let go).
     #[cfg_attr(not(feature = "lambda"), allow(dead_code))]
     pub(crate) fn end_hold(&self) {
-        self.hold_ended.store(true, AtomicOrdering::Release);
+        self.marks.set(Mark::HoldEnded);
     }
 
     /// Acked, and kept hidden until its holder lets go.
     fn is_hidden_after_ack(&self) -> bool {
-        self.after_ack == AfterAck::KeepHidden
-            && !self.hold_ended.load(AtomicOrdering::Acquire)
+        self.marks.has(Mark::KeepsHiddenAfterAck)
+            && !self.marks.has(Mark::HoldEnded)
             && self.state() == State::Acked
     }
 
@@ -379,7 +407,7 @@ impl Lease {
     /// landing after it would hide the message again), not forgotten either (it may fail
     /// and wait to try again).
     pub(crate) fn is_settling(&self) -> bool {
-        self.state() == State::Settling && !self.deleting.load(AtomicOrdering::Relaxed)
+        self.state() == State::Settling && !self.marks.has(Mark::Deleting)
     }
 
     pub(crate) fn context(&self) -> &Arc<Context> {
@@ -398,8 +426,10 @@ impl Lease {
         self.ctx.epoch().instant(self.received)
     }
 
+    /// Read from the message when asked, not kept beside it: 120,000 leases may be held at
+    /// once.
     pub(crate) fn receive_count(&self) -> u32 {
-        self.receive_count
+        receive_count(&self.message)
     }
 
     pub(crate) fn deadline(&self) -> Instant {
@@ -500,7 +530,7 @@ impl Lease {
     /// keeps the lease until it is answered. Returns the reason the delivery was lost
     /// before, if it was.
     pub(crate) fn begin_ack(&self) -> Option<LostReason> {
-        self.deleting.store(true, AtomicOrdering::Relaxed);
+        self.marks.set(Mark::Deleting);
         self.begin_settle()
     }
 
@@ -534,12 +564,12 @@ impl Lease {
     /// success of it has arrived.
     pub(crate) fn is_deleting(&self) -> bool {
         self.state() == State::Settling
-            && self.deleting.load(AtomicOrdering::Relaxed)
+            && self.marks.has(Mark::Deleting)
             && !self.was_deleted_in_time()
     }
 
     fn was_deleted_in_time(&self) -> bool {
-        self.deleted_in_time.load(AtomicOrdering::Acquire)
+        self.marks.has(Mark::DeletedInTime)
     }
 
     /// `true` while an ack or release is under way, between its tries included.
@@ -759,7 +789,7 @@ impl Lease {
         }
         self.ctx
             .retry_policy()
-            .visibility_on_drop(self.receive_count, self.room())
+            .visibility_on_drop(self.receive_count(), self.room())
     }
 
     /// Completes when the delivery is lost, with the reason; never completes otherwise.
@@ -802,14 +832,14 @@ impl OnAnswer for Lease {
     /// A delete's success that arrives before the deadline makes the ack true, whenever the
     /// ack's caller gets to see it (see [`Lease::deleted`]).
     fn answered(&self, result: &Result<(), Error>) {
-        if result.is_err() || !self.deleting.load(AtomicOrdering::Relaxed) {
+        if result.is_err() || !self.marks.has(Mark::Deleting) {
             return;
         }
         let status = self.lock();
         let settling = matches!(status.state, State::Settling | State::SettleWaiting);
         let deadline = self.received_at() + Duration::from_millis(u64::from(status.deadline_ms));
         if settling && Instant::now() <= deadline {
-            self.deleted_in_time.store(true, AtomicOrdering::Release);
+            self.marks.set(Mark::DeletedInTime);
         }
     }
 }
@@ -878,7 +908,6 @@ mod tests {
             now,
             now,
             30,
-            1,
             Span::none(),
         ))
     }
@@ -912,7 +941,6 @@ mod tests {
                 t0 + Duration::from_millis(request),
                 t0 + Duration::from_millis(answer),
                 timeout,
-                1,
                 Span::none(),
             );
             (lease.deadline() - t0).as_millis()
@@ -1301,7 +1329,6 @@ mod tests {
             now - Duration::from_secs(5),
             now,
             30,
-            1,
             Span::none(),
         );
         (Arc::new(lease), adaptive)
