@@ -126,30 +126,18 @@ fn install_the_leak_guard() {
 
 // Every file sits on a layer and imports only from layers below it: the table is in
 // CONTRIBUTING.md, "Layers", and `tests/layers.rs` reads it and holds the crate to it.
-mod adaptive_visibility;
-mod backlog;
-mod batch_handler;
-mod batch_window;
+#[cfg(feature = "json")]
+mod body;
 mod builder;
 mod call_retries;
 mod consumer;
-mod consumer_handle;
-mod context;
 mod dead_letter;
 mod delivery;
-mod delivery_span;
-mod detached_receive;
 mod engine;
 mod error;
-#[cfg(feature = "json")]
-mod eventbridge;
-mod fifo;
+mod flow;
 pub mod guide;
 mod handler;
-mod handling;
-mod in_flight_limit;
-#[cfg(feature = "json")]
-mod json;
 mod keeper;
 mod keeper_thread;
 #[cfg(feature = "lambda")]
@@ -161,63 +149,47 @@ pub mod memory;
 mod millis;
 #[cfg(feature = "s3")]
 mod payload;
-#[cfg(feature = "s3")]
-mod payload_reading;
-mod process_span;
 mod queue;
 mod queue_ref;
-mod rate_limit;
 mod readable;
-mod receiver;
-mod request_batch;
+mod receive;
 mod retry_policy;
-mod run_ties;
-#[cfg(feature = "tower")]
-mod service_handler;
-mod settle;
 mod settle_calls;
-#[cfg(feature = "signal")]
-mod shutdown_signal;
-mod slot;
 mod stats;
-mod stream;
-#[cfg(feature = "opentelemetry")]
-mod trace_continuation;
-mod trace_parent;
-mod unfinished_deletes;
+mod trace;
 
-pub use backlog::Backlog;
-pub use batch_handler::{Batch, BatchHandler};
+#[cfg(feature = "json")]
+#[cfg_attr(docsrs, doc(cfg(feature = "json")))]
+pub use body::eventbridge::EventBridgeEvent;
+#[cfg(feature = "json")]
+#[cfg_attr(docsrs, doc(cfg(feature = "json")))]
+pub use body::json::{SnsMessageAttribute, SnsNotification};
 pub use builder::dead_letter_queue::DeadLetterQueue;
 pub use builder::ConsumerBuilder;
+pub use consumer::handle::ConsumerHandle;
+#[cfg(feature = "signal")]
+#[cfg_attr(docsrs, doc(cfg(feature = "signal")))]
+pub use consumer::shutdown_signal::shutdown_signal;
+pub use consumer::stream::DeliveryStream;
 pub use consumer::Consumer;
-pub use consumer_handle::ConsumerHandle;
 pub use delivery::Delivery;
 pub use error::{BoxError, Error, ErrorKind, LostReason};
-#[cfg(feature = "json")]
-#[cfg_attr(docsrs, doc(cfg(feature = "json")))]
-pub use eventbridge::EventBridgeEvent;
+pub use flow::in_flight_limit::InFlightLimit;
+pub use flow::rate_limit::RateLimit;
+pub use handler::batch::{Batch, BatchHandler};
+pub use handler::handling::AckMode;
+#[cfg(feature = "tower")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
+pub use handler::service::{ServiceBatchHandler, ServiceHandler};
 pub use handler::Handler;
-pub use handling::AckMode;
-pub use in_flight_limit::InFlightLimit;
-#[cfg(feature = "json")]
-#[cfg_attr(docsrs, doc(cfg(feature = "json")))]
-pub use json::{SnsMessageAttribute, SnsNotification};
 pub use memory::MemoryQueue;
 #[cfg(feature = "s3")]
 #[cfg_attr(docsrs, doc(cfg(feature = "s3")))]
 pub use payload::pointer::PayloadLocation;
-pub use rate_limit::RateLimit;
+pub use queue::backlog::Backlog;
 pub use retry_policy::RetryPolicy;
-#[cfg(feature = "tower")]
-#[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
-pub use service_handler::{ServiceBatchHandler, ServiceHandler};
-#[cfg(feature = "signal")]
-#[cfg_attr(docsrs, doc(cfg(feature = "signal")))]
-pub use shutdown_signal::shutdown_signal;
 pub use stats::Stats;
-pub use stream::DeliveryStream;
-pub use trace_parent::{TraceCarrier, TraceParent};
+pub use trace::parent::{TraceCarrier, TraceParent};
 
 /// The README's Rust examples, compiled and run as doc tests (they use every feature).
 #[cfg(all(

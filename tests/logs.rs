@@ -151,8 +151,8 @@ async fn handlers_and_keeper_log_for_the_awaiting_threads_subscriber(isolated_ke
     assert_logged(
         &logs,
         [
-            ("sqs_consumer::handling", "handler failed"),
-            ("sqs_consumer::settle", "released"),
+            ("sqs_consumer::handler::handling", "handler failed"),
+            ("sqs_consumer::delivery::settle", "released"),
             ("sqs_consumer::keeper", "visibility extended"),
             ("sqs_consumer::lease", "acked"),
         ],
@@ -191,7 +191,10 @@ async fn batcher_logs_for_the_awaiting_threads_subscriber(isolated_keeper: bool)
         .build()
         .unwrap();
     let events = [
-        ("sqs_consumer::request_batch", "batch request failed"),
+        (
+            "sqs_consumer::settle_calls::request_batch",
+            "batch request failed",
+        ),
         ("sqs_consumer::settle_calls", "settle call failed; retrying"),
     ];
     // Until both are logged (the ack would go on trying for a while): the run is dropped then.
@@ -235,7 +238,10 @@ async fn batch_handler_logs_for_the_awaiting_threads_subscriber(window: Duration
         eventually("the queue drained", secs(30), move || q.is_empty())
     };
     consumer.run_batch_until(handler, drained).await.unwrap();
-    assert_logged(&logs, [("sqs_consumer::handling", "handler failed")]);
+    assert_logged(
+        &logs,
+        [("sqs_consumer::handler::handling", "handler failed")],
+    );
 }
 
 /// A stream's receive loop, a task of its own, logs for the subscriber of the thread that

@@ -13,12 +13,12 @@ use std::time::Duration;
 use aws_sdk_sqs::types::MessageSystemAttributeName;
 
 use crate::builder::dead_letter_queue::DeadLetterQueue;
-use crate::handling::{AckMode, OnLost};
-use crate::in_flight_limit::InFlightLimit;
+use crate::flow::in_flight_limit::InFlightLimit;
+use crate::flow::rate_limit::RateLimit;
+use crate::handler::handling::{AckMode, OnLost};
 use crate::queue::DEFAULT_REQUEST_TIMEOUT;
-use crate::rate_limit::RateLimit;
 use crate::retry_policy::RetryPolicy;
-use crate::trace_parent::{SpanHook, TraceParent};
+use crate::trace::parent::{SpanHook, TraceParent};
 
 use crate::builder::queues::{KeeperPlacement, Source};
 

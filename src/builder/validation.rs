@@ -6,8 +6,6 @@ use std::time::Duration;
 
 use aws_sdk_sqs::types::MessageSystemAttributeName;
 
-use crate::adaptive_visibility::AdaptiveVisibility;
-use crate::batch_window::Batching;
 use crate::builder::queues::{check_region, queues, Source};
 use crate::builder::{
     ConsumerBuilder, MAX_BATCH_DELIVERIES, MAX_BATCH_WINDOW, RECEIVE_RATES, RECEIVE_RATES_ALLOWED,
@@ -19,14 +17,16 @@ use crate::consumer::Consumer;
 use crate::dead_letter::DeadLetter;
 use crate::engine::{ConsumerSettings, Leases};
 use crate::error::Error;
-use crate::handling::HandlerSettings;
+use crate::flow::rate_limit::{RateLimit, RateLimits};
+use crate::handler::batch_window::Batching;
+use crate::handler::handling::HandlerSettings;
 use crate::keeper_thread::KeeperRuntime;
+use crate::lease::adaptive_visibility::AdaptiveVisibility;
 use crate::limits::{self, HARD_LIMIT, MAX_BATCH, MAX_IN_FLIGHT, RECEIVE_COUNTS};
 use crate::queue::sdk::SdkQueue;
 use crate::queue::Queue;
 use crate::queue_ref::QueueRef;
-use crate::rate_limit::{RateLimit, RateLimits};
-use crate::receiver::ReceiveSettings;
+use crate::receive::ReceiveSettings;
 
 impl ConsumerBuilder {
     /// Checks the settings and creates the consumer. Nothing is sent to SQS yet.
@@ -451,7 +451,7 @@ fn with_needed(mut names: Vec<MessageSystemAttributeName>) -> Vec<MessageSystemA
 mod tests {
     use super::*;
     use crate::builder::queues::KeeperPlacement;
-    use crate::in_flight_limit::InFlightLimit;
+    use crate::flow::in_flight_limit::InFlightLimit;
     use crate::memory::MemoryQueue;
     use crate::retry_policy::RetryPolicy;
 

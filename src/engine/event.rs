@@ -13,10 +13,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Dispatch, Engine, Order, Run};
 use crate::error::Error;
+use crate::handler::handling;
 use crate::handler::Handler;
-use crate::handling;
 use crate::lease::{Holder, State};
-use crate::receiver::ReceivedBatch;
+use crate::receive::ReceivedBatch;
 
 /// Which records of a FIFO queue's event a record that is not done fails with it, for the
 /// partial batch response (and which are then released without being handled).

@@ -1,9 +1,16 @@
 //! Hands what the receive loop brings to handlers (or to a stream): turns messages into
 //! deliveries, skips redeliveries whose ack was lost, keeps FIFO groups in order, and runs
 //! the graceful shutdown.
+//!
+//! Beside it: a Lambda event's records (`event.rs`, feature `lambda`), FIFO group order
+//! (`fifo.rs`), and payloads read from S3 before a handler sees them (`payload_reading.rs`,
+//! feature `s3`).
 
 #[cfg(feature = "lambda")]
 pub(crate) mod event;
+pub(crate) mod fifo;
+#[cfg(feature = "s3")]
+pub(crate) mod payload_reading;
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -19,28 +26,27 @@ use tokio_util::sync::CancellationToken;
 use tracing::instrument::WithSubscriber;
 use tracing::Instrument;
 
-use crate::batch_handler::BatchHandler;
-use crate::batch_window::Collector;
-use crate::context::Context;
 use crate::dead_letter::DeadLetter;
+use crate::delivery::run_ties::RunTies;
 use crate::delivery::{Delivery, Received};
 use crate::error::Error;
-use crate::fifo;
+use crate::flow::slot::Slot;
+use crate::handler::batch::BatchHandler;
+use crate::handler::batch_window::Collector;
+use crate::handler::handling::{self, HandlerSettings};
 use crate::handler::Handler;
-use crate::handling::{self, HandlerSettings};
 use crate::keeper::Keeper;
 use crate::keeper_thread::KeeperRuntime;
+use crate::lease::context::Context;
 use crate::lease::Lease;
 use crate::queue::Queue;
 use crate::readable::{Count, Secs};
-use crate::receiver::{ReceiveSettings, ReceivedBatch, Receiver, Receiving};
-use crate::request_batch::{Cohort, RequestsAtOnce};
+use crate::receive::{ReceiveSettings, ReceivedBatch, Receiver, Receiving};
 use crate::retry_policy::RetryPolicy;
-use crate::run_ties::RunTies;
-use crate::slot::Slot;
+use crate::settle_calls::request_batch::{Cohort, RequestsAtOnce};
+use crate::settle_calls::unfinished_deletes::Unfinished;
 use crate::stats::{Counter, Measure, Stats};
-use crate::trace_parent::SpanHook;
-use crate::unfinished_deletes::Unfinished;
+use crate::trace::parent::SpanHook;
 
 /// How long a stop waits past its shutdown timeout for the releases and acks under way: the
 /// default shutdown timeout (25 s) and this fit a stop in 28 s, inside the 30 s grace period
@@ -385,7 +391,7 @@ impl Engine {
                 HandTo::Each(Arc::new(move |d| {
                     let each = each.clone();
                     Box::pin(async move {
-                        if let Some(d) = crate::payload_reading::resolve(d).await {
+                        if let Some(d) = crate::engine::payload_reading::resolve(d).await {
                             each(d).await;
                         }
                     })
@@ -396,7 +402,8 @@ impl Engine {
                 HandTo::Batch(Arc::new(move |deliveries, shutdown| {
                     let batch = batch.clone();
                     Box::pin(async move {
-                        let deliveries = crate::payload_reading::resolve_all(deliveries).await;
+                        let deliveries =
+                            crate::engine::payload_reading::resolve_all(deliveries).await;
                         if !deliveries.is_empty() {
                             batch(deliveries, shutdown).await;
                         }
@@ -557,7 +564,7 @@ impl Engine {
         &self,
         batch: &BatchDispatch,
         shutdown: &CancellationToken,
-    ) -> crate::batch_window::HandOver {
+    ) -> crate::handler::batch_window::HandOver {
         let (batch, shutdown, fifo) = (batch.clone(), shutdown.clone(), self.ctx.is_fifo());
         Box::new(move |deliveries| {
             let (batch, token) = (batch.clone(), shutdown.clone());

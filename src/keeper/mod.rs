@@ -853,7 +853,7 @@ fn note_lateness(lease: &Lease, late: Duration) {
 
 /// Sends one round's extensions together; each one's answer.
 async fn extend_all(
-    ctx: Arc<crate::context::Context>,
+    ctx: Arc<crate::lease::context::Context>,
     extensions: Vec<DueExtension>,
     sent_at: Instant,
 ) -> Vec<ExtensionAnswer> {

@@ -38,11 +38,11 @@ use aws_sdk_sqs::types::Message;
 use futures_util::future::BoxFuture;
 use lambda_runtime::{Diagnostic, LambdaEvent};
 
-use crate::batch_handler::BatchHandler;
 use crate::builder::ConsumerBuilder;
 use crate::consumer::Consumer;
 use crate::engine::{Dispatch, Engine};
 use crate::error::Error;
+use crate::handler::batch::BatchHandler;
 use crate::handler::Handler;
 use crate::lease::AfterAck;
 use crate::memory::MemoryQueue;

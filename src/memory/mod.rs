@@ -28,12 +28,12 @@ use aws_sdk_sqs::types::{Message, MessageAttributeValue};
 use tokio::sync::Notify;
 use tokio::time::{sleep_until, Instant};
 
-use crate::backlog::Backlog;
 use crate::call_retries::random_u64;
 use crate::error::Error;
 use crate::limits::{MAX_BATCH, MAX_WAIT_SECS};
 use crate::memory::faults::Fault;
 use crate::memory::model::{refuse, Outgoing, QueueState, Rules, Selection};
+use crate::queue::backlog::Backlog;
 use crate::queue::{BatchEntry, BatchResult};
 
 /// An in-memory SQS queue, for tests, examples and local development.

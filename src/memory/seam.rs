@@ -7,12 +7,12 @@ use std::time::Duration;
 use aws_sdk_sqs::types::Message;
 use futures_util::future::BoxFuture;
 
-use crate::backlog::Backlog;
 use crate::error::Error;
 use crate::memory::counts::Action;
 use crate::memory::faults::{lost_answer, Fault};
 use crate::memory::model::{refuse, Outgoing, Selection};
 use crate::memory::MemoryQueue;
+use crate::queue::backlog::Backlog;
 use crate::queue::{BatchEntry, BatchResult, NewMessage, Receive, Transport};
 
 impl MemoryQueue {

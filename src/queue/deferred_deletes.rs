@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use aws_sdk_sqs::types::Message;
 use futures_util::future::BoxFuture;
 
-use crate::backlog::Backlog;
 use crate::error::Error;
+use crate::queue::backlog::Backlog;
 use crate::queue::{BatchEntry, BatchResult, NewMessage, Queue, Receive, Transport};
 
 /// When an invocation's deletes reach SQS.

@@ -1,9 +1,14 @@
 //! The seam: the SQS calls the crate makes, whoever serves them.
 //!
+//! Beside it: a call's round trip (`round_trip.rs`), a queue's approximate counts
+//! (`backlog.rs`), and deletes left to Lambda (`deferred_deletes.rs`, feature `lambda`).
+//!
 //! [`Transport`] is what a queue implementation provides: the SDK mapping ([`sdk`]) and the
 //! in-memory queue (`crate::memory`) each implement it; nothing here knows either. [`Queue`]
 //! wraps a transport and gives every call a bounded time: no call path can wait for ever on
 //! a server that never answers.
+
+pub(crate) mod backlog;
 
 #[cfg(feature = "lambda")]
 pub(crate) mod deferred_deletes;
@@ -20,8 +25,8 @@ use std::collections::HashMap;
 use aws_sdk_sqs::types::{Message, MessageAttributeValue, MessageSystemAttributeName};
 use futures_util::future::BoxFuture;
 
-use crate::backlog::Backlog;
 use crate::error::{Error, ErrorKind};
+use crate::queue::backlog::Backlog;
 use crate::readable::Secs;
 
 pub(crate) use round_trip::RoundTrip;

@@ -1,5 +1,5 @@
 //! How long the queue's requests take to be answered: what a partial batch may wait for the
-//! rest of its receive (see `crate::request_batch`).
+//! rest of its receive (see `crate::settle_calls::request_batch`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

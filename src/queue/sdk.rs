@@ -20,8 +20,8 @@ use futures_util::future::BoxFuture;
 use tracing::instrument::WithSubscriber;
 use tracing::Instrument;
 
-use crate::backlog::Backlog;
 use crate::error::{classify_code, shorten_handles, with_causes, Error, ErrorKind};
+use crate::queue::backlog::Backlog;
 use crate::queue::{BatchEntry, BatchResult, NewMessage, Receive, Transport};
 use crate::queue_ref::QueueRef;
 

@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::engine::Engine;
-use crate::receiver::Receiving;
+use crate::receive::Receiving;
 use crate::stats::Stats;
 
 /// A handle to a [`Consumer`](crate::Consumer), from

@@ -2,6 +2,10 @@
 //! one slot per message a receive may return, runs more receives at once while the queue is
 //! busy, and backs off on errors and on empty short polls. What it receives goes to its
 //! caller, with the slots the messages take.
+//!
+//! Beside it: a receive request that outlives whoever awaits it (`detached.rs`).
+
+pub(crate) mod detached;
 
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -14,18 +18,18 @@ use tokio::sync::{watch, OnceCell, OwnedSemaphorePermit, Semaphore};
 use tokio::time::{sleep, Instant};
 use tokio_util::sync::CancellationToken;
 
-use crate::adaptive_visibility::AdaptiveVisibility;
-use crate::backlog::Backlog;
 use crate::call_retries::{self, Backoff};
-use crate::detached_receive::{self, ReceiveRequest};
 use crate::error::Error;
-use crate::in_flight_limit::InFlightLimit;
+use crate::flow::in_flight_limit::InFlightLimit;
+use crate::flow::rate_limit::{RateLimits, Tokens};
+use crate::flow::slot::Slot;
+use crate::lease::adaptive_visibility::AdaptiveVisibility;
 use crate::lease::Holder;
+use crate::queue::backlog::Backlog;
 use crate::queue::Queue;
-use crate::rate_limit::{RateLimits, Tokens};
 use crate::readable::{Count, Secs};
+use crate::receive::detached::ReceiveRequest;
 use crate::settle_calls::ReleasesAtOnce;
-use crate::slot::Slot;
 use crate::stats::{Failing, ReceiveHealth};
 
 /// While the queue is busy, how long a receive waits for a whole batch of free slots before
@@ -603,7 +607,7 @@ impl Receiver {
             system_attribute_names: settings.system_attribute_names.clone(),
         };
         // Not abandoned if this future is: what it brings then is released at once.
-        let result = detached_receive::receive(&self.queue, request).await;
+        let result = detached::receive(&self.queue, request).await;
         let backoffs = || backoffs.lock().unwrap_or_else(PoisonError::into_inner);
         match result {
             Ok(messages) if messages.is_empty() => {

@@ -7,9 +7,9 @@ use std::time::Duration;
 use aws_sdk_sqs::types::{Message, MessageSystemAttributeName};
 use tracing::Span;
 
-use crate::context::Context;
-use crate::process_span::process_span;
-use crate::trace_parent::{self, parse_x_ray, Malformed, TraceParent};
+use crate::lease::context::Context;
+use crate::trace::parent::{self as trace_parent, parse_x_ray, Malformed, TraceParent};
+use crate::trace::process_span::process_span;
 
 /// The `delivery` span: a "process" span as OpenTelemetry's conventions name one (see
 /// `process_span!`), for one message.
@@ -36,7 +36,7 @@ pub(crate) fn delivery_span(
         });
         #[cfg(feature = "opentelemetry")]
         if let Some(parent) = &parent {
-            crate::trace_continuation::continue_trace(&span, parent);
+            crate::trace::continuation::continue_trace(&span, parent);
         }
         if let Some(hook) = ctx.span_hook() {
             hook.call(&span, parent.as_ref());

@@ -1,4 +1,14 @@
 //! The `Handler` trait: what `Consumer::run` calls for each delivery.
+//!
+//! Beside it: `Batch` and `BatchHandler` (`batch.rs`) and the batch windows that gather them
+//! (`batch_window.rs`), tower services as handlers (`service.rs`, feature `tower`), and running
+//! a handler on its deliveries (`handling.rs`).
+
+pub(crate) mod batch;
+pub(crate) mod batch_window;
+pub(crate) mod handling;
+#[cfg(feature = "tower")]
+pub(crate) mod service;
 
 use std::future::Future;
 

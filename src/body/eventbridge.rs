@@ -6,9 +6,9 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::body::json::{decode, in_envelope, is_sns_notification, sns};
 use crate::delivery::Delivery;
 use crate::error::Error;
-use crate::json::{decode, in_envelope, is_sns_notification, sns};
 
 /// An EventBridge event, as a rule with an SQS queue as its target delivers it (without an
 /// input transformer), from [`Delivery::eventbridge`]: the event's metadata, and its
@@ -206,7 +206,7 @@ fn eventbridge<T: DeserializeOwned>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::json::tests::decode_error;
+    use crate::body::json::tests::decode_error;
 
     /// An event as EventBridge delivers it to an SQS target: the example of EventBridge's
     /// User Guide ("Amazon EventBridge events"), an EC2 state change.

@@ -1,4 +1,11 @@
 //! The `Delivery` guard: one received message, kept hidden while you hold it.
+//!
+//! Beside it: settling, the one path every ack and release takes (`settle.rs`); what the
+//! deliveries of one run share (`run_ties.rs`); the `delivery` span (`span.rs`).
+
+pub(crate) mod run_ties;
+pub(crate) mod settle;
+pub(crate) mod span;
 
 use std::fmt;
 use std::future::Future;
@@ -10,18 +17,18 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Span;
 
-use crate::context::Context;
 use crate::dead_letter::{DeadLetter, Failure};
-use crate::delivery_span::{delivery_span, read_trace_parent};
+use crate::delivery::run_ties::RunTies;
+use crate::delivery::settle::{move_to_dead_letter, release_unsettled, settle, Moved, Settle};
+use crate::delivery::span::{delivery_span, read_trace_parent};
 use crate::error::{BoxError, Error, LostReason};
+use crate::flow::slot::Slot;
+use crate::lease::context::Context;
 use crate::lease::{receive_count, Dropped, End, Holder, Lease};
 use crate::limits::{secs_rounded_up, HARD_LIMIT, MAX_VISIBILITY_SECS};
-use crate::request_batch::Cohort;
-use crate::run_ties::RunTies;
-use crate::settle::{move_to_dead_letter, release_unsettled, settle, Moved, Settle};
-use crate::slot::Slot;
+use crate::settle_calls::request_batch::Cohort;
 use crate::stats::{Counter, Measure};
-use crate::trace_parent::TraceParent;
+use crate::trace::parent::TraceParent;
 
 /// One received SQS message, hidden from other consumers while you hold it.
 ///
@@ -723,8 +730,8 @@ pub(crate) mod tests {
     use crate::memory::counts::Action;
     use crate::memory::MemoryQueue;
     use crate::queue::Queue;
-    use crate::request_batch::RequestsAtOnce;
     use crate::retry_policy::RetryPolicy;
+    use crate::settle_calls::request_batch::RequestsAtOnce;
     use crate::settle_calls::SettleHooks;
 
     fn secs(s: u64) -> Duration {
@@ -1178,7 +1185,7 @@ pub(crate) mod tests {
         // The extension due at 5 s is throttled; the keeper would retry it 100..200 ms
         // later, but the ack goes out at 5.01 s and stops it: no extension races the delete,
         // and the successful ack is not turned into a "lost" one. (An extension already
-        // under way when the ack starts is covered in `lease.rs`.)
+        // under way when the ack starts is covered in `lease/mod.rs`.)
         let q = queue(10);
         q.send("m").unwrap();
         let d = hold(&q, None).await;
@@ -1773,13 +1780,13 @@ mod size {
     use tokio::time::Instant;
 
     use super::{Delivery, Received, RunTies};
-    use crate::context::Context;
     use crate::keeper::Keeper;
     use crate::keeper_thread::KeeperRuntime;
+    use crate::lease::context::Context;
     use crate::memory::MemoryQueue;
     use crate::queue::Queue;
-    use crate::request_batch::RequestsAtOnce;
     use crate::retry_policy::RetryPolicy;
+    use crate::settle_calls::request_batch::RequestsAtOnce;
 
     /// 120,000 deliveries may be held at once: the guard and its lease must stay small.
     #[tokio::test]

@@ -2,6 +2,9 @@
 //! policy needs to know, and the one state that its guard, the keeper, its handler and its
 //! watchers (`lost()`, FIFO sequencing) agree on.
 //!
+//! Beside it: what every delivery of one consumer shares (`context.rs`), and the visibility
+//! timeout each receive asks for when it adapts (`adaptive_visibility.rs`).
+//!
 //! ```text
 //!   Held <--> InHandler --dropped unsettled--> Abandoned --the handler's outcome decides:
 //!    |            |                              |         acked (Settling, then Acked), or
@@ -24,15 +27,15 @@
 //!
 //! | move | method | called by |
 //! |---|---|---|
-//! | Held -> InHandler -> Held (or what the handler left) | `enter_handler`, `leave_handler` | the handler runner, `handling.rs` |
-//! | -> Settling | `begin_ack`, `begin_release` | every ack (a delete: extended while it is under way) and release (not extended), through `settle.rs` |
-//! | Abandoned -> Settling | `begin_ack` | the handler's `OnSuccess` outcome, through `settle.rs` |
-//! | Settling <-> SettleWaiting | `waiting_to_retry`, `retrying` | a settle call between its tries, `context.rs` |
+//! | Held -> InHandler -> Held (or what the handler left) | `enter_handler`, `leave_handler` | the handler runner, `handler/handling.rs` |
+//! | -> Settling | `begin_ack`, `begin_release` | every ack (a delete: extended while it is under way) and release (not extended), through `delivery/settle.rs` |
+//! | Abandoned -> Settling | `begin_ack` | the handler's `OnSuccess` outcome, through `delivery/settle.rs` |
+//! | Settling <-> SettleWaiting | `waiting_to_retry`, `retrying` | a settle call between its tries, `lease/context.rs` |
 //! | -> Lost, -> AbandonedLost | `extension_lost` | the keeper, on an extension's answer "gone" while held, `keeper/mod.rs` |
 //! | -> Lost, -> AbandonedLost | `lapsed` | the keeper, at a deadline passed unextended (settling too); a delete answered after the deadline, `deleted` |
 //! | -> Lost | `mark_lost` | a settle call answered "gone" |
-//! | Settling -> Acked, or -> Lost | `finish_ack`, `finish_release` | a settle call's result, through `settle.rs` |
-//! | -> Abandoned, -> Ended | `drop_delivery`, `mark_ended` | `Delivery`'s `Drop`, `delivery.rs` |
+//! | Settling -> Acked, or -> Lost | `finish_ack`, `finish_release` | a settle call's result, through `delivery/settle.rs` |
+//! | -> Abandoned, -> Ended | `drop_delivery`, `mark_ended` | `Delivery`'s `Drop`, `delivery/mod.rs` |
 //!
 //! Only a held lease can be lost by an extension's answer: once an ack or release has
 //! started, an extension that reaches SQS just after the delete fails, but the message was
@@ -48,6 +51,9 @@
 //! someone else. The handler's guard settles it. A delete that succeeds for a
 //! delivery already lost is not an ack: it is never counted in `acked`.
 
+pub(crate) mod adaptive_visibility;
+pub(crate) mod context;
+
 use std::future::Future;
 use std::sync::atomic::{AtomicU32, AtomicU8, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -58,14 +64,14 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tracing::Span;
 
-use crate::context::Context;
 use crate::error::{BoxError, Error, ErrorKind, LostReason};
+use crate::lease::context::Context;
 use crate::limits::{call_margin, extension_limit, MAX_VISIBILITY_SECS};
 use crate::millis::{millis_after, Millis};
-use crate::request_batch::{Cohort, OnAnswer};
+use crate::settle_calls::request_batch::{Cohort, OnAnswer};
+use crate::settle_calls::unfinished_deletes::Unfinished;
 use crate::settle_calls::SettleHooks;
 use crate::stats::Counter;
-use crate::unfinished_deletes::Unfinished;
 
 /// Where a delivery stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -887,12 +893,12 @@ fn lost_reason(state: State) -> Option<LostReason> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::adaptive_visibility::AdaptiveVisibility;
     use crate::keeper_thread::KeeperRuntime;
+    use crate::lease::adaptive_visibility::AdaptiveVisibility;
     use crate::memory::MemoryQueue;
     use crate::queue::Queue;
-    use crate::request_batch::RequestsAtOnce;
     use crate::retry_policy::RetryPolicy;
+    use crate::settle_calls::request_batch::RequestsAtOnce;
 
     fn lease() -> Arc<Lease> {
         let ctx = Context::new(

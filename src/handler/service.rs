@@ -7,9 +7,9 @@ use std::sync::{Mutex, PoisonError};
 use futures_util::future::BoxFuture;
 use tower_service::Service;
 
-use crate::batch_handler::{Batch, BatchHandler};
 use crate::delivery::Delivery;
 use crate::error::BoxError;
+use crate::handler::batch::{Batch, BatchHandler};
 use crate::handler::Handler;
 
 /// A [`tower::Service`](tower_service::Service) that takes each [`Delivery`], as a

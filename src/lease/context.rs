@@ -1,6 +1,6 @@
 //! What every delivery of one consumer shares: the counters, the retry policy, the
 //! dead-letter queue, the memory of unfinished deletes, how deliveries' spans start, and its
-//! settle calls (`settle_calls.rs`).
+//! settle calls (`settle_calls/mod.rs`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,17 +12,17 @@ use {
     tracing::{Instrument, Span},
 };
 
-use crate::adaptive_visibility::AdaptiveVisibility;
 use crate::dead_letter::DeadLetter;
 use crate::keeper_thread::KeeperRuntime;
+use crate::lease::adaptive_visibility::AdaptiveVisibility;
 use crate::millis::Epoch;
 use crate::queue::Queue;
-use crate::request_batch::RequestsAtOnce;
 use crate::retry_policy::RetryPolicy;
+use crate::settle_calls::request_batch::RequestsAtOnce;
+use crate::settle_calls::unfinished_deletes::{Unfinished, UnfinishedDeletes};
 use crate::settle_calls::SettleCalls;
 use crate::stats::{Counter, Counters, Measure, Stats};
-use crate::trace_parent::SpanHook;
-use crate::unfinished_deletes::{Unfinished, UnfinishedDeletes};
+use crate::trace::parent::SpanHook;
 
 #[derive(Debug)]
 pub(crate) struct Context {

@@ -11,20 +11,20 @@ use futures_util::future::{join_all, BoxFuture, FutureExt};
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, Span};
 
-use crate::batch_handler::{Batch, BatchHandler};
-use crate::batch_window::Batching;
-use crate::context::Context;
 use crate::dead_letter::Failure;
+use crate::delivery::run_ties::RunTies;
+use crate::delivery::settle::{move_to_dead_letter, release_unsettled, settle, Moved, Settle};
 use crate::delivery::Delivery;
 use crate::error::{self, BoxError};
+use crate::handler::batch::{Batch, BatchHandler};
+use crate::handler::batch_window::Batching;
 use crate::handler::Handler;
 use crate::keeper::Keeper;
+use crate::lease::context::Context;
 use crate::lease::{Lease, Left};
-use crate::process_span::process_span;
 use crate::readable::Secs;
-use crate::run_ties::RunTies;
-use crate::settle::{move_to_dead_letter, release_unsettled, settle, Moved, Settle};
 use crate::stats::{Counter, Measure};
+use crate::trace::process_span::process_span;
 
 /// What a handler's `Ok` means for the deliveries it leaves unsettled (dropped without
 /// `ack`, `release` or `release_after`), set with

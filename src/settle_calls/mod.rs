@@ -2,6 +2,12 @@
 //! request batch and each retried on its own terms (an ack's delete for up to 20 s, a
 //! release's change 4 tries in all), in tasks that neither a cancelled caller nor a `Drop`
 //! cuts short and that shutdown waits for. The keeper's extensions share their batcher.
+//!
+//! Beside it: the request batches they go out in (`request_batch.rs`), and the messages whose
+//! delete did not go through, to delete should they come back (`unfinished_deletes.rs`).
+
+pub(crate) mod request_batch;
+pub(crate) mod unfinished_deletes;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -19,7 +25,7 @@ use crate::error::Error;
 use crate::keeper_thread::KeeperRuntime;
 use crate::queue::Queue;
 use crate::readable::Secs;
-use crate::request_batch::{Batcher, Call, Cohort, OnAnswer, RequestsAtOnce};
+use crate::settle_calls::request_batch::{Batcher, Call, Cohort, OnAnswer, RequestsAtOnce};
 
 /// A call that settles a message.
 #[derive(Debug, Clone, Copy)]

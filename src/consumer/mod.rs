@@ -1,19 +1,27 @@
-//! `Consumer`: what a consumer does once built (see `config.rs` for how it is built).
+//! `Consumer`: what a consumer does once built (`crate::builder` builds it).
+//!
+//! Beside it: its `ConsumerHandle` (`handle.rs`), its `DeliveryStream` (`stream.rs`), and the
+//! process's stop signal (`shutdown_signal.rs`, feature `signal`).
+
+pub(crate) mod handle;
+#[cfg(feature = "signal")]
+pub(crate) mod shutdown_signal;
+pub(crate) mod stream;
 
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 
-use crate::backlog::Backlog;
-use crate::batch_handler::BatchHandler;
-use crate::consumer_handle::ConsumerHandle;
+use crate::consumer::handle::ConsumerHandle;
+use crate::consumer::stream::DeliveryStream;
 use crate::engine::{ConsumerSettings, Engine};
 use crate::error::Error;
+use crate::handler::batch::BatchHandler;
 use crate::handler::Handler;
+use crate::queue::backlog::Backlog;
 use crate::queue::Queue;
-use crate::receiver::Receiving;
+use crate::receive::Receiving;
 use crate::stats::Stats;
-use crate::stream::DeliveryStream;
 
 /// Receives messages from one SQS queue and hands each to a handler as a
 /// [`Delivery`](crate::Delivery).
@@ -45,7 +53,7 @@ impl Consumer {
     }
 
     #[cfg(test)]
-    pub(crate) fn receive_settings(&self) -> &crate::receiver::ReceiveSettings {
+    pub(crate) fn receive_settings(&self) -> &crate::receive::ReceiveSettings {
         self.engine.receive_settings()
     }
 

@@ -6,7 +6,7 @@ use opentelemetry::Context;
 use tracing::Span;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
-use crate::trace_parent::TraceParent;
+use crate::trace::parent::TraceParent;
 
 /// Makes `parent` (a remote span) the parent of `span`, which must not have been entered
 /// yet. Without a `tracing-opentelemetry` layer in the subscriber (of this crate's version)
