@@ -467,6 +467,41 @@ async fn on_a_fifo_queue_a_record_gone_before_the_invocation_fails_the_later_one
     }
 }
 
+/// On a FIFO queue, the later records that a record gone before the invocation fails are
+/// released unhandled: visible again at once, not left hidden for the renewed timeout.
+#[tokio::test(start_paused = true)]
+async fn on_a_fifo_queue_the_records_a_gone_one_fails_are_visible_again_at_once() {
+    for (failure, visible) in [
+        (FifoFailure::FailsTheRest, vec!["ack-a2", "ack-b1"]),
+        (FifoFailure::FailsItsGroup, vec!["ack-a2"]),
+    ] {
+        let q = memory_fifo(10);
+        for (body, group) in [("ack-a1", "a"), ("ack-a2", "a"), ("ack-b1", "b")] {
+            q.send_with(body, SendOptions::new().group_id(group))
+                .unwrap();
+        }
+        let event = event_of(&q, 3).await;
+        // Deleted before the invocation: its renewal finds it gone, while the others' holds.
+        let first = &event.records[0];
+        assert_eq!(first.body.as_deref(), Some("ack-a1"));
+        q.delete(first.receipt_handle.as_deref().unwrap()).unwrap();
+        let (invocations, _) = noting(Function::in_memory(&q).fifo_failure(failure));
+        invocations
+            .invoke(event, deadline_in(secs(60)))
+            .await
+            .unwrap();
+        let mut again: Vec<String> = q
+            .receive(10, Duration::ZERO)
+            .await
+            .unwrap()
+            .iter()
+            .filter_map(|m| m.body().map(str::to_owned))
+            .collect();
+        again.sort();
+        assert_eq!(again, visible, "{failure:?}");
+    }
+}
+
 /// An event the partial batch response cannot describe truthfully is answered with an
 /// error, and none of its records is handled: no records, a record that is not SQS's, one
 /// without a message id, a receipt handle or a queue ARN.
