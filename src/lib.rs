@@ -156,6 +156,8 @@ mod receive;
 mod retry_policy;
 mod settle_calls;
 mod stats;
+#[cfg(test)]
+mod test_support;
 mod trace;
 
 #[cfg(feature = "json")]

@@ -483,7 +483,7 @@ fn the_resolver_tells_a_wrong_citation_from_a_right_one() {
         Ok(true)
     );
     assert_eq!(
-        resolve(root, "memory::seam::batch_entry_ids_duplicates_and_partial_failures_are_answered_as_aws_does"),
+        resolve(root, "memory::seam::tests::batch_entry_ids_duplicates_and_partial_failures_are_answered_as_aws_does"),
         Ok(true)
     );
     // Right name, wrong file.

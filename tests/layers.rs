@@ -40,6 +40,34 @@ fn layers() -> Vec<(String, Vec<String>)> {
     layers
 }
 
+/// Lines of code: neither blank nor a comment.
+fn lines_of_code(text: &str) -> usize {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with("//"))
+        .count()
+}
+
+/// Every file of `src/` (its unit tests' files too) reads at once: at most 600 lines of
+/// code, 1,000 in all.
+#[test]
+fn no_file_of_src_is_over_600_lines_of_code_or_1000_in_all() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut long = Vec::new();
+    for f in rust_files(&src) {
+        let text = std::fs::read_to_string(src.join(&f)).unwrap();
+        let (code, all) = (lines_of_code(&text), text.lines().count());
+        if code > 600 || all > 1_000 {
+            long.push(format!("src/{f}: {code} lines of code, {all} in all"));
+        }
+    }
+    assert!(long.is_empty(), "files too long to read at once: {long:#?}");
+    assert_eq!(
+        lines_of_code("fn a() {}\n\n    // why\n//! what\n    let x = 1;\n"),
+        2
+    );
+}
+
 /// The layer `file` sits on: the one that names it, or else its folder (a folder's files sit
 /// on its layer).
 fn layer_of(layers: &[(String, Vec<String>)], file: &str) -> Option<usize> {
@@ -82,7 +110,7 @@ fn every_file_sits_on_a_layer_and_reaches_only_down_with_no_loop() {
         .iter()
         .filter_map(|f| Some((f.as_str(), layer_of(&layers, f)?)))
         .collect();
-    for f in &files {
+    for f in files.iter().filter(|f| !is_test_file(f)) {
         assert!(
             layer_of.contains_key(f.as_str()),
             "src/{f} is on no layer: add it or its folder to the table in CONTRIBUTING.md, \
@@ -131,6 +159,8 @@ fn the_checker_finds_a_loop_and_an_upward_reach() {
             "c.rs",
             "#[cfg(test)]\nmod tests {\n    use crate::{a::Y, b::{Z, W}};\n}\n",
         ),
+        ("c/tests.rs", "use crate::a::Y;\n"),
+        ("c/tests/more.rs", "use crate::b::Z;\n"),
     ]
     .into_iter()
     .map(|(f, s)| (f.to_owned(), s.to_owned()))
@@ -142,6 +172,8 @@ fn the_checker_finds_a_loop_and_an_upward_reach() {
     assert_eq!(reaches["a.rs"], set(&[("b.rs", false)]));
     assert_eq!(reaches["b.rs"], set(&[("a.rs", false)]));
     assert_eq!(reaches["c.rs"], set(&[("a.rs", true), ("b.rs", true)]));
+    assert_eq!(reaches["c/tests.rs"], set(&[("a.rs", true)]));
+    assert_eq!(reaches["c/tests/more.rs"], set(&[("b.rs", true)]));
     assert_eq!(
         loops(&reaches),
         vec![vec!["a.rs".to_owned(), "b.rs".to_owned()]]
@@ -275,7 +307,7 @@ fn reaches(sources: &BTreeMap<String, String>) -> Reaches {
             if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
                 continue;
             }
-            let in_test = tests.iter().any(|r| r.contains(&start));
+            let in_test = is_test_file(file) || tests.iter().any(|r| r.contains(&start));
             for path in paths(&code[at..]) {
                 let target = resolve(sources, &path);
                 if &target != file {
@@ -285,6 +317,13 @@ fn reaches(sources: &BTreeMap<String, String>) -> Reaches {
         }
     }
     out
+}
+
+/// A file of unit tests (`tests.rs`, or under a `tests/` folder) or of what they share
+/// (`test_support.rs`): test code throughout, on no layer.
+fn is_test_file(file: &str) -> bool {
+    let name = file.rsplit('/').next().unwrap_or(file);
+    name == "tests.rs" || name == "test_support.rs" || file.split('/').any(|d| d == "tests")
 }
 
 /// The paths written after a `crate::`: one, or each member of a `{...}` group.

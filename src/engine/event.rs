@@ -11,7 +11,8 @@ use aws_sdk_sqs::types::Message;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::{Dispatch, Engine, Order, Run};
+use super::{Dispatch, Engine, Order};
+use crate::engine::run::Run;
 use crate::error::Error;
 use crate::handler::handling;
 use crate::handler::Handler;

@@ -11,24 +11,23 @@ pub(crate) mod event;
 pub(crate) mod fifo;
 #[cfg(feature = "s3")]
 pub(crate) mod payload_reading;
+pub(crate) mod run;
 
 use std::collections::VecDeque;
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{self, ready, Poll};
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
-use tokio::task::{JoinHandle, JoinSet};
+use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::instrument::WithSubscriber;
-use tracing::Instrument;
 
 use crate::dead_letter::DeadLetter;
 use crate::delivery::run_ties::RunTies;
 use crate::delivery::{Delivery, Received};
+use crate::engine::run::{ReceiveTask, Run};
 use crate::error::Error;
 use crate::flow::slot::Slot;
 use crate::handler::batch::BatchHandler;
@@ -38,7 +37,6 @@ use crate::handler::Handler;
 use crate::keeper::Keeper;
 use crate::keeper_thread::KeeperRuntime;
 use crate::lease::context::Context;
-use crate::lease::Lease;
 use crate::queue::Queue;
 use crate::readable::{Count, Secs};
 use crate::receive::{ReceiveSettings, ReceivedBatch, Receiver, Receiving};
@@ -299,7 +297,19 @@ impl Engine {
         // Until the receives under way are in, the run goes on as before the signal (but
         // starts no receive): a message released now could be taken by one of them again.
         let stop = CancellationToken::new();
-        let receiving = ReceiveTask::start(self.clone(), run, dispatch, stop.clone());
+        let engine = self.clone();
+        let stop_receiving = stop.clone();
+        let receiving = async move {
+            let mut run = run;
+            // Declared after the run, so dropped before it: if the loop is dropped (its task
+            // aborted) or panics, the run is cancelled first, and the deliveries its aborted
+            // handlers drop are released at once.
+            let release_on_drop = run.ties.shutdown().clone().drop_guard();
+            let result = engine.receive(&mut run, &dispatch, &stop_receiving).await;
+            release_on_drop.disarm();
+            (result, run)
+        };
+        let receiving = ReceiveTask::start(receiving);
         let (ended, deadline) = self.receive_until(receiving, signal, &stop, &late).await;
         let (result, run) = ended?;
         self.shut_down(run, deadline).await;
@@ -579,42 +589,9 @@ impl Engine {
 
     /// Steps 3 to 6 of the shutdown described on `Consumer::run_until`; handlers may run
     /// until `deadline`.
-    async fn shut_down(&self, mut run: Run, deadline: Instant) {
-        // From here on, a delivery dropped is released at once.
-        run.ties.shutdown().cancel();
-        let end = deadline.max(Instant::now()) + FINAL_FLUSH;
-        let _ = tokio::time::timeout_at(end, run.release_late()).await;
-        // The collector goes first: its task hands over what is still filling, and ends once
-        // those handlers are done.
-        let Run {
-            mut groups,
-            collector,
-            ..
-        } = run;
-        drop(collector);
-        // Count the handler tasks still running, not those finished and not yet reaped.
-        while groups.try_join_next().is_some() {}
-        let running = groups.len();
-        if running > 0 {
-            tracing::info!(
-                "waiting for {} to finish, up to {}",
-                Count(running, "running handler", "running handlers"),
-                Secs(deadline.saturating_duration_since(Instant::now()))
-            );
-        }
-        let drained = tokio::time::timeout_at(deadline, async {
-            while groups.join_next().await.is_some() {}
-        })
-        .await
-        .is_ok();
-        if !drained {
-            tracing::warn!(
-                running = groups.len(),
-                "handlers still running at the shutdown timeout: cancelling them and releasing \
-                 their messages"
-            );
-            groups.shutdown().await;
-        }
+    async fn shut_down(&self, run: Run, deadline: Instant) {
+        run.drain(deadline, deadline.max(Instant::now()) + FINAL_FLUSH)
+            .await;
         self.flush(deadline).await;
         // The deadline is the shutdown timeout after the signal (or the loop's end).
         let stopping_for = deadline
@@ -640,6 +617,18 @@ impl Engine {
                 Count(left, "ack or release", "acks and releases"),
                 Secs(FINAL_FLUSH)
             );
+        }
+    }
+
+    /// A run that `shutdown` stops, and `late` ends (see `Run::late`).
+    pub(crate) fn new_run(&self, shutdown: CancellationToken, late: CancellationToken) -> Run {
+        Run {
+            ties: RunTies::new(shutdown, self.keeper.clone()),
+            groups: JoinSet::new(),
+            late,
+            late_arrivals: Vec::new(),
+            collector: None,
+            event_leases: Vec::new(),
         }
     }
 }
@@ -674,137 +663,6 @@ impl Order {
             Order::Queue => false,
             #[cfg(feature = "lambda")]
             Order::Event(_) => true,
-        }
-    }
-}
-
-/// One run of the engine: a `run_until`, or a stream.
-#[derive(Debug)]
-pub(crate) struct Run {
-    /// Its shutdown signal and runtime, and its deliveries' count.
-    ties: Arc<RunTies>,
-    /// The tasks handing out the run's deliveries (one per FIFO group, or per delivery).
-    groups: JoinSet<()>,
-    /// Cancelled once the shutdown timeout has passed (or the stream is dropped): what is
-    /// received after it goes to `late_arrivals`, not to a handler.
-    late: CancellationToken,
-    /// Deliveries received too late to be handed out, released once receiving has ended.
-    late_arrivals: Vec<Delivery>,
-    /// The filling batch of a batch handler with a window, once one was received.
-    collector: Option<Collector>,
-    /// The leases of an event's deliveries (none for the consumer's own receives): its end
-    /// reads how each ended, and lets go of those kept hidden after their ack.
-    event_leases: Vec<Arc<Lease>>,
-}
-
-impl Engine {
-    /// A run that `shutdown` stops, and `late` ends (see `Run::late`).
-    pub(crate) fn new_run(&self, shutdown: CancellationToken, late: CancellationToken) -> Run {
-        Run {
-            ties: RunTies::new(shutdown, self.keeper.clone()),
-            groups: JoinSet::new(),
-            late,
-            late_arrivals: Vec::new(),
-            collector: None,
-            event_leases: Vec::new(),
-        }
-    }
-}
-
-impl Run {
-    /// Cancelled once the run's shutdown timeout has passed.
-    pub(crate) fn late(&self) -> &CancellationToken {
-        &self.late
-    }
-
-    /// Releases the deliveries received too late to be handed out (visibility 0), so that
-    /// they go to the next consumer at once rather than stay hidden for a visibility timeout.
-    async fn release_late(&mut self) {
-        let late = std::mem::take(&mut self.late_arrivals);
-        if late.is_empty() {
-            return;
-        }
-        tracing::info!(
-            count = late.len(),
-            "releasing messages received after the shutdown timeout"
-        );
-        // Together: their releases go out in batches, not one request after another.
-        let releases = late.into_iter().map(|d| async move {
-            let message_id = d.message_id().to_owned();
-            if let Err(err) = d.release().await {
-                tracing::warn!(%message_id, error = %err.chain(), "releasing a late delivery failed; it returns when its visibility lapses");
-            }
-        });
-        futures_util::future::join_all(releases).await;
-    }
-}
-
-/// A run's receive loop (`Engine::receive`) on a task of its own, which gives the run back
-/// when the loop ends.
-///
-/// `run_until` is often awaited on a thread that is no worker of its runtime (the future
-/// `#[tokio::main]` blocks on): from there, each handler the loop spawns is handed across
-/// threads, a parked worker woken for it, and each receive's answer wakes that thread. As a
-/// task, the loop runs on a worker, and what it spawns goes to that worker's own queue.
-/// Dropped before the loop ends, it aborts the task. Outside a runtime's context, the loop
-/// runs where it is awaited.
-struct ReceiveTask(Looping);
-
-type LoopEnd = (Result<(), Error>, Run);
-
-enum Looping {
-    Task(JoinHandle<LoopEnd>),
-    InPlace(BoxFuture<'static, LoopEnd>),
-    Ended,
-}
-
-impl ReceiveTask {
-    fn start(engine: Arc<Engine>, run: Run, dispatch: Dispatch, stop: CancellationToken) -> Self {
-        let receiving = async move {
-            let mut run = run;
-            // Declared after the run, so dropped before it: if the loop is dropped (its task
-            // aborted) or panics, the run is cancelled first, and the deliveries its aborted
-            // handlers drop are released at once.
-            let release_on_drop = run.ties.shutdown().clone().drop_guard();
-            let result = engine.receive(&mut run, &dispatch, &stop).await;
-            release_on_drop.disarm();
-            (result, run)
-        };
-        Self(match tokio::runtime::Handle::try_current() {
-            // In the caller's span, for the caller's subscriber (one set for its thread only,
-            // too): the loop's events go where they went when it ran in place.
-            Ok(runtime) => {
-                Looping::Task(runtime.spawn(receiving.in_current_span().with_current_subscriber()))
-            }
-            Err(_) => Looping::InPlace(Box::pin(receiving)),
-        })
-    }
-}
-
-impl Future for ReceiveTask {
-    /// The loop's end, or an error if the runtime shut down first (the run went with it).
-    type Output = Result<LoopEnd, Error>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut task::Context<'_>) -> Poll<Self::Output> {
-        let ended = match &mut self.0 {
-            Looping::Task(task) => match ready!(Pin::new(task).poll(cx)) {
-                Ok(end) => Ok(end),
-                // A panic in the loop goes on where the run is awaited, as it did in place.
-                Err(gone) if gone.is_panic() => std::panic::resume_unwind(gone.into_panic()),
-                Err(_) => Err(Error::runtime_gone("ReceiveMessage")),
-            },
-            Looping::InPlace(receiving) => Ok(ready!(receiving.as_mut().poll(cx))),
-            Looping::Ended => return Poll::Pending,
-        };
-        self.0 = Looping::Ended;
-        Poll::Ready(ended)
-    }
-}
-
-impl Drop for ReceiveTask {
-    fn drop(&mut self) {
-        if let Looping::Task(task) = &self.0 {
-            task.abort();
         }
     }
 }

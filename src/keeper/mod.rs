@@ -8,8 +8,9 @@
 //! than 12 hours after the receive, so the last extension is cut to end just before that.
 
 pub(crate) mod schedule;
+mod timers;
 
-use std::collections::BTreeSet;
+use crate::keeper::timers::{Kept, Next, Slab, Timers};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -217,31 +218,6 @@ fn last_extension(lease: &Lease, by: Limit, visibility: u32, now: Instant) {
     }
 }
 
-/// What happens next to a kept lease.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Next {
-    /// Its extension is due.
-    Extend,
-    /// Its last extension failed transiently: try again.
-    Retry,
-    /// No extension is possible (or none went through): it is lost at its deadline.
-    Expire(LostReason),
-    /// An extension is under way; the timer is its deadline, in case no answer comes.
-    AwaitingAnswer,
-}
-
-/// A lease the keeper holds: a few words each.
-struct Kept {
-    lease: Arc<Lease>,
-    /// Its timer (its key in `timers`).
-    timer: u64,
-    next: Next,
-    /// Failed tries of the current extension.
-    attempt: u8,
-    /// The 12-hour cap has been warned about.
-    capped: bool,
-}
-
 /// What a due timer asks of the round it fires in.
 enum Step {
     /// End the round here: the timers after this one wait for their own time.
@@ -355,125 +331,10 @@ impl KeeperTask {
     fn new(epoch: Instant) -> Self {
         Self {
             kept: Slab::default(),
-            timers: Timers {
-                epoch,
-                keys: BTreeSet::new(),
-            },
+            timers: Timers::new(epoch),
             rounds: FuturesUnordered::new(),
             spare: Vec::new(),
         }
-    }
-}
-
-/// How a timer's instant is rounded to the millisecond.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Rounding {
-    /// Down: an extension may go that much early, never late.
-    Down,
-    /// Up: a deadline is never declared passed before it has.
-    Up,
-}
-
-impl Rounding {
-    fn for_timer(next: Next) -> Self {
-        match next {
-            Next::Extend => Rounding::Down,
-            Next::Retry | Next::Expire(_) | Next::AwaitingAnswer => Rounding::Up,
-        }
-    }
-}
-
-/// Bits of a timer key that hold the lease's slot; the rest hold milliseconds.
-const SLOT_BITS: u32 = 24;
-
-/// The keeper's timers, one per kept lease, each packed into one word: the milliseconds from
-/// the keeper's start to when it fires, then the lease's slot (120,000 held deliveries cost
-/// about 1.5 MB of timers).
-struct Timers {
-    epoch: Instant,
-    keys: BTreeSet<u64>,
-}
-
-impl Timers {
-    /// The key of a timer for `slot` at `at`, rounded to the millisecond as `rounding` says.
-    fn key(&self, at: Instant, slot: u64, rounding: Rounding) -> u64 {
-        let since = at.saturating_duration_since(self.epoch);
-        let mut ms = since.as_millis();
-        if rounding == Rounding::Up
-            && since > Duration::from_millis(u64::try_from(ms).unwrap_or(u64::MAX))
-        {
-            ms += 1;
-        }
-        let ms = u64::try_from(ms)
-            .unwrap_or(u64::MAX)
-            .min((1 << (64 - SLOT_BITS)) - 1);
-        (ms << SLOT_BITS) | (slot & ((1 << SLOT_BITS) - 1))
-    }
-
-    /// When the timer of `key` fires.
-    fn at(&self, key: u64) -> Instant {
-        self.epoch + Duration::from_millis(key >> SLOT_BITS)
-    }
-
-    fn slot(key: u64) -> u64 {
-        key & ((1 << SLOT_BITS) - 1)
-    }
-
-    fn insert(&mut self, at: Instant, slot: u64, next: Next) -> u64 {
-        let key = self.key(at, slot, Rounding::for_timer(next));
-        self.keys.insert(key);
-        key
-    }
-
-    fn remove(&mut self, key: u64) {
-        self.keys.remove(&key);
-    }
-
-    /// When the first timer fires.
-    fn first(&self) -> Option<Instant> {
-        self.keys.first().map(|key| self.at(*key))
-    }
-
-    /// The timers that fire by `horizon`, first first.
-    fn due(&self, horizon: Instant) -> Vec<u64> {
-        let last = self.key(horizon, (1 << SLOT_BITS) - 1, Rounding::Down);
-        self.keys.range(..=last).copied().collect()
-    }
-}
-
-/// The kept leases, by slot: one word of index per lease, slots reused.
-#[derive(Default)]
-struct Slab {
-    slots: Vec<Option<Kept>>,
-    free: Vec<u32>,
-}
-
-impl Slab {
-    fn insert(&mut self, kept: Kept) -> u64 {
-        match self.free.pop() {
-            Some(slot) => {
-                self.slots[slot as usize] = Some(kept);
-                u64::from(slot)
-            }
-            None => {
-                self.slots.push(Some(kept));
-                (self.slots.len() - 1) as u64
-            }
-        }
-    }
-
-    fn get(&self, id: &u64) -> Option<&Kept> {
-        self.slots.get(*id as usize).and_then(Option::as_ref)
-    }
-
-    fn get_mut(&mut self, id: &u64) -> Option<&mut Kept> {
-        self.slots.get_mut(*id as usize).and_then(Option::as_mut)
-    }
-
-    fn remove(&mut self, id: &u64) -> Option<Kept> {
-        let kept = self.slots.get_mut(*id as usize)?.take()?;
-        self.free.push(u32::try_from(*id).unwrap_or(u32::MAX));
-        Some(kept)
     }
 }
 
@@ -872,62 +733,4 @@ async fn extend_all(
             result,
         })
         .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A timer's key holds its milliseconds from the keeper's start, rounded down for an
-    /// extension (never sent late) and up for a deadline (never declared passed early), then
-    /// its slot.
-    #[tokio::test(start_paused = true)]
-    async fn a_timer_key_rounds_extensions_down_and_deadlines_up() {
-        let epoch = Instant::now();
-        let timers = Timers {
-            epoch,
-            keys: BTreeSet::new(),
-        };
-        let ms = Duration::from_millis;
-        let between = epoch + Duration::from_micros(2_500);
-        let extend = timers.key(between, 7, Rounding::for_timer(Next::Extend));
-        let lost = Next::Expire(LostReason::HardDeadline);
-        let expire = timers.key(between, 7, Rounding::for_timer(lost));
-        assert_eq!(timers.at(extend), epoch + ms(2));
-        assert_eq!(timers.at(expire), epoch + ms(3));
-        assert_eq!((Timers::slot(extend), Timers::slot(expire)), (7, 7));
-        // On a whole millisecond, both are exact.
-        let whole = epoch + ms(2);
-        let up = timers.key(whole, 7, Rounding::Up);
-        assert_eq!(up, timers.key(whole, 7, Rounding::Down));
-        assert_eq!((timers.at(up), Timers::slot(up)), (whole, 7));
-        // Every slot keeps to its own bits, and the milliseconds to theirs, even past the
-        // largest they hold (34 years).
-        let last_slot = (1 << SLOT_BITS) - 1;
-        let key = timers.key(whole, last_slot, Rounding::Down);
-        assert_eq!((timers.at(key), Timers::slot(key)), (whole, last_slot));
-        let key = timers.key(epoch + ms(1 << 41), 5, Rounding::Up);
-        assert_eq!((key >> SLOT_BITS, Timers::slot(key)), ((1 << 40) - 1, 5));
-    }
-
-    /// The timers due by an instant are every one up to its millisecond, whatever their
-    /// slots, first first.
-    #[tokio::test(start_paused = true)]
-    async fn the_timers_due_by_an_instant_include_every_slot_of_its_millisecond() {
-        let epoch = Instant::now();
-        let mut timers = Timers {
-            epoch,
-            keys: BTreeSet::new(),
-        };
-        let ms = Duration::from_millis;
-        let last_slot = (1 << SLOT_BITS) - 1;
-        let mut on_time = Vec::new();
-        for (at, slot) in [(ms(5), last_slot), (ms(5), 2), (ms(3), 9), (ms(5), 0)] {
-            on_time.push(timers.insert(epoch + at, slot, Next::Extend));
-        }
-        timers.insert(epoch + ms(6), 1, Next::Extend);
-        on_time.sort_unstable();
-        assert_eq!(timers.due(epoch + Duration::from_micros(5_900)), on_time);
-        assert_eq!(timers.first(), Some(epoch + ms(3)));
-    }
 }

@@ -14,6 +14,7 @@ pub(crate) mod builder;
 pub(crate) mod counts;
 pub(crate) mod faults;
 mod model;
+mod refusal;
 mod seam;
 
 pub use builder::MemoryQueueBuilder;
@@ -32,7 +33,8 @@ use crate::call_retries::random_u64;
 use crate::error::Error;
 use crate::limits::{MAX_BATCH, MAX_WAIT_SECS};
 use crate::memory::faults::Fault;
-use crate::memory::model::{refuse, Outgoing, QueueState, Rules, Selection};
+use crate::memory::model::{Outgoing, QueueState, Rules, Selection};
+use crate::memory::refusal::refuse;
 use crate::queue::backlog::Backlog;
 use crate::queue::{BatchEntry, BatchResult};
 

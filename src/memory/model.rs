@@ -1,15 +1,15 @@
 //! The in-memory queue's state and its rules: what each SQS call does to it, at a given
 //! instant. Nothing here waits or locks; `MemoryQueue` does both around it.
 
+use crate::memory::refusal::{invalid_receipt, refuse};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
-use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_sdk_sqs::types::{Message, MessageAttributeValue, MessageSystemAttributeName as Attr};
 use tokio::time::Instant;
 
 use crate::call_retries::random_u64;
-use crate::error::{classify_code, shorten_handles, Error};
+use crate::error::Error;
 use crate::limits::{whole_secs, HARD_LIMIT, MAX_BATCH, MAX_VISIBILITY_SECS};
 use crate::memory::counts::{Action, RequestCounts};
 use crate::memory::faults::{next_draw, Fault, Faults, InjectedFaults};
@@ -687,46 +687,6 @@ fn to_message(m: &Stored, seq: u64, receipt: String, fifo: bool, select: Selecti
         }
     }
     b.build()
-}
-
-/// The error a [`MemoryQueue`](crate::MemoryQueue) call fails with; the source of an
-/// [`Error::Sqs`].
-#[derive(Debug)]
-struct MemoryQueueError {
-    code: String,
-    message: String,
-}
-
-impl fmt::Display for MemoryQueueError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.code, self.message)
-    }
-}
-
-impl std::error::Error for MemoryQueueError {}
-
-/// The queue refuses a call of `action` with an SQS error `code`; a receipt handle its
-/// message quotes is cut to its start, as the SDK path cuts those of a server's answers.
-pub(crate) fn refuse(action: Action, code: &str, message: &str) -> Error {
-    let message = &*shorten_handles(message);
-    Error::Sqs {
-        operation: action.name(),
-        code: Some(code.to_owned()),
-        message: message.to_owned(),
-        kind: classify_code(code, None, message),
-        source: Box::new(MemoryQueueError {
-            code: code.to_owned(),
-            message: message.to_owned(),
-        }),
-    }
-}
-
-fn invalid_receipt(action: Action) -> Error {
-    refuse(
-        action,
-        "ReceiptHandleIsInvalid",
-        "the receipt handle is not the message's latest",
-    )
 }
 
 fn epoch_ms() -> u128 {
