@@ -436,6 +436,79 @@ async fn a_record_gone_before_the_invocation_is_reported_failed_unhandled() {
     );
 }
 
+/// The renewal says once how many records were gone before the invocation, and once how many
+/// it could not renew (with why); an event renewed in full says neither.
+#[tokio::test(start_paused = true)]
+async fn the_renewal_says_once_what_was_gone_and_what_it_could_not_renew() {
+    let gone_line = "gone before the invocation began";
+    let not_renewed_line = "not renewed before the deadline margin";
+    let (logs, _guard) = common::capture_logs();
+    let said = |what: &str| {
+        let text = String::from_utf8(logs.lock().unwrap().clone()).unwrap();
+        let lines: Vec<String> = text
+            .lines()
+            .filter(|l| l.contains(what))
+            .map(str::to_owned)
+            .collect();
+        logs.lock().unwrap().clear();
+        lines
+    };
+    // Renewed in full: nothing said.
+    let q = memory_queue(10);
+    let (invocations, _) = noting(Function::in_memory(&q));
+    send_all(&q, &["ack", "ack-2"]);
+    let event = event_of(&q, 2).await;
+    invocations
+        .invoke(event, deadline_in(secs(60)))
+        .await
+        .unwrap();
+    let text = String::from_utf8(logs.lock().unwrap().clone()).unwrap();
+    assert!(
+        !text.contains(gone_line) && !text.contains(not_renewed_line),
+        "{text}"
+    );
+    // One of two gone: said once, and nothing said of renewals that failed.
+    let q = memory_queue(10);
+    let (invocations, _) = noting(Function::in_memory(&q));
+    send_all(&q, &["ack", "ack-2"]);
+    let event = event_of(&q, 2).await;
+    sleep(secs(11)).await;
+    q.receive(1, Duration::ZERO).await.unwrap();
+    invocations
+        .invoke(event, deadline_in(secs(60)))
+        .await
+        .unwrap();
+    let text = String::from_utf8(logs.lock().unwrap().clone()).unwrap();
+    assert!(!text.contains(not_renewed_line), "{text}");
+    let gone = said(gone_line);
+    assert_eq!(gone.len(), 1, "{gone:?}");
+    assert!(gone[0].contains("1 record was gone"), "{gone:?}");
+    // Both refused: said once, with the error.
+    let q = memory_queue(10);
+    let (invocations, _) = noting(Function::in_memory(&q));
+    send_all(&q, &["ack", "ack-2"]);
+    let event = event_of(&q, 2).await;
+    for action in [
+        Action::ChangeMessageVisibility,
+        Action::ChangeMessageVisibilityBatch,
+    ] {
+        q.fail_next(action, "AccessDenied", 2);
+    }
+    let response = invocations
+        .invoke(event, deadline_in(secs(60)))
+        .await
+        .unwrap();
+    assert_eq!(response.batch_item_failures.len(), 2);
+    let text = String::from_utf8(logs.lock().unwrap().clone()).unwrap();
+    assert!(!text.contains(gone_line), "{text}");
+    let not_renewed = said(not_renewed_line);
+    assert_eq!(not_renewed.len(), 1, "{not_renewed:?}");
+    assert!(
+        not_renewed[0].contains("2 records were") && not_renewed[0].contains("AccessDenied"),
+        "{not_renewed:?}"
+    );
+}
+
 /// On a FIFO queue, a record gone before the invocation began fails the later records as a
 /// failure does: every one by default, its group's only with `FifoFailure::FailsItsGroup`;
 /// those are released unhandled, and the rest is handled.
