@@ -509,6 +509,56 @@ async fn the_renewal_says_once_what_was_gone_and_what_it_could_not_renew() {
     );
 }
 
+/// A record whose earlier ack found its delivery lost comes back in a later event: deleted
+/// on sight without its handler, and reported done (Lambda deletes it), not failed.
+#[tokio::test(start_paused = true)]
+async fn a_record_whose_ack_was_lost_is_deleted_on_sight_and_reported_done() {
+    let q = memory_queue(10);
+    send_all(&q, &["ack"]);
+    let handled: Handled = Arc::default();
+    let invocations = {
+        let (q, handled) = (q.clone(), handled.clone());
+        Function::in_memory(&q.clone())
+            .handler(move |d: Delivery| {
+                let q = q.clone();
+                handled.lock().unwrap().push(d.receive_count().to_string());
+                async move {
+                    // The first time, no extension goes through until its lease has lapsed.
+                    for action in [
+                        Action::ChangeMessageVisibility,
+                        Action::ChangeMessageVisibilityBatch,
+                    ] {
+                        q.fail_for(action, "InternalError", secs(11));
+                    }
+                    sleep(secs(12)).await;
+                    d.ack().await
+                }
+            })
+            .unwrap()
+    };
+    let first = invocations
+        .invoke(event_of(&q, 1).await, deadline_in(secs(60)))
+        .await
+        .unwrap();
+    assert_eq!(first.batch_item_failures.len(), 1, "its ack was lost");
+    let again = event_of(&q, 1).await;
+    assert_eq!(again.records.len(), 1, "it came back");
+    let second = invocations
+        .invoke(again, deadline_in(secs(60)))
+        .await
+        .unwrap();
+    assert!(
+        second.batch_item_failures.is_empty(),
+        "{:?}",
+        second.batch_item_failures
+    );
+    assert_eq!(
+        *handled.lock().unwrap(),
+        ["1"],
+        "handled the first time only"
+    );
+}
+
 /// On a FIFO queue, a record gone before the invocation began fails the later records as a
 /// failure does: every one by default, its group's only with `FifoFailure::FailsItsGroup`;
 /// those are released unhandled, and the rest is handled.
