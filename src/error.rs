@@ -206,46 +206,44 @@ impl fmt::Display for LostReason {
 
 impl Error {
     /// `true` when the delivery is lost: the message may be redelivered to someone else.
-    /// Exactly when [`kind`](Error::kind) is `Some(ErrorKind::Lost(_))`.
+    /// Exactly when [`kind`](Error::kind) is `ErrorKind::Lost(_)`.
     pub fn is_lost(&self) -> bool {
-        matches!(self.kind(), Some(ErrorKind::Lost(_)))
+        matches!(self.kind(), ErrorKind::Lost(_))
     }
 
     /// `true` when trying the same call again later may succeed. Exactly when
-    /// [`kind`](Error::kind) is `Some(ErrorKind::Retryable)`.
+    /// [`kind`](Error::kind) is `ErrorKind::Retryable`.
     pub fn is_retryable(&self) -> bool {
-        self.kind() == Some(ErrorKind::Retryable)
+        self.kind() == ErrorKind::Retryable
     }
 
     /// `true` when retrying cannot help (bad configuration, missing queue, access denied).
-    /// Exactly when [`kind`](Error::kind) is `Some(ErrorKind::Fatal)`.
+    /// Exactly when [`kind`](Error::kind) is `ErrorKind::Fatal`.
     pub fn is_fatal(&self) -> bool {
-        self.kind() == Some(ErrorKind::Fatal)
+        self.kind() == ErrorKind::Fatal
     }
 
-    /// How the error is treated: lost, retryable or fatal, as the predicates say.
-    ///
-    /// `None` for the errors that are none of the three: a refused `release_after`
-    /// ([`Error::PastHardDeadline`]), a body that did not decode ([`Error::Decode`]), and a
-    /// keeper thread that could not start ([`Error::KeeperThread`]).
-    pub fn kind(&self) -> Option<ErrorKind> {
+    /// How the error is treated: lost, retryable or fatal, as the predicates say. Every error
+    /// is one of the three: a refused `release_after` ([`Error::PastHardDeadline`]), a body
+    /// that did not decode ([`Error::Decode`]) and a keeper thread that could not start
+    /// ([`Error::KeeperThread`]) are fatal, since the same call fails the same way again.
+    pub fn kind(&self) -> ErrorKind {
         match self {
-            Error::Sqs { kind, .. } | Error::Payload { kind, .. } => Some(*kind),
-            Error::InvalidConfig { .. } => Some(ErrorKind::Fatal),
-            Error::Lost { reason, .. } => Some(ErrorKind::Lost(*reason)),
-            Error::PastHardDeadline { .. } | Error::Decode { .. } | Error::KeeperThread { .. } => {
-                None
-            }
+            Error::Sqs { kind, .. } | Error::Payload { kind, .. } => *kind,
+            Error::Lost { reason, .. } => ErrorKind::Lost(*reason),
+            Error::InvalidConfig { .. }
+            | Error::PastHardDeadline { .. }
+            | Error::Decode { .. }
+            | Error::KeeperThread { .. } => ErrorKind::Fatal,
             #[cfg(feature = "lambda")]
-            Error::LambdaRuntime { .. } => Some(ErrorKind::Fatal),
+            Error::LambdaRuntime { .. } => ErrorKind::Fatal,
             // As its queue's error says (a read that may work next time), else fatal: the
             // same event fails the same way.
             #[cfg(feature = "lambda")]
             Error::LambdaEvent { source, .. } => source
                 .as_deref()
                 .and_then(|s| s.downcast_ref::<Error>())
-                .and_then(Error::kind)
-                .or(Some(ErrorKind::Fatal)),
+                .map_or(ErrorKind::Fatal, Error::kind),
         }
     }
 
@@ -461,7 +459,7 @@ impl Error {
                 operation: "batch",
                 code: other.code().map(str::to_owned),
                 message: other.to_string(),
-                kind: other.kind().unwrap_or(ErrorKind::Fatal),
+                kind: other.kind(),
                 source,
             },
         }

@@ -379,15 +379,15 @@ async fn every_public_item(
     let (_, _, _): (bool, bool, bool) = (error.is_lost(), error.is_retryable(), error.is_fatal());
     let _: Option<&str> = error.code();
     match error.kind() {
-        Some(ErrorKind::Retryable | ErrorKind::Fatal) | None => {}
-        Some(ErrorKind::Lost(reason)) => match reason {
+        ErrorKind::Retryable | ErrorKind::Fatal => {}
+        ErrorKind::Lost(
             LostReason::ReceiptHandleInvalid
             | LostReason::NotInFlight
             | LostReason::ExtensionFailed
-            | LostReason::HardDeadline => {}
-            _ => {}
-        },
-        Some(_) => {}
+            | LostReason::HardDeadline
+            | LostReason::LapsedBeforeAnswer,
+        ) => {}
+        _ => {}
     }
     match error {
         Error::InvalidConfig {
@@ -500,6 +500,7 @@ async fn every_public_item(
     q.delete("h")?;
     q.change_visibility("h", Duration::ZERO)?;
     q.fail_next(Action::DeleteMessage, "InternalError", 1);
+    q.fail_for(Action::ReceiveMessage, "InternalError", Duration::ZERO);
     let (_, _, _): (&str, bool, Duration) = (q.name(), q.is_fifo(), q.visibility_timeout());
     let _: [usize; 4] = [q.len(), q.visible_len(), q.in_flight_len(), q.delayed_len()];
     let _: bool = q.is_empty();

@@ -128,7 +128,7 @@ async fn a_queue_name_that_does_not_exist_is_an_error_naming_it() {
         .await
         .expect("run ends at once")
         .expect_err("no such queue");
-    assert_eq!(err.kind(), Some(ErrorKind::Fatal), "{err}");
+    assert_eq!(err.kind(), ErrorKind::Fatal, "{err}");
     assert!(err.to_string().contains(&name), "{err}");
     assert_eq!(*sent.0.lock().unwrap(), ["GetQueueUrl"]);
     let err = consumer.queue_url().await.unwrap_err();

@@ -20,6 +20,7 @@ use crate::error::Error;
 /// The deliveries of a [`Consumer`](crate::Consumer), from
 /// [`Consumer::stream`](crate::Consumer::stream) or
 /// [`Consumer::stream_until`](crate::Consumer::stream_until).
+#[must_use = "a stream receives nothing until it is polled"]
 pub struct DeliveryStream {
     inbox: Arc<Yielded>,
     /// Cancelled when the stream is dropped: the pump receives no more, and releases what

@@ -85,33 +85,35 @@ fn kind_and_the_predicates_agree_for_every_class() {
         (lost, (true, false, false)),
     ] {
         let e = sqs(kind);
-        assert_eq!(e.kind(), Some(kind));
+        assert_eq!(e.kind(), kind);
         assert_eq!((e.is_lost(), e.is_retryable(), e.is_fatal()), expected);
         assert_eq!(e.code(), Some("Code"));
     }
     // Errors that are no SQS call have no code, and the kind their predicate says.
     let invalid = Error::invalid("wait_time", 25, "whole seconds in 0..=20");
-    assert_eq!(
-        (invalid.kind(), invalid.code()),
-        (Some(ErrorKind::Fatal), None)
-    );
+    assert_eq!((invalid.kind(), invalid.code()), (ErrorKind::Fatal, None));
     assert!(invalid.is_fatal() && !invalid.is_retryable() && !invalid.is_lost());
     let gone = Error::Lost {
         message_id: "m".into(),
         reason: LostReason::HardDeadline,
         source: None,
     };
-    let lost = Some(ErrorKind::Lost(LostReason::HardDeadline));
+    let lost = ErrorKind::Lost(LostReason::HardDeadline);
     assert_eq!((gone.kind(), gone.code()), (lost, None));
     assert!(gone.is_lost() && !gone.is_fatal() && !gone.is_retryable());
-    // And those that are none of the three have no kind.
+    // And every other error is fatal: the same call fails the same way again.
     let refused = Error::PastHardDeadline {
         message_id: "m".into(),
         requested: Duration::from_secs(60),
         allowed: Duration::from_secs(10),
     };
-    assert_eq!(refused.kind(), None);
-    assert!(!refused.is_fatal() && !refused.is_retryable() && !refused.is_lost());
+    let thread = Error::KeeperThread {
+        source: std::io::Error::other("no thread"),
+    };
+    for e in [refused, thread] {
+        assert_eq!((e.kind(), e.code()), (ErrorKind::Fatal, None), "{e}");
+        assert!(e.is_fatal() && !e.is_retryable() && !e.is_lost(), "{e}");
+    }
 }
 
 #[test]

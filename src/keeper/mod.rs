@@ -636,7 +636,7 @@ impl KeeperTask {
     /// An extension failed: the delivery is lost, stops being extended, or tries again.
     fn extension_failed(&mut self, id: u64, lease: &Lease, err: &Error, now: Instant) {
         lease.context().count(Counter::ExtensionFailures);
-        if let Some(ErrorKind::Lost(reason)) = err.kind() {
+        if let ErrorKind::Lost(reason) = err.kind() {
             if lease.extension_lost(reason) {
                 tracing::warn!(parent: lease.span(), %reason, error = %err.chain(), "delivery lost");
                 self.remove(id);

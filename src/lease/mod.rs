@@ -648,7 +648,7 @@ impl Lease {
             (Ok(()), None) if self.deleted(Counter::DeadLettered) => return Ok(()),
             (Err(err), _) if !err.is_lost() => err,
             (result, lost_before) => {
-                let reason = match (result.err().and_then(|e| e.kind()), lost_before) {
+                let reason = match (result.err().map(|e| e.kind()), lost_before) {
                     (Some(ErrorKind::Lost(reason)), _) | (_, Some(reason)) => reason,
                     _ => LostReason::ReceiptHandleInvalid,
                 };
@@ -679,7 +679,7 @@ impl Lease {
     ) -> Result<(), Error> {
         let (reason, source) = match (result, lost_before) {
             (Err(err), _) if err.is_lost() => match err.kind() {
-                Some(ErrorKind::Lost(reason)) => (reason, Some(err)),
+                ErrorKind::Lost(reason) => (reason, Some(err)),
                 _ => (LostReason::ReceiptHandleInvalid, Some(err)),
             },
             // Any other failure of a delivery lost before the delete or meanwhile (transient
@@ -733,7 +733,7 @@ impl Lease {
             Err(err) => return Err(err),
         };
         let reason = match err.kind() {
-            Some(ErrorKind::Lost(reason)) => reason,
+            ErrorKind::Lost(reason) => reason,
             _ => LostReason::ReceiptHandleInvalid,
         };
         self.mark_lost(reason);
