@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Mutation testing with cargo-mutants (installed at a pinned version under target/tools the
-# first time, a build of about two minutes; so is cargo-nextest, which runs the tests, if
+# Mutation testing with cargo-mutants (installed at a pinned version by scripts/cargo-tool.sh
+# the first time, a build of about two minutes; so is cargo-nextest, which runs the tests, if
 # the machine has none): each mutant is one small change to a module that carries a
 # promise (.cargo/mutants.toml lists them), built and run against the tests that need no
 # server; a mutant the tests let pass is "missed". docs/mutants.md gives the
@@ -14,16 +14,9 @@
 # Results go to mutants.out/ (outcomes.json, caught.txt, missed.txt, timeout.txt, ...).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-version=27.1.0
-tools=target/tools
-mutants="$tools/bin/cargo-mutants"
-if ! [ -x "$mutants" ] || [ "$("$mutants" mutants --version)" != "cargo-mutants $version" ]; then
-  echo "installing cargo-mutants $version under $tools"
-  cargo install --locked --quiet cargo-mutants --version "$version" --root "$tools"
-fi
+mutants=$(scripts/cargo-tool.sh cargo-mutants 27.1.0)
 if ! cargo nextest --version >/dev/null 2>&1; then
-  echo "installing cargo-nextest 0.9.143 under $tools"
-  cargo install --locked --quiet cargo-nextest --version 0.9.143 --root "$tools"
+  nextest=$(scripts/cargo-tool.sh cargo-nextest 0.9.143)
+  export PATH="$(dirname "$nextest"):$PATH"
 fi
-export PATH="$PWD/$tools/bin:$PATH"
 exec "$mutants" mutants "$@"
