@@ -800,6 +800,23 @@ impl Lease {
 
     /// Completes when the delivery is lost, with the reason; never completes otherwise.
     pub(crate) fn lost(self: &Arc<Self>) -> impl Future<Output = LostReason> + Send + 'static {
+        self.once_state(lost_reason)
+    }
+
+    /// Completes when the delivery has ended (acked, or dropped and settled), with how.
+    pub(crate) fn ended(self: &Arc<Self>) -> impl Future<Output = End> + Send + 'static {
+        self.once_state(|state| match state {
+            State::Acked => Some(End::Acked),
+            State::Ended { .. } => Some(End::NotAcked),
+            _ => None,
+        })
+    }
+
+    /// Completes with what `seen` makes of the state, the first time it makes something of it.
+    fn once_state<T>(
+        self: &Arc<Self>,
+        seen: impl Fn(State) -> Option<T> + Send + 'static,
+    ) -> impl Future<Output = T> + Send + 'static {
         let lease = self.clone();
         async move {
             loop {
@@ -807,26 +824,8 @@ impl Lease {
                 let changed = lease.changed.notified();
                 tokio::pin!(changed);
                 changed.as_mut().enable();
-                if let Some(reason) = lost_reason(lease.state()) {
-                    return reason;
-                }
-                changed.await;
-            }
-        }
-    }
-
-    /// Completes when the delivery has ended (acked, or dropped and settled), with how.
-    pub(crate) fn ended(self: &Arc<Self>) -> impl Future<Output = End> + Send + 'static {
-        let lease = self.clone();
-        async move {
-            loop {
-                let changed = lease.changed.notified();
-                tokio::pin!(changed);
-                changed.as_mut().enable();
-                match lease.state() {
-                    State::Acked => return End::Acked,
-                    State::Ended { .. } => return End::NotAcked,
-                    _ => {}
+                if let Some(found) = seen(lease.state()) {
+                    return found;
                 }
                 changed.await;
             }
