@@ -14,7 +14,7 @@
 //! for it (a stop never abandons a poll, which SQS would still hand a message), and the log
 //! says so ("waiting for 1 receive under way, up to 2s"). Its `wait_time` of 2 s keeps that
 //! short; the default is 20 s. The request counts vary a little with timing; every number
-//! printed is read from the queue and the consumer, and `tests/examples.rs` checks them
+//! printed is read from the queue and the consumer, and `tests/project/examples.rs` checks them
 //! against what happened.
 
 use std::io::Write;

@@ -11,7 +11,7 @@
 //! done: 12 messages, 12 acked, 1 timed out and tried again, at most 3 at once
 //! ```
 //!
-//! `tests/examples.rs` checks every number against what happened.
+//! `tests/project/examples.rs` checks every number against what happened.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

@@ -11,7 +11,7 @@
 //! order 7 (Order Placed from com.example.orders): span `charge` in trace 0af7651916cd43dd8448eb211c80319c, under `process orders` (Consumer), under the producer's span b7ad6b7169203331
 //! ```
 //!
-//! `tests/trace_continuation.rs` runs it and checks every id against the exported spans.
+//! `tests/trace/continuation.rs` runs it and checks every id against the exported spans.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -125,7 +125,7 @@ fn install_the_leak_guard() {
 }
 
 // Every file sits on a layer and imports only from layers below it: the table is in
-// CONTRIBUTING.md, "Layers", and `tests/layers.rs` reads it and holds the crate to it.
+// CONTRIBUTING.md, "Layers", and `tests/project/layers.rs` reads it and holds the crate to it.
 #[cfg(feature = "json")]
 mod body;
 mod builder;

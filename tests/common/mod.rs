@@ -860,7 +860,7 @@ pub fn buffered_subscriber() -> (Arc<Mutex<Vec<u8>>>, impl tracing::Subscriber +
 /// Installs, before the binary's first test, the global subscriber every test binary of the
 /// suite has: the leak guard ([`log_guard`]) and the buffer [`global_logs`] reads.
 /// `guard_logs!(layer)` adds a layer of the binary's own (its spans' exporter, say).
-/// `tests/layers.rs` checks that every test binary invokes it.
+/// `tests/trace/logs.rs` checks that every test binary invokes it.
 #[macro_export]
 macro_rules! guard_logs {
     () => {

@@ -1,4 +1,4 @@
-//! The batch answers `tests/fidelity.rs` checks on the test servers, here on the in-memory
+//! The batch answers `tests/queue/fidelity.rs` checks on the test servers, here on the in-memory
 //! queue (its batch calls are the crate's own seam, not public).
 use super::*;
 
