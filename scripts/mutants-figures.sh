@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
-# The figures of the committed mutants shards (mutants/shard-*/), per module: caught,
-# missed, unviable and timed out, as the guide's mutants page gives them; then the missed
+# The figures of the mutants shards kept under mutants/shard-*/ (and mutants/in-diff-*/),
+# per module: caught, missed, unviable and timed out, as contributing/mutants.md gives them;
+# written to contributing/mutants-record.txt, which is committed. Then the missed
 # mutants, each of which the page must name with a reason or a test must kill. Shards run
 # on different commits may overlap by a few mutants (the list shifts when code is added):
 # a mutant named by several shards counts once, with the outcome of the highest shard.
-#   scripts/mutants-figures.sh
+#   scripts/mutants-figures.sh > contributing/mutants-record.txt
 set -euo pipefail
 cd "$(dirname "$0")/.."
+echo "# The outcomes of the cargo-mutants runs, summed by scripts/mutants-figures.sh from the"
+echo "# lists under mutants/ (contributing/mutants.md says how). The per-mutant lists are not tracked:"
+echo "# those of the runs of 2026 are in git under mutants/ at 6733bf8."
+echo
 # One line per outcome: shard number, outcome, commit, mutant.
 outcomes() {
   for d in mutants/shard-*/; do
@@ -37,3 +42,9 @@ for d in mutants/shard-*/; do cat "$d/seconds"; done | sort -n | awk '
 echo
 echo "missed:"
 printf '%s\n' "$latest" | awk -F'\t' '$2 == "missed" { print $4 }'
+for d in mutants/in-diff-*/; do
+  [ -d "$d" ] || continue
+  echo
+  echo "missed in $(basename "$d"):"
+  sed -e '$a\' "$d/missed.txt"
+done

@@ -3,7 +3,7 @@
 # the first time, a build of about two minutes; so is cargo-nextest, which runs the tests, if
 # the machine has none): each mutant is one small change to a module that carries a
 # promise (.cargo/mutants.toml lists them), built and run against the tests that need no
-# server; a mutant the tests let pass is "missed". docs/mutants.md gives the
+# server; a mutant the tests let pass is "missed". contributing/mutants.md gives the
 # figures of the last full run and a reason for every mutant left alive. Slow (one build
 # per mutant: a whole run takes hours), so not part of the test command. Arguments go to
 # cargo-mutants:

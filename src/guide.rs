@@ -63,6 +63,3 @@ pub mod testing {}
 
 #[doc = include_str!("../docs/claims.md")]
 pub mod claims {}
-
-#[doc = include_str!("../docs/mutants.md")]
-pub mod mutants {}

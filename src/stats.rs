@@ -76,7 +76,7 @@ pub struct Stats {
     pub payload_delete_failures: u64,
     /// Handlers dropped because their delivery was lost, with
     /// [`cancel_on_lost`](crate::ConsumerBuilder::cancel_on_lost) (a batch handler: once
-    /// every delivery of its batch is lost), each logged at `warn` with the message id.
+    /// every delivery of its handler batch is lost), each logged at `warn` with the message id.
     pub cancelled_on_lost: u64,
     /// Messages moved to the dead-letter queue by the consumer's dead-letter step
     /// ([`dead_letter`](crate::ConsumerBuilder::dead_letter) and

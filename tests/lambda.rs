@@ -317,7 +317,7 @@ where
     }
 }
 
-/// Lambda may hand over records long after it received them (a batching window): the lease
+/// Lambda may hand out records long after it received them (a batching window): the lease
 /// counts from the receive. Visibility 10 s, the event delivered 4 s after the receive, the
 /// function's deadline 8 s away: the records are renewed (one request for all three) before
 /// any handler runs, and none is visible to another receiver before the answer, one held
@@ -1309,7 +1309,7 @@ mod server {
         }
     }
 
-    /// Lambda may hand over records long after it received them: visibility 10 s, the event
+    /// Lambda may hand out records long after it received them: visibility 10 s, the event
     /// delivered 4 s after the receive, the function's deadline 8 s away, one record held
     /// 7 s. Nothing is visible to another receiver (looking every 250 ms) before the answer.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -24,8 +24,8 @@ use crate::builder::queues::{KeeperPlacement, Source};
 
 /// Defaults, as documented on the setters.
 const DEFAULT_WAIT_TIME: Duration = Duration::from_secs(20);
-const DEFAULT_BATCH_SIZE: u32 = 10;
-// A multiple of the batch size: receives of 10 fill the slots exactly, and so do the
+const DEFAULT_RECEIVE_BATCH_SIZE: u32 = 10;
+// A multiple of the receive batch size: receives of 10 fill the slots exactly, and so do the
 // extension and delete batches of the deliveries they bring.
 const DEFAULT_MAX_IN_FLIGHT: usize = 40;
 // With the final flush's few seconds (`engine::FINAL_FLUSH`), a stop fits in 28 s: inside
@@ -38,7 +38,7 @@ const DEFAULT_GIVE_UP_AFTER: Duration = Duration::from_secs(300);
 const DEFAULT_MAX_CONCURRENT_RECEIVES: usize = 64;
 /// The most deliveries in one batch of a batch handler (Lambda's limit for SQS).
 const MAX_BATCH_DELIVERIES: usize = 10_000;
-/// The longest a batch may fill (Lambda's batching window).
+/// The longest a handler batch may fill (Lambda's batching window).
 const MAX_BATCH_WINDOW: Duration = Duration::from_secs(300);
 /// Messages per second a rate limit may be set to.
 const RECEIVE_RATES: std::ops::RangeInclusive<f64> = 0.001..=100_000.0;
@@ -60,7 +60,7 @@ pub struct ConsumerBuilder {
     source: Source,
     visibility_timeout: Option<Duration>,
     wait_time: Duration,
-    batch_size: u32,
+    receive_batch_size: u32,
     max_in_flight: usize,
     shutdown_timeout: Duration,
     give_up_after: Duration,
@@ -75,9 +75,9 @@ pub struct ConsumerBuilder {
     batch_window: Duration,
     message_attribute_names: Vec<String>,
     system_attribute_names: Vec<MessageSystemAttributeName>,
-    in_flight_limit: Option<InFlightLimit>,
+    shared_in_flight_limit: Option<InFlightLimit>,
     max_receive_rate: Option<f64>,
-    rate_limit: Option<RateLimit>,
+    shared_rate_limit: Option<RateLimit>,
     dead_letter: Option<(DeadLetterQueue, u32)>,
     adaptive_visibility: Option<(Duration, Duration)>,
     keeper: KeeperPlacement,
@@ -119,7 +119,7 @@ impl ConsumerBuilder {
             source,
             visibility_timeout: None,
             wait_time: DEFAULT_WAIT_TIME,
-            batch_size: DEFAULT_BATCH_SIZE,
+            receive_batch_size: DEFAULT_RECEIVE_BATCH_SIZE,
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
             give_up_after: DEFAULT_GIVE_UP_AFTER,
@@ -133,9 +133,9 @@ impl ConsumerBuilder {
             batch_window: Duration::ZERO,
             message_attribute_names: vec!["All".to_owned()],
             system_attribute_names: vec![MessageSystemAttributeName::All],
-            in_flight_limit: None,
+            shared_in_flight_limit: None,
             max_receive_rate: None,
-            rate_limit: None,
+            shared_rate_limit: None,
             dead_letter: None,
             adaptive_visibility: None,
             keeper: KeeperPlacement::Default,
@@ -216,9 +216,15 @@ impl ConsumerBuilder {
     /// The most messages one `ReceiveMessage` asks for (`MaxNumberOfMessages`), 1..=10.
     /// Defaults to 10. A receive never asks for more than the free
     /// [`max_in_flight`](ConsumerBuilder::max_in_flight) slots.
-    pub fn batch_size(mut self, size: u32) -> Self {
-        self.batch_size = size;
+    pub fn receive_batch_size(mut self, size: u32) -> Self {
+        self.receive_batch_size = size;
         self
+    }
+
+    /// The former name of [`receive_batch_size`](ConsumerBuilder::receive_batch_size).
+    #[deprecated(since = "0.1.0", note = "renamed `receive_batch_size`")]
+    pub fn batch_size(self, size: u32) -> Self {
+        self.receive_batch_size(size)
     }
 
     /// The most deliveries held at once (running handlers, and deliveries you moved
@@ -229,7 +235,7 @@ impl ConsumerBuilder {
     /// it is answered), so at a round trip to SQS 40 slots serve up to 40 messages per
     /// round trip (see [Messages a second at a round
     /// trip](crate::guide::flow_control#messages-a-second-at-a-round-trip)). Defaults to 40 (a
-    /// multiple of the batch size, 10, so that receives, extensions and deletes go in whole
+    /// multiple of the receive batch size, 10, so that receives, extensions and deletes go in whole
     /// batches).
     pub fn max_in_flight(mut self, max: usize) -> Self {
         self.max_in_flight = max;
@@ -287,7 +293,7 @@ impl ConsumerBuilder {
     /// deliveries are released at once (visibility 0: [`RetryPolicy::ReleaseNow`], or
     /// [`Delivery::release`](crate::Delivery::release)): those messages are visible again
     /// at once, and several receives waiting would split them into short answers. Never more
-    /// than `max_in_flight / batch_size` (rounded up). Defaults to 64: as many as the slots
+    /// than `max_in_flight / receive_batch_size` (rounded up). Defaults to 64: as many as the slots
     /// can fill (4 with the default 40 slots), which a busy queue needs at a round trip of
     /// tens of milliseconds; a lower cap trades messages a second for fewer empty answers
     /// when a burst ends (one for each receive then under way, beyond the first).
@@ -390,9 +396,15 @@ impl ConsumerBuilder {
     /// A budget of held deliveries shared with other consumers (see [`InFlightLimit`]): the
     /// deliveries held by all of them together never exceed it. This consumer's own
     /// [`max_in_flight`](ConsumerBuilder::max_in_flight) applies too. Defaults to none.
-    pub fn in_flight_limit(mut self, limit: &InFlightLimit) -> Self {
-        self.in_flight_limit = Some(limit.clone());
+    pub fn shared_in_flight_limit(mut self, limit: &InFlightLimit) -> Self {
+        self.shared_in_flight_limit = Some(limit.clone());
         self
+    }
+
+    /// The former name of [`shared_in_flight_limit`](ConsumerBuilder::shared_in_flight_limit).
+    #[deprecated(since = "0.1.0", note = "renamed `shared_in_flight_limit`")]
+    pub fn in_flight_limit(self, limit: &InFlightLimit) -> Self {
+        self.shared_in_flight_limit(limit)
     }
 
     /// At most `per_second` messages received a second by this consumer, a [`RateLimit`] of
@@ -414,9 +426,9 @@ impl ConsumerBuilder {
 
     /// The most deliveries in one [`Batch`](crate::Batch) of
     /// [`run_batch`](crate::Consumer::run_batch): 1..=10000, and at most
-    /// [`max_in_flight`](ConsumerBuilder::max_in_flight) (a batch is held whole while it
+    /// [`max_in_flight`](ConsumerBuilder::max_in_flight) (a handler batch is held whole while it
     /// fills). Without a [`batch_window`](ConsumerBuilder::batch_window) each receive's
-    /// deliveries are handed over as they come, in batches of at most this many. Not on a FIFO
+    /// deliveries are handed out as they come, in batches of at most this many. Not on a FIFO
     /// queue, whose batches keep each group's order (refused by `build()`). Defaults to 10.
     pub fn max_batch(mut self, max: usize) -> Self {
         self.max_batch = Some(max);
@@ -424,13 +436,13 @@ impl ConsumerBuilder {
     }
 
     /// How long a batch of [`run_batch`](crate::Consumer::run_batch) may fill from its first
-    /// delivery, across receives: it is handed over when it holds
+    /// delivery, across receives: it is handed out when it holds
     /// [`max_batch`](ConsumerBuilder::max_batch) deliveries or when its window has passed,
     /// whichever comes first. Every delivery in a filling batch keeps its lease (the keeper
     /// extends it), so a window longer than the visibility timeout loses nothing. 0..=300 s.
-    /// On a shutdown a filling batch is handed over once the receives under way are in (with
+    /// On a shutdown a filling batch is handed out once the receives under way are in (with
     /// what they brought), not at its window. Not on a FIFO queue (refused by `build()`, as
-    /// Lambda refuses it). Defaults to 0: each receive's deliveries are handed over as they
+    /// Lambda refuses it). Defaults to 0: each receive's deliveries are handed out as they
     /// come.
     ///
     /// ```
@@ -450,7 +462,7 @@ impl ConsumerBuilder {
     }
 
     /// Drops a handler's future as soon as its delivery is lost (a batch handler's: once
-    /// every delivery of its batch is lost), counted in
+    /// every delivery of its handler batch is lost), counted in
     /// [`Stats::cancelled_on_lost`](crate::Stats::cancelled_on_lost) and logged at `warn`
     /// with the message id. A lost delivery's message may already be with another consumer:
     /// for work that must not run twice at once (a payment, a job holding a lock), stopping
@@ -505,9 +517,15 @@ impl ConsumerBuilder {
     /// messages received by all of them together stay within it. A
     /// [`max_receive_rate`](ConsumerBuilder::max_receive_rate) of this consumer's own applies
     /// too. Defaults to none.
-    pub fn rate_limit(mut self, limit: &RateLimit) -> Self {
-        self.rate_limit = Some(limit.clone());
+    pub fn shared_rate_limit(mut self, limit: &RateLimit) -> Self {
+        self.shared_rate_limit = Some(limit.clone());
         self
+    }
+
+    /// The former name of [`shared_rate_limit`](ConsumerBuilder::shared_rate_limit).
+    #[deprecated(since = "0.1.0", note = "renamed `shared_rate_limit`")]
+    pub fn rate_limit(self, limit: &RateLimit) -> Self {
+        self.shared_rate_limit(limit)
     }
 
     /// Runs the consumer's keeper (the visibility extensions) and its settle calls (acks and

@@ -100,7 +100,12 @@ impl ConsumerBuilder {
             .transpose()?;
         let wait_time = limits::wait_time("wait_time", self.wait_time)?;
         let max_batch = u32::try_from(MAX_BATCH).unwrap_or(10);
-        let batch_size = limits::in_range("batch_size", self.batch_size, 1..=max_batch, "1..=10")?;
+        let receive_batch_size = limits::in_range(
+            "receive_batch_size",
+            self.receive_batch_size,
+            1..=max_batch,
+            "1..=10",
+        )?;
         let max_in_flight = limits::in_range(
             "max_in_flight",
             self.max_in_flight,
@@ -151,9 +156,9 @@ impl ConsumerBuilder {
                 "names SQS knows (MessageSystemAttributeName::values())",
             ));
         }
-        if let Some(limit) = &self.in_flight_limit {
+        if let Some(limit) = &self.shared_in_flight_limit {
             limits::in_range(
-                "in_flight_limit",
+                "shared_in_flight_limit",
                 limit.max(),
                 1..=MAX_IN_FLIGHT,
                 "1..=120000",
@@ -171,26 +176,26 @@ impl ConsumerBuilder {
             })
             .transpose()?
             .map(RateLimit::new);
-        if let Some(limit) = &self.rate_limit {
+        if let Some(limit) = &self.shared_rate_limit {
             let per_second = limit.per_second();
             limits::in_range(
-                "rate_limit",
+                "shared_rate_limit",
                 per_second,
                 RECEIVE_RATES,
                 RECEIVE_RATES_ALLOWED,
             )?;
         }
-        let rate_limits = RateLimits::new(own_rate, self.rate_limit.take());
+        let rate_limits = RateLimits::new(own_rate, self.shared_rate_limit.take());
         let adaptive = self.visibility_estimate()?;
         Ok(ReceiveSettings {
             visibility_timeout,
             wait_time,
-            batch_size,
+            receive_batch_size,
             max_in_flight,
             max_concurrent_receives,
             message_attribute_names: std::mem::take(&mut self.message_attribute_names),
             system_attribute_names: with_needed(std::mem::take(&mut self.system_attribute_names)),
-            in_flight_limit: self.in_flight_limit.take(),
+            shared_in_flight_limit: self.shared_in_flight_limit.take(),
             rate_limits,
             adaptive,
             give_up_after: limits::in_range(
@@ -286,7 +291,7 @@ impl ConsumerBuilder {
             return Err(Error::invalid(
                 "max_batch",
                 max,
-                "at most max_in_flight (raise max_in_flight to hold a whole batch)",
+                "at most max_in_flight (raise max_in_flight to hold a whole handler batch)",
             ));
         }
         Ok(Batching { max, window })
@@ -384,10 +389,11 @@ fn is_bucket_name(name: &str) -> bool {
 }
 
 /// A FIFO queue's batches are one receive's deliveries, handed out in rounds that keep each
-/// group's order: a batch split or collected across receives could run two of a group at
+/// group's order: a handler batch split or collected across receives could run two of a group at
 /// once. (Lambda refuses a batching window on FIFO queues too.)
 fn fifo_batching(batching: Batching) -> Result<(), Error> {
-    const ALLOWED: &str = "the default on a FIFO queue (a batch is one receive's deliveries, \
+    const ALLOWED: &str =
+        "the default on a FIFO queue (a handler batch is one receive's deliveries, \
                            in rounds that keep each message group's order)";
     if !batching.window.is_zero() {
         return Err(Error::invalid("batch_window", batching.window, ALLOWED));

@@ -298,12 +298,12 @@ impl Consumer {
     /// completes (or a fatal error), then shuts down as [`run_until`](Consumer::run_until)
     /// does.
     ///
-    /// By default a batch holds what one `ReceiveMessage` returned (at most
-    /// [`batch_size`](crate::ConsumerBuilder::batch_size)), in receive order. With a
+    /// By default a handler batch holds what one `ReceiveMessage` returned (at most
+    /// [`receive_batch_size`](crate::ConsumerBuilder::receive_batch_size)), in receive order. With a
     /// [`batch_window`](crate::ConsumerBuilder::batch_window), a batch collects the
     /// deliveries of several receives, up to [`max_batch`](crate::ConsumerBuilder::max_batch),
-    /// and is handed over when full or when its window has passed since its first delivery
-    /// (a shutdown hands a filling batch over once the receives under way are in). Each
+    /// and is handed out when full or when its window has passed since its first delivery
+    /// (a shutdown hands a filling batch out once the receives under way are in). Each
     /// delivery keeps its own lease,
     /// while its batch fills too. On a FIFO queue a batch holds at most one message of each message
     /// group; a group's next message comes in a later batch, once the one before it was

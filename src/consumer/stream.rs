@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::instrument::WithSubscriber;
 
 use crate::delivery::Delivery;
-use crate::engine::{Dispatch, Engine};
+use crate::engine::{Engine, HandOut};
 use crate::error::Error;
 
 /// The deliveries of a [`Consumer`](crate::Consumer), from
@@ -97,7 +97,7 @@ impl DeliveryStream {
         let (token, sink) = (shutdown.clone(), inbox.clone());
         let pump = async move {
             let out = sink.clone();
-            let dispatch = Dispatch::each(Arc::new(move |d| {
+            let hand_out = HandOut::each(Arc::new(move |d| {
                 out.push(Ok(d));
                 Box::pin(std::future::ready(()))
             }));
@@ -121,7 +121,7 @@ impl DeliveryStream {
             let mut run = engine.new_run(token.clone(), token.child_token());
             let late = run.late().clone();
             let (result, deadline) = {
-                let receiving = engine.receive(&mut run, &dispatch, &stop);
+                let receiving = engine.receive(&mut run, &hand_out, &stop);
                 engine.receive_until(receiving, signal, &stop, &late).await
             };
             if let Err(err) = result {

@@ -324,7 +324,7 @@ impl Delivery {
     /// Deletes the message (`DeleteMessage`): it will not be delivered again.
     ///
     /// Transient failures are retried for up to 20 s; the keeper keeps the message hidden
-    /// meanwhile. The delete goes out in a batch with others: once asked for, it is sent even
+    /// meanwhile. The delete goes out in a request batch with others: once asked for, it is sent even
     /// if the caller stops waiting (a cancelled handler), and a graceful shutdown waits for
     /// it.
     ///
@@ -363,7 +363,7 @@ impl Delivery {
 
     /// Settles this delivery as `how` says.
     async fn settle(mut self, how: Settle) -> Result<(), Error> {
-        self.hand_over_slot(how);
+        self.free_slot_early(how);
         let leases = [self.lease.clone()];
         let results = settle(&leases, how, Some(self.run.keeper())).await;
         results.into_iter().next().unwrap_or(Ok(()))
@@ -371,11 +371,11 @@ impl Delivery {
 
     /// It is about to be settled as `how` says. An ack: it no longer counts as held, and its
     /// slot comes free, if the consumer's settle calls under way leave room (see
-    /// `Slot::hand_over`). A release keeps its slot until it is answered: its message is
+    /// `Slot::free_early`). A release keeps its slot until it is answered: its message is
     /// visible again at once, and a receive started on its slot would split it from the
     /// others released with it.
-    fn hand_over_slot(&mut self, how: Settle) {
-        if how == Settle::Ack && self.slot.hand_over() {
+    fn free_slot_early(&mut self, how: Settle) {
+        if how == Settle::Ack && self.slot.free_early() {
             self.lease.context().delivery_ended();
         }
     }
@@ -643,7 +643,7 @@ async fn settle_all(deliveries: Vec<Delivery>, how: Settle) -> Vec<Result<(), Er
     let keeper = first.run.keeper().clone();
     let leases: Vec<_> = deliveries.iter().map(|d| d.lease.clone()).collect();
     let mut deliveries = deliveries;
-    deliveries.iter_mut().for_each(|d| d.hand_over_slot(how));
+    deliveries.iter_mut().for_each(|d| d.free_slot_early(how));
     settle(&leases, how, Some(&keeper)).await
 }
 

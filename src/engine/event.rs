@@ -11,7 +11,7 @@ use aws_sdk_sqs::types::Message;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::{Dispatch, Engine, Order};
+use super::{Engine, HandOut, Order};
 use crate::engine::run::Run;
 use crate::error::Error;
 use crate::handler::handling;
@@ -62,14 +62,14 @@ pub(crate) struct EventEnd {
 }
 
 impl Engine {
-    /// A dispatch that runs `handler` on each delivery of an event, at most `max_in_flight`
+    /// A hand-out that runs `handler` on each delivery of an event, at most `max_in_flight`
     /// at a time: the others wait their turn, kept hidden.
-    pub(crate) fn each_of_event<H: Handler>(&self, handler: Arc<H>) -> Dispatch {
+    pub(crate) fn each_of_event<H: Handler>(&self, handler: Arc<H>) -> HandOut {
         let settings = self.handling;
         let turns = Arc::new(tokio::sync::Semaphore::new(
             self.receive_settings().max_in_flight,
         ));
-        Dispatch::each(Arc::new(move |d| {
+        HandOut::each(Arc::new(move |d| {
             let (handler, turns) = (handler.clone(), turns.clone());
             Box::pin(async move {
                 // Never closed: the wait ends with a turn.
@@ -118,11 +118,11 @@ impl Engine {
     }
 
     /// Starts handing out `event`'s messages (as [`Order::Event`] says) in a run of its own.
-    pub(crate) fn hand_out_event(&self, event: Event, dispatch: &Dispatch) -> Run {
+    pub(crate) fn hand_out_event(&self, event: Event, hand_out: &HandOut) -> Run {
         #[cfg(feature = "s3")]
-        let dispatch = &self.reading_payloads(dispatch);
+        let hand_out = &self.reading_payloads(hand_out);
         let mut run = self.new_run(CancellationToken::new(), CancellationToken::new());
-        let batch = ReceivedBatch {
+        let received = ReceivedBatch {
             messages: event.messages,
             slots: Vec::new(),
             received_at: event.renewed_at,
@@ -130,7 +130,12 @@ impl Engine {
             timeout: event.timeout,
             holder: Some(event.holder),
         };
-        self.deliver(batch, &mut run, dispatch, Order::Event(event.fifo_failure));
+        self.hand_out_received(
+            received,
+            &mut run,
+            hand_out,
+            Order::Event(event.fifo_failure),
+        );
         run
     }
 

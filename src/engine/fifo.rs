@@ -40,24 +40,24 @@ pub(crate) fn partition(deliveries: Vec<Delivery>, fifo: bool) -> Vec<VecDeque<D
     groups
 }
 
-/// Hands a group's deliveries to `dispatch` one at a time, each after the one before it
+/// Hands a group's deliveries to `hand_out` one at a time, each after the one before it
 /// ended with an ack. On a delivery that ends otherwise, or on shutdown, releases the rest.
 /// The first is always handed out: the run decided to when it received it (a shutdown that
 /// began since still lets it be handled, within the shutdown timeout).
 pub(crate) async fn run_group<F>(
     mut group: VecDeque<Delivery>,
     shutdown: CancellationToken,
-    dispatch: F,
+    hand_out: F,
 ) where
     F: Fn(Delivery) -> BoxFuture<'static, ()>,
 {
     while let Some(d) = group.pop_front() {
         if group.is_empty() {
-            dispatch(d).await;
+            hand_out(d).await;
             return;
         }
         let ended = d.ended();
-        dispatch(d).await;
+        hand_out(d).await;
         // The handler may have moved the delivery elsewhere: wait for its real end.
         let end = tokio::select! {
             end = ended => end,
@@ -87,7 +87,7 @@ async fn release_waiting(waiting: impl IntoIterator<Item = Delivery>) {
     }
 }
 
-/// Hands one receive's deliveries to `dispatch` as batches. On a standard queue, one batch of
+/// Hands one receive's deliveries to `hand_out` as handler batches. On a standard queue, one batch of
 /// all of them. On a FIFO queue, rounds: each round's batch holds the next delivery of every
 /// group still going, in receive order; a group goes on to the next round once its delivery
 /// of this round ended with an ack, and otherwise (or on shutdown) the rest of it is
@@ -96,12 +96,12 @@ pub(crate) async fn run_batches<F>(
     deliveries: Vec<Delivery>,
     fifo: bool,
     shutdown: CancellationToken,
-    dispatch: F,
+    hand_out: F,
 ) where
     F: Fn(Vec<Delivery>) -> BoxFuture<'static, ()>,
 {
     if !fifo {
-        dispatch(deliveries).await;
+        hand_out(deliveries).await;
         return;
     }
     let mut going = partition(deliveries, true);
@@ -121,7 +121,7 @@ pub(crate) async fn run_batches<F>(
                 heads.push(d);
             }
         }
-        dispatch(heads).await;
+        hand_out(heads).await;
         // The handler may have moved deliveries elsewhere: wait for their real ends.
         let ends = tokio::select! {
             ends = join_all(ends) => ends,

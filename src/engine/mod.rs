@@ -53,47 +53,48 @@ pub(crate) const FINAL_FLUSH: Duration = Duration::from_secs(3);
 
 /// What happens to the deliveries handed out, and what each receive waits for first.
 #[derive(Clone)]
-pub(crate) struct Dispatch {
+pub(crate) struct HandOut {
     to: HandTo,
     /// Completes when the handler can take more (a tower service's `poll_ready`): a receive
     /// with none under way waits for it, as for its `max_in_flight` slots; one more beside
     /// them starts only if it completes at once. `None`: always ready.
-    ready: Option<ReadyDispatch>,
+    ready: Option<ReadyForMore>,
 }
 
 /// Where deliveries go.
 #[derive(Clone)]
 enum HandTo {
     /// One at a time: run a handler, or send it down a stream.
-    Each(EachDispatch),
-    /// Several together (a FIFO batch's in rounds), with the run's shutdown.
-    Batch(BatchDispatch),
+    Each(HandOutEach),
+    /// Several together, as a handler batch (a FIFO queue's in rounds), with the run's
+    /// shutdown.
+    Batch(HandOutBatch),
 }
 
 /// Runs a handler on one delivery, or sends it down a stream.
-pub(crate) type EachDispatch = Arc<dyn Fn(Delivery) -> BoxFuture<'static, ()> + Send + Sync>;
+pub(crate) type HandOutEach = Arc<dyn Fn(Delivery) -> BoxFuture<'static, ()> + Send + Sync>;
 
 /// Waits until the handler can take more.
-type ReadyDispatch = Arc<dyn Fn() -> BoxFuture<'static, ()> + Send + Sync>;
+type ReadyForMore = Arc<dyn Fn() -> BoxFuture<'static, ()> + Send + Sync>;
 
-impl Dispatch {
+impl HandOut {
     /// Each delivery to `each`, ready at all times.
-    pub(crate) fn each(each: EachDispatch) -> Self {
+    pub(crate) fn each(each: HandOutEach) -> Self {
         Self {
             to: HandTo::Each(each),
             ready: None,
         }
     }
 
-    fn batch(batch: BatchDispatch) -> Self {
+    fn to_batches(to_handler: HandOutBatch) -> Self {
         Self {
-            to: HandTo::Batch(batch),
+            to: HandTo::Batch(to_handler),
             ready: None,
         }
     }
 
     /// The same, each receive waiting for `ready` first.
-    fn waiting_for(mut self, ready: ReadyDispatch) -> Self {
+    fn waiting_for(mut self, ready: ReadyForMore) -> Self {
         self.ready = Some(ready);
         self
     }
@@ -110,7 +111,7 @@ impl Dispatch {
 }
 
 /// Runs a batch handler on some deliveries, for the run the token stops.
-pub(crate) type BatchDispatch =
+pub(crate) type HandOutBatch =
     Arc<dyn Fn(Vec<Delivery>, CancellationToken) -> BoxFuture<'static, ()> + Send + Sync>;
 
 /// The validated settings a consumer runs with.
@@ -191,12 +192,12 @@ impl Engine {
         }
     }
 
-    /// A dispatch that runs `handler` on each delivery.
-    pub(crate) fn each<H: Handler>(&self, handler: H) -> Dispatch {
+    /// A hand-out that runs `handler` on each delivery.
+    pub(crate) fn each<H: Handler>(&self, handler: H) -> HandOut {
         let handler = Arc::new(handler);
         let settings = self.handling;
         let ready = handler.clone();
-        Dispatch::each(Arc::new(move |d| {
+        HandOut::each(Arc::new(move |d| {
             Box::pin(handling::run_handler(handler.clone(), d, settings))
         }))
         .waiting_for(Arc::new(move || {
@@ -205,8 +206,8 @@ impl Engine {
         }))
     }
 
-    /// A dispatch that runs `handler` on each receive's deliveries.
-    pub(crate) fn batches<H: BatchHandler>(&self, handler: H) -> Dispatch {
+    /// A hand-out that runs `handler` on each receive's deliveries.
+    pub(crate) fn batches<H: BatchHandler>(&self, handler: H) -> HandOut {
         let handler = Arc::new(handler);
         let ready = handler.clone();
         self.batches_always_ready(handler)
@@ -216,11 +217,11 @@ impl Engine {
             }))
     }
 
-    /// A dispatch that runs `handler` on each batch, with no wait for the handler to be
+    /// A hand-out that runs `handler` on each handler batch, with no wait for the handler to be
     /// ready (an event's batches are there already).
-    pub(crate) fn batches_always_ready<H: BatchHandler>(&self, handler: Arc<H>) -> Dispatch {
+    pub(crate) fn batches_always_ready<H: BatchHandler>(&self, handler: Arc<H>) -> HandOut {
         let (ctx, settings) = (self.ctx.clone(), self.handling);
-        Dispatch::batch(Arc::new(move |deliveries, shutdown| {
+        HandOut::to_batches(Arc::new(move |deliveries, shutdown| {
             Box::pin(handling::run_batch_handler(
                 handler.clone(),
                 ctx.clone(),
@@ -279,11 +280,11 @@ impl Engine {
         self.ctx.stats(u64::try_from(slots).unwrap_or(u64::MAX))
     }
 
-    /// Receives and dispatches until `signal` completes or a fatal error, then shuts down
+    /// Receives and hand-outs until `signal` completes or a fatal error, then shuts down
     /// gracefully (see `Consumer::run_until`).
     pub(crate) async fn run_until<S>(
         self: &Arc<Self>,
-        dispatch: Dispatch,
+        hand_out: HandOut,
         signal: S,
     ) -> Result<(), Error>
     where
@@ -305,7 +306,7 @@ impl Engine {
             // aborted) or panics, the run is cancelled first, and the deliveries its aborted
             // handlers drop are released at once.
             let release_on_drop = run.ties.shutdown().clone().drop_guard();
-            let result = engine.receive(&mut run, &dispatch, &stop_receiving).await;
+            let result = engine.receive(&mut run, &hand_out, &stop_receiving).await;
             release_on_drop.disarm();
             (result, run)
         };
@@ -364,38 +365,38 @@ impl Engine {
         (result, deadline)
     }
 
-    /// Receives and dispatches for `run` until `stop` is cancelled (once the receives under
+    /// Receives and hand-outs for `run` until `stop` is cancelled (once the receives under
     /// way are in) or a fatal error.
     pub(crate) async fn receive(
         &self,
         run: &mut Run,
-        dispatch: &Dispatch,
+        hand_out: &HandOut,
         stop: &CancellationToken,
     ) -> Result<(), Error> {
         #[cfg(feature = "s3")]
-        let dispatch = &self.reading_payloads(dispatch);
+        let hand_out = &self.reading_payloads(hand_out);
         self.receiver
             .run(
                 stop,
-                || dispatch.ready(),
-                |batch| {
+                || hand_out.ready(),
+                |received| {
                     // Group tasks log their own failures; this only frees finished ones.
                     while run.groups.try_join_next().is_some() {}
-                    self.deliver(batch, run, dispatch, Order::Queue);
+                    self.hand_out_received(received, run, hand_out, Order::Queue);
                 },
             )
             .await
     }
 
-    /// `dispatch`, each delivery's payload read from S3 first when the consumer reads
+    /// `hand_out`, each delivery's payload read from S3 first when the consumer reads
     /// payloads (in the delivery's own task, its lease kept meanwhile); a delivery whose
     /// payload cannot be read is handed to no one.
     #[cfg(feature = "s3")]
-    fn reading_payloads(&self, dispatch: &Dispatch) -> Dispatch {
+    fn reading_payloads(&self, hand_out: &HandOut) -> HandOut {
         if self.ctx.payloads().is_none() {
-            return dispatch.clone();
+            return hand_out.clone();
         }
-        let to = match &dispatch.to {
+        let to = match &hand_out.to {
             HandTo::Each(each) => {
                 let each = each.clone();
                 HandTo::Each(Arc::new(move |d| {
@@ -407,23 +408,23 @@ impl Engine {
                     })
                 }))
             }
-            HandTo::Batch(batch) => {
-                let batch = batch.clone();
+            HandTo::Batch(to_handler) => {
+                let to_handler = to_handler.clone();
                 HandTo::Batch(Arc::new(move |deliveries, shutdown| {
-                    let batch = batch.clone();
+                    let to_handler = to_handler.clone();
                     Box::pin(async move {
                         let deliveries =
                             crate::engine::payload_reading::resolve_all(deliveries).await;
                         if !deliveries.is_empty() {
-                            batch(deliveries, shutdown).await;
+                            to_handler(deliveries, shutdown).await;
                         }
                     })
                 }))
             }
         };
-        Dispatch {
+        HandOut {
             to,
-            ready: dispatch.ready.clone(),
+            ready: hand_out.ready.clone(),
         }
     }
 
@@ -472,17 +473,23 @@ impl Engine {
 
     /// Turns a receive into deliveries (the keeper keeps them from here) and starts their
     /// groups, in `order`. Never awaits, so a shutdown cannot cut it in half.
-    fn deliver(&self, batch: ReceivedBatch, run: &mut Run, dispatch: &Dispatch, order: Order) {
+    fn hand_out_received(
+        &self,
+        received: ReceivedBatch,
+        run: &mut Run,
+        hand_out: &HandOut,
+        order: Order,
+    ) {
         let ctx = &self.ctx;
         let (ties, groups, late) = (&run.ties, &mut run.groups, run.late.clone());
         let shutdown = ties.shutdown();
-        ctx.observe(Measure::ReceiveBatchSize, batch.messages.len() as f64);
-        ctx.visibility_applied(batch.timeout);
-        let mut slots = batch.slots.into_iter();
-        let mut deliveries = Vec::with_capacity(batch.messages.len());
+        ctx.observe(Measure::ReceiveBatchSize, received.messages.len() as f64);
+        ctx.visibility_applied(received.timeout);
+        let mut slots = received.slots.into_iter();
+        let mut deliveries = Vec::with_capacity(received.messages.len());
         // A FIFO group's deliveries settle one after another, never together.
-        let cohort = (!ctx.is_fifo() && batch.messages.len() > 1).then(Arc::<Cohort>::default);
-        for message in batch.messages {
+        let cohort = (!ctx.is_fifo() && received.messages.len() > 1).then(Arc::<Cohort>::default);
+        for message in received.messages {
             // A server that returns more than asked still gets every message handled (and
             // kept); only the slot accounting is exceeded.
             let slot = slots.next();
@@ -495,16 +502,16 @@ impl Engine {
                 finish_delete(ctx, unfinished, (message_id, receipt), slot, ties);
                 continue;
             }
-            let received = Received {
-                received_at: batch.received_at,
-                returned_at: batch.returned_at,
-                timeout: batch.timeout,
+            let at_receive = Received {
+                received_at: received.received_at,
+                returned_at: received.returned_at,
+                timeout: received.timeout,
                 slot,
                 run: ties.clone(),
                 cohort: cohort.clone(),
-                holder: batch.holder,
+                holder: received.holder,
             };
-            let delivery = Delivery::start(ctx.clone(), message, received);
+            let delivery = Delivery::start(ctx.clone(), message, at_receive);
             if order.is_event() {
                 run.event_leases.push(delivery.lease().clone());
             }
@@ -517,7 +524,7 @@ impl Engine {
             run.late_arrivals.extend(deliveries);
             return;
         }
-        match &dispatch.to {
+        match &hand_out.to {
             HandTo::Each(each) => {
                 for group in order.groups(deliveries, ctx.is_fifo()) {
                     let each = each.clone();
@@ -531,8 +538,8 @@ impl Engine {
                 }
             }
             HandTo::Batch(_) if deliveries.is_empty() => {}
-            HandTo::Batch(batch) if order.is_event() => {
-                // FIFO: one batch in the event's order, whatever its size.
+            HandTo::Batch(to_handler) if order.is_event() => {
+                // FIFO: one handler batch in the event's order, whatever its size.
                 let max = if ctx.is_fifo() {
                     deliveries.len()
                 } else {
@@ -541,48 +548,50 @@ impl Engine {
                 let mut deliveries = deliveries;
                 while !deliveries.is_empty() {
                     let rest = deliveries.split_off(max.min(deliveries.len()));
-                    let batch = batch(std::mem::replace(&mut deliveries, rest), shutdown.clone());
-                    groups.spawn(batch.with_current_subscriber());
+                    let handling =
+                        to_handler(std::mem::replace(&mut deliveries, rest), shutdown.clone());
+                    groups.spawn(handling.with_current_subscriber());
                 }
             }
-            HandTo::Batch(batch) => {
+            HandTo::Batch(to_handler) => {
                 let batching = self.handling.batching;
                 if !batching.window.is_zero() {
                     let collector = run.collector.get_or_insert_with(|| {
-                        let hand_over = self.hand_over(batch, shutdown);
-                        let (collector, task) = Collector::start(batching, hand_over);
+                        let hand_out = self.hand_out_batches(to_handler, shutdown);
+                        let (collector, task) = Collector::start(batching, hand_out);
                         groups.spawn(task.with_current_subscriber());
                         collector
                     });
                     collector.push(deliveries);
                     return;
                 }
-                let hand_over = self.hand_over(batch, shutdown);
+                let hand_out = self.hand_out_batches(to_handler, shutdown);
                 let mut deliveries = deliveries;
                 while !deliveries.is_empty() {
                     let rest = deliveries.split_off(batching.max.min(deliveries.len()));
-                    let batch = hand_over(std::mem::replace(&mut deliveries, rest));
-                    groups.spawn(batch.with_current_subscriber());
+                    let handling = hand_out(std::mem::replace(&mut deliveries, rest));
+                    groups.spawn(handling.with_current_subscriber());
                 }
             }
         }
     }
 
-    /// Hands a batch to `batch` (a FIFO queue's in rounds, one delivery of each group at a
-    /// time), for the run that `shutdown` stops.
-    fn hand_over(
+    /// Hands each handler batch to `to_handler` (a FIFO queue's in rounds, one delivery of
+    /// each group at a time), for the run that `shutdown` stops.
+    fn hand_out_batches(
         &self,
-        batch: &BatchDispatch,
+        to_handler: &HandOutBatch,
         shutdown: &CancellationToken,
-    ) -> crate::handler::batch_window::HandOver {
-        let (batch, shutdown, fifo) = (batch.clone(), shutdown.clone(), self.ctx.is_fifo());
+    ) -> crate::handler::batch_window::HandOutFilled {
+        let (to_handler, shutdown) = (to_handler.clone(), shutdown.clone());
+        let fifo = self.ctx.is_fifo();
         Box::new(move |deliveries| {
-            let (batch, token) = (batch.clone(), shutdown.clone());
+            let (to_handler, token) = (to_handler.clone(), shutdown.clone());
             Box::pin(fifo::run_batches(
                 deliveries,
                 fifo,
                 shutdown.clone(),
-                move |ds| batch(ds, token.clone()),
+                move |ds| to_handler(ds, token.clone()),
             ))
         })
     }

@@ -137,7 +137,7 @@ impl Run {
         // From here on, a delivery dropped is released at once.
         self.ties.shutdown().cancel();
         let _ = tokio::time::timeout_at(releases_end, self.release_late()).await;
-        // The collector goes first: its task hands over what is still filling, and ends once
+        // The collector goes first: its task hands out what is still filling, and ends once
         // those handlers are done.
         let Run {
             mut groups,

@@ -162,8 +162,8 @@ fn a_chain_shows_every_cause_once() {
 #[test]
 fn a_cause_of_several_lines_is_shown_on_one() {
     #[derive(Debug, thiserror::Error)]
-    #[error("dispatch failure")]
-    struct Dispatch(#[source] std::io::Error);
+    #[error("transport failure")]
+    struct Transport(#[source] std::io::Error);
     let credentials = std::io::Error::other(
         "no credentials found in chain. Attempted:\n  Environment: environment variable \
          not set\n  Profile: the credential provider was not enabled\r\n\n",
@@ -171,11 +171,11 @@ fn a_cause_of_several_lines_is_shown_on_one() {
     let unsent = Error::Sqs {
         operation: "ReceiveMessage",
         code: None,
-        message: with_causes("no AWS credentials were found", &Dispatch(credentials)),
+        message: with_causes("no AWS credentials were found", &Transport(credentials)),
         kind: ErrorKind::Retryable,
         source: Box::new(std::io::Error::other("first line\n  second line")),
     };
-    let expected = "SQS ReceiveMessage failed: no AWS credentials were found: dispatch \
+    let expected = "SQS ReceiveMessage failed: no AWS credentials were found: transport \
                     failure: no credentials found in chain. Attempted: Environment: \
                     environment variable not set; Profile: the credential provider was not \
                     enabled";
@@ -234,9 +234,9 @@ fn an_answer_of_sqs_shows_its_code_and_message_not_the_sdk_errors_under_it() {
 
 #[test]
 fn invalid_config_names_field_and_range() {
-    let e = Error::invalid("batch_size", 11, "1..=10");
+    let e = Error::invalid("receive_batch_size", 11, "1..=10");
     let text = e.to_string();
-    assert!(text.contains("batch_size") && text.contains("11") && text.contains("1..=10"));
+    assert!(text.contains("receive_batch_size") && text.contains("11") && text.contains("1..=10"));
     assert!(e.is_fatal() && !e.is_retryable() && !e.is_lost());
 }
 

@@ -7,13 +7,13 @@ use tokio::sync::Semaphore;
 
 /// A cap on the deliveries held at once by every consumer that shares it, for a service that
 /// reads several queues with one budget of concurrent work. Pass it to each consumer with
-/// [`in_flight_limit`](crate::ConsumerBuilder::in_flight_limit); each consumer's own
+/// [`in_flight_limit`](crate::ConsumerBuilder::shared_in_flight_limit); each consumer's own
 /// [`max_in_flight`](crate::ConsumerBuilder::max_in_flight) still applies too.
 ///
 /// The slots are handed out first come, first served: a consumer waiting for one gets the
 /// next one freed before any consumer that asked after it, so a busy queue cannot starve a
 /// quiet one. A consumer whose last receive came back empty reserves a single slot for its
-/// long poll, so an idle queue holds back one slot of the budget, not a whole batch of them.
+/// long poll, so an idle queue holds back one slot of the budget, not a whole receive batch of them.
 ///
 /// ```
 /// # fn example(orders: sqs_consumer::ConsumerBuilder, emails: sqs_consumer::ConsumerBuilder)
@@ -21,8 +21,8 @@ use tokio::sync::Semaphore;
 /// use sqs_consumer::InFlightLimit;
 ///
 /// let limit = InFlightLimit::new(64); // at most 64 messages held across both queues
-/// let orders = orders.in_flight_limit(&limit).build()?;
-/// let emails = emails.in_flight_limit(&limit).build()?;
+/// let orders = orders.shared_in_flight_limit(&limit).build()?;
+/// let emails = emails.shared_in_flight_limit(&limit).build()?;
 /// # let _ = (orders, emails);
 /// # Ok(()) }
 /// ```

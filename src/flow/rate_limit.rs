@@ -13,7 +13,7 @@ const MOST_PER_RECEIVE: u32 = 10;
 
 /// A cap on the messages received per second, by one consumer
 /// ([`max_receive_rate`](crate::ConsumerBuilder::max_receive_rate)) or by every consumer that
-/// shares it ([`rate_limit`](crate::ConsumerBuilder::rate_limit)).
+/// shares it ([`shared_rate_limit`](crate::ConsumerBuilder::shared_rate_limit)).
 ///
 /// It is a token bucket: a token for each message, added at `per_second` and held up to the
 /// **burst**, one second's worth rounded up, at least 1 and at most 10 (one receive's worth).
@@ -35,8 +35,8 @@ const MOST_PER_RECEIVE: u32 = 10;
 /// use sqs_consumer::RateLimit;
 ///
 /// let limit = RateLimit::new(50.0); // at most 50 messages a second across both queues
-/// let orders = orders.rate_limit(&limit).build()?;
-/// let emails = emails.rate_limit(&limit).build()?;
+/// let orders = orders.shared_rate_limit(&limit).build()?;
+/// let emails = emails.shared_rate_limit(&limit).build()?;
 /// # let _ = (orders, emails);
 /// # Ok(()) }
 /// ```
@@ -64,7 +64,7 @@ struct Bucket {
 impl RateLimit {
     /// A budget of `per_second` messages a second. A consumer refuses to build with a rate
     /// that is not a finite number from 0.001 to 100000 ([`Error::InvalidConfig`], field
-    /// `rate_limit`).
+    /// `shared_rate_limit`).
     ///
     /// [`Error::InvalidConfig`]: crate::Error::InvalidConfig
     pub fn new(per_second: f64) -> Self {
@@ -196,7 +196,7 @@ impl fmt::Debug for RateLimit {
 }
 
 /// The rate limits one consumer's receives keep to: its own
-/// (`max_receive_rate`), one shared with other consumers (`rate_limit`), both or none.
+/// (`max_receive_rate`), one shared with other consumers (`shared_rate_limit`), both or none.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct RateLimits {
     own: Option<RateLimit>,

@@ -7,13 +7,13 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// The `max_in_flight` slot a delivery takes, and its slot of a shared
 /// [`InFlightLimit`](crate::InFlightLimit) if its consumer has one: both come free when its
-/// settle call is handed over (see [`Slot::hand_over`]) or when it is dropped.
+/// settle call is handed out (see [`Slot::free_early`]) or when it is dropped.
 #[derive(Debug, Default)]
 pub(crate) struct Slot {
     own: Option<Arc<Semaphore>>,
     shared: Option<Arc<Semaphore>>,
     /// The consumer's budget of settle calls under way (twice `max_in_flight`): while `own`
-    /// is held, where the slot may be handed over to; once `own` is `None`, the one of them
+    /// is held, where the slot may be handed out to; once `own` is `None`, the one of them
     /// it holds.
     settles: Option<Arc<Semaphore>>,
 }
@@ -37,7 +37,7 @@ impl Slot {
     /// of settle calls under way has room (one of them is held instead until this one
     /// ends). Otherwise it stays taken until the delivery is dropped: settle calls that
     /// are not answered hold the receives back. `true` if it came free.
-    pub(crate) fn hand_over(&mut self) -> bool {
+    pub(crate) fn free_early(&mut self) -> bool {
         let (Some(own), Some(settles)) = (&self.own, &self.settles) else {
             return false;
         };
@@ -53,7 +53,7 @@ impl Slot {
         true
     }
 
-    /// Whether it was handed over (and came free).
+    /// Whether it was handed out (and came free).
     pub(crate) fn is_handed_over(&self) -> bool {
         self.own.is_none() && self.settles.is_some()
     }

@@ -1,5 +1,5 @@
 //! Batch windows: the deliveries of several receives collected into one batch for a batch
-//! handler, handed over when the batch is full or its window has passed since its first
+//! handler, handed out when the batch is full or its window has passed since its first
 //! delivery. Every delivery in a filling batch keeps its lease: it is a delivery from its
 //! receive on, and the keeper extends it like any other.
 
@@ -19,7 +19,7 @@ pub(crate) struct Batching {
     /// The most deliveries in one batch.
     pub(crate) max: usize,
     /// How long a batch may fill from its first delivery; zero: no collector, each
-    /// receive's deliveries are handed over as they come (in batches of at most `max`).
+    /// receive's deliveries are handed out as they come (in batches of at most `max`).
     pub(crate) window: Duration,
 }
 
@@ -33,7 +33,7 @@ impl Default for Batching {
 }
 
 /// Hands a batch to the batch handler; completes when the handler is done with it.
-pub(crate) type HandOver = Box<dyn Fn(Vec<Delivery>) -> BoxFuture<'static, ()> + Send + Sync>;
+pub(crate) type HandOutFilled = Box<dyn Fn(Vec<Delivery>) -> BoxFuture<'static, ()> + Send + Sync>;
 
 /// The filling batch of one run: deliveries go in with [`push`](Collector::push); its task
 /// hands batches over.
@@ -45,10 +45,13 @@ pub(crate) struct Collector {
 impl Collector {
     /// A collector and the task that fills its batches and runs their handlers. Dropping the
     /// collector (the run's shutdown does, once its receives are in) hands a filling batch
-    /// over at once; the task ends when every batch it handed over is done.
-    pub(crate) fn start(batching: Batching, hand_over: HandOver) -> (Self, BoxFuture<'static, ()>) {
+    /// over at once; the task ends when every batch it handed out is done.
+    pub(crate) fn start(
+        batching: Batching,
+        hand_out: HandOutFilled,
+    ) -> (Self, BoxFuture<'static, ()>) {
         let (deliveries, incoming) = mpsc::unbounded_channel();
-        let task = Box::pin(fill(incoming, batching, hand_over));
+        let task = Box::pin(fill(incoming, batching, hand_out));
         (Self { deliveries }, task)
     }
 
@@ -63,7 +66,7 @@ impl Collector {
 async fn fill(
     mut incoming: mpsc::UnboundedReceiver<Vec<Delivery>>,
     batching: Batching,
-    hand_over: HandOver,
+    hand_out: HandOutFilled,
 ) {
     let mut filling = Filling::new(batching);
     let mut handed = JoinSet::new();
@@ -72,27 +75,27 @@ async fn fill(
         tokio::select! {
             got = incoming.recv() => match got {
                 Some(deliveries) => {
-                    for batch in filling.add(deliveries, Instant::now()) {
-                        hand(&mut handed, &hand_over, batch);
+                    for filled in filling.add(deliveries, Instant::now()) {
+                        hand(&mut handed, &hand_out, filled);
                     }
                 }
                 None => break,
             },
             () = sleep_until(due.unwrap_or_else(Instant::now)), if due.is_some() => {
-                hand(&mut handed, &hand_over, filling.take());
+                hand(&mut handed, &hand_out, filling.take());
             }
             Some(_) = handed.join_next(), if !handed.is_empty() => {}
         }
     }
     if !filling.is_empty() {
-        hand(&mut handed, &hand_over, filling.take());
+        hand(&mut handed, &hand_out, filling.take());
     }
     while handed.join_next().await.is_some() {}
 }
 
 /// Hands `batch` over in a task of its own, which logs for the collector's subscriber.
-fn hand(handed: &mut JoinSet<()>, hand_over: &HandOver, batch: Vec<Delivery>) {
-    handed.spawn(hand_over(batch).with_current_subscriber());
+fn hand(handed: &mut JoinSet<()>, hand_out: &HandOutFilled, filled: Vec<Delivery>) {
+    handed.spawn(hand_out(filled).with_current_subscriber());
 }
 
 /// A batch filling up, and when its window ends.
@@ -139,7 +142,7 @@ impl Filling {
         full
     }
 
-    /// The filling batch, handed over as it is.
+    /// The filling batch, handed out as it is.
     fn take(&mut self) -> Vec<Delivery> {
         self.due = None;
         std::mem::take(&mut self.deliveries)

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use crate::consumer::Consumer;
 use crate::engine::event::{Event, EventEnd, FifoFailure};
-use crate::engine::{Dispatch, Engine};
+use crate::engine::{Engine, HandOut};
 use crate::error::Error;
 use crate::lambda::records;
 use crate::lease::{AfterAck, Holder};
@@ -55,7 +55,7 @@ impl Times {
 pub(crate) struct QueueHandling {
     pub(crate) consumer: Consumer,
     pub(crate) deletes: DeferredDeletes,
-    pub(crate) dispatch: Dispatch,
+    pub(crate) hand_out: HandOut,
     pub(crate) after_ack: AfterAck,
     pub(crate) fifo_failure: FifoFailure,
 }
@@ -161,7 +161,7 @@ impl QueueHandling {
             },
             fifo_failure: self.fifo_failure,
         };
-        let run = engine.hand_out_event(event, &self.dispatch);
+        let run = engine.hand_out_event(event, &self.hand_out);
         let end = engine
             .end_event(run, times.handlers_until, times.flush_until)
             .await;

@@ -40,7 +40,7 @@ use lambda_runtime::{Diagnostic, LambdaEvent};
 
 use crate::builder::ConsumerBuilder;
 use crate::consumer::Consumer;
-use crate::engine::{Dispatch, Engine};
+use crate::engine::{Engine, HandOut};
 use crate::error::Error;
 use crate::handler::batch::BatchHandler;
 use crate::handler::Handler;
@@ -168,7 +168,7 @@ impl Function {
 
     /// Settings of the consumer each queue's records are handled with, on the builder
     /// [`Consumer::builder`] gives for the queue's ARN. The receive settings (`wait_time`,
-    /// `batch_size`, rates, `batch_window`) play no part: Lambda receives. `max_in_flight`
+    /// `receive_batch_size`, rates, `batch_window`) play no part: Lambda receives. `max_in_flight`
     /// bounds the handlers running at once. `visibility_timeout` and `adaptive_visibility`
     /// are refused: Lambda's receive applies the queue's own visibility timeout.
     ///
@@ -260,7 +260,7 @@ impl Function {
         serve(self.batch_handler(handler)?).await
     }
 
-    fn invocations(self, dispatch: MakeDispatch) -> Result<Invocations, Error> {
+    fn invocations(self, hand_out: MakeHandOut) -> Result<Invocations, Error> {
         if !DEADLINE_MARGINS.contains(&self.deadline_margin) {
             return Err(Error::invalid(
                 "deadline_margin",
@@ -275,7 +275,7 @@ impl Function {
         drop(checked.build()?);
         Ok(Invocations(Arc::new(Shared {
             function: self,
-            dispatch,
+            hand_out,
             queues: Mutex::default(),
         })))
     }
@@ -300,7 +300,7 @@ impl fmt::Debug for Function {
     }
 }
 
-type MakeDispatch = Arc<dyn Fn(&Engine) -> Dispatch + Send + Sync>;
+type MakeHandOut = Arc<dyn Fn(&Engine) -> HandOut + Send + Sync>;
 
 /// A function's invocations: SQS events in, partial batch responses out. A
 /// `lambda_runtime` service ([`run`] serves one); cheap to clone.
@@ -312,7 +312,7 @@ pub struct Invocations(Arc<Shared>);
 
 struct Shared {
     function: Function,
-    dispatch: MakeDispatch,
+    hand_out: MakeHandOut,
     /// Each queue's consumer, by its ARN.
     queues: Mutex<HashMap<String, Arc<QueueHandling>>>,
 }
@@ -394,11 +394,11 @@ impl Invocations {
             .builder(arn)
             .defer_deletes(deletes.clone())
             .build()?;
-        let dispatch = (self.0.dispatch)(consumer.engine());
+        let hand_out = (self.0.hand_out)(consumer.engine());
         let queue = Arc::new(QueueHandling {
             consumer,
             deletes,
-            dispatch,
+            hand_out,
             after_ack,
             fifo_failure: function.fifo_failure,
         });

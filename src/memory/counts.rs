@@ -51,7 +51,7 @@ impl Action {
 /// number per billed request ([`requests`](RequestCounts::requests), [`total`](RequestCounts::total))
 /// and one per entry ([`deletes`](RequestCounts::deletes),
 /// [`visibility_changes`](RequestCounts::visibility_changes)), so a delete counts as a delete
-/// whether it went alone or in a batch.
+/// whether it went alone or in a request batch.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]

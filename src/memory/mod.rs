@@ -445,11 +445,11 @@ impl MemoryQueue {
     }
 
     /// `DeleteMessageBatch` or `ChangeMessageVisibilityBatch`, for the seam.
-    pub(crate) fn batch(&self, action: Action, entries: &[BatchEntry<'_>]) -> BatchResult {
+    pub(crate) fn request_batch(&self, action: Action, entries: &[BatchEntry<'_>]) -> BatchResult {
         let rules = &self.inner.settings.rules;
-        let result = self
-            .lock()
-            .batch(rules, self.inner.id, action, entries, Instant::now());
+        let result =
+            self.lock()
+                .request_batch(rules, self.inner.id, action, entries, Instant::now());
         self.inner.changed.notify_waiters();
         result
     }

@@ -541,7 +541,7 @@ impl QueueState {
 
     /// `DeleteMessageBatch` or `ChangeMessageVisibilityBatch`: one result per entry, in order.
     /// A fault injected for the single action fails just one entry.
-    pub(crate) fn batch(
+    pub(crate) fn request_batch(
         &mut self,
         rules: &Rules,
         queue_id: u64,

@@ -130,7 +130,7 @@ impl Transport for MemoryQueue {
         const DELETE: Action = Action::DeleteMessageBatch;
         Box::pin(self.disturbed(DELETE, async move {
             self.round_trip().await;
-            self.batch(DELETE, entries)
+            self.request_batch(DELETE, entries)
         }))
     }
 
@@ -141,7 +141,7 @@ impl Transport for MemoryQueue {
         const CHANGE: Action = Action::ChangeMessageVisibilityBatch;
         Box::pin(self.disturbed(CHANGE, async move {
             self.round_trip().await;
-            self.batch(CHANGE, entries)
+            self.request_batch(CHANGE, entries)
         }))
     }
 

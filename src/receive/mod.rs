@@ -33,7 +33,7 @@ use crate::receive::detached::ReceiveRequest;
 use crate::settle_calls::ReleasesAtOnce;
 use crate::stats::{Failing, ReceiveHealth};
 
-/// While the queue is busy, how long a receive waits for a whole batch of free slots before
+/// While the queue is busy, how long a receive waits for a whole receive batch of free slots before
 /// it asks for fewer messages.
 const GATHER_SLOTS: Duration = Duration::from_millis(20);
 
@@ -43,7 +43,7 @@ pub(crate) struct ReceiveSettings {
     /// Visibility timeout to ask for on each receive, seconds; `None`: the queue's own.
     pub(crate) visibility_timeout: Option<u32>,
     pub(crate) wait_time: Duration,
-    pub(crate) batch_size: u32,
+    pub(crate) receive_batch_size: u32,
     pub(crate) max_in_flight: usize,
     pub(crate) max_concurrent_receives: usize,
     /// `MessageAttributeNames`: `All`, names, or `prefix.*`.
@@ -51,7 +51,7 @@ pub(crate) struct ReceiveSettings {
     /// `MessageSystemAttributeNames`, the ones the consumer needs included.
     pub(crate) system_attribute_names: Vec<MessageSystemAttributeName>,
     /// A budget shared with other consumers, if any.
-    pub(crate) in_flight_limit: Option<InFlightLimit>,
+    pub(crate) shared_in_flight_limit: Option<InFlightLimit>,
     /// Messages per second: this consumer's own, a budget shared with others, both or none.
     pub(crate) rate_limits: RateLimits,
     /// With `adaptive_visibility`: the estimate each receive's visibility timeout comes from.
@@ -78,7 +78,7 @@ pub(crate) struct ReceivedBatch {
 /// What one receive came back with.
 enum ReceiveOutcome {
     /// Messages, and how many releases at once had started when the receive was sent.
-    Batch(ReceivedBatch, u64),
+    Received(ReceivedBatch, u64),
     /// An empty answer.
     Empty,
     /// A transient failure (already waited out).
@@ -98,8 +98,8 @@ enum Refill {
     /// As many as wanted are under way, or a pause or a stop came, or the handler is not
     /// ready for more.
     Done,
-    /// Fewer are under way than wanted, for want of a whole batch of free slots: one more
-    /// starts once a batch is free, without waiting for an answer first.
+    /// Fewer are under way than wanted, for want of a whole receive batch of free slots: one more
+    /// starts once a receive batch of slots is free, without waiting for an answer first.
     ShortOfSlots,
     /// The slots are gone (the consumer is being dropped), and no receive is under way.
     SlotsGone,
@@ -151,7 +151,7 @@ pub(crate) struct Receiver {
     queue: Queue,
     settings: ReceiveSettings,
     permits: Arc<Semaphore>,
-    /// Settle calls under way whose deliveries gave their slots back (see `Slot::hand_over`):
+    /// Settle calls under way whose deliveries gave their slots back (see `Slot::free_early`):
     /// at most twice `max_in_flight`, so that near the limit a round trip sets (a slot's
     /// receive, then its delete, each one round trip) they do not hold receives back, while
     /// deletes left unanswered still do.
@@ -218,7 +218,7 @@ impl Receiver {
     }
 
     /// Receives until `stop` is cancelled or a fatal error, handing each non-empty answer to
-    /// `on_batch`.
+    /// `on_received`.
     ///
     /// Several receives may be under way at once: one to start with, one more each time a
     /// receive comes back full while slots are still free (up to
@@ -230,7 +230,7 @@ impl Receiver {
     /// client went away still takes the next message, hidden for a whole visibility
     /// timeout): on `stop`, on a pause and on a fatal error, no receive starts, and the ones
     /// under way are awaited (each ends within its wait time, or its request timeout after
-    /// that), what they bring handed to `on_batch`; their back-off waits are cut short.
+    /// that), what they bring handed to `on_received`; their back-off waits are cut short.
     ///
     /// A receive with none under way waits for `ready` (the handler can take more) before its
     /// slots, as a pause or a stop cuts short; one more beside those under way starts only if
@@ -239,7 +239,7 @@ impl Receiver {
         &self,
         stop: &CancellationToken,
         ready: impl Fn() -> R,
-        mut on_batch: impl FnMut(ReceivedBatch),
+        mut on_received: impl FnMut(ReceivedBatch),
     ) -> Result<(), Error> {
         let Some(timeout) = self.start(stop).await? else {
             return Ok(()); // stopped before the first receive
@@ -299,7 +299,7 @@ impl Receiver {
                 () = self.batch_freed(), if short_of_slots && !halted && !pausing => continue,
             };
             match outcome {
-                Some(Ok(answer)) => self.take(answer, &mut state, &mut on_batch),
+                Some(Ok(answer)) => self.take(answer, &mut state, &mut on_received),
                 // The first fatal error ends the loop, once the other receives are in.
                 Some(Err(err)) => _ = state.fatal.get_or_insert(err),
                 None => {}
@@ -382,7 +382,7 @@ impl Receiver {
         Refill::Done
     }
 
-    /// Once a whole batch of slots is free, in both budgets; none is kept (the receive that
+    /// Once a whole receive batch of slots is free, in both budgets; none is kept (the receive that
     /// takes them starts from the loop). Only this loop takes this consumer's slots, so once
     /// they are free they stay free: after a refill short of slots this does not complete at
     /// once, and the loop does not spin.
@@ -426,17 +426,17 @@ impl Receiver {
         None
     }
 
-    /// What one receive came back with: its batch goes on; the number of receives follows
+    /// What one receive came back with: its receive batch goes on; the number of receives follows
     /// how busy the queue is.
     fn take(
         &self,
         answer: ReceiveOutcome,
         state: &mut LoopState,
-        on_batch: &mut impl FnMut(ReceivedBatch),
+        on_received: &mut impl FnMut(ReceivedBatch),
     ) {
         match answer {
-            ReceiveOutcome::Batch(batch, at_send) => {
-                state.load = if self.is_full(&batch) {
+            ReceiveOutcome::Received(received, at_send) => {
+                state.load = if self.is_full(&received) {
                     Load::Busy
                 } else {
                     Load::Quiet
@@ -450,7 +450,7 @@ impl Receiver {
                 } else {
                     self.follow_load(state);
                 }
-                on_batch(batch);
+                on_received(received);
             }
             ReceiveOutcome::Empty => {
                 state.target = 1;
@@ -460,19 +460,19 @@ impl Receiver {
         }
     }
 
-    /// Full: as many messages as asked for (a whole batch, without a shared budget or a rate
+    /// Full: as many messages as asked for (a whole receive batch, without a shared budget or a rate
     /// limit).
-    fn is_full(&self, batch: &ReceivedBatch) -> bool {
+    fn is_full(&self, received: &ReceivedBatch) -> bool {
         let settings = &self.settings;
-        if settings.in_flight_limit.is_some() || !settings.rate_limits.is_empty() {
-            batch.messages.len() >= batch.slots.len()
+        if settings.shared_in_flight_limit.is_some() || !settings.rate_limits.is_empty() {
+            received.messages.len() >= received.slots.len()
         } else {
-            batch.messages.len() == settings.batch_size as usize
+            received.messages.len() == settings.receive_batch_size as usize
         }
     }
 
     /// One receive more after a full answer, one fewer after a short one. A receive beside
-    /// those under way starts only on a whole batch of free slots, so a target the slots
+    /// those under way starts only on a whole receive batch of free slots, so a target the slots
     /// cannot meet yet costs nothing.
     fn follow_load(&self, state: &mut LoopState) {
         match state.load {
@@ -492,7 +492,7 @@ impl Receiver {
             .min(
                 settings
                     .max_in_flight
-                    .div_ceil(settings.batch_size as usize),
+                    .div_ceil(settings.receive_batch_size as usize),
             )
             .max(1)
     }
@@ -557,7 +557,7 @@ impl Receiver {
         let received_at = Instant::now();
         let releases_at_send = self.releases_at_once.count();
         let request = ReceiveRequest {
-            max_messages: u32::try_from(slots.len()).unwrap_or(settings.batch_size),
+            max_messages: u32::try_from(slots.len()).unwrap_or(settings.receive_batch_size),
             wait: settings.wait_time,
             visibility,
             message_attribute_names: settings.message_attribute_names.clone(),
@@ -592,7 +592,7 @@ impl Receiver {
                     b.idle.reset();
                 }
                 tracing::debug!(count = messages.len(), "received");
-                Ok(ReceiveOutcome::Batch(
+                Ok(ReceiveOutcome::Received(
                     ReceivedBatch {
                         messages,
                         slots,

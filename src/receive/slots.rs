@@ -1,5 +1,5 @@
 //! The receive loop's slots: taken before a receive, one per message it may return, from the
-//! consumer's `max_in_flight` and from a shared `InFlightLimit`; a whole batch's worth at once
+//! consumer's `max_in_flight` and from a shared `InFlightLimit`; a whole receive batch's worth at once
 //! while the queue is busy.
 
 use std::sync::Arc;
@@ -36,13 +36,13 @@ impl Receiver {
         Some((slots, tokens))
     }
 
-    /// The slots for the next receive. The first receive waits for a slot (for a whole batch
+    /// The slots for the next receive. The first receive waits for a slot (for a whole receive batch
     /// of them while the queue is busy: receives of 10 cost the least); more receives start
-    /// only on a whole batch of slots free now.
+    /// only on a whole receive batch of slots free now.
     pub(super) async fn acquire_slots_for(&self, demand: Demand, load: Load) -> Option<Vec<Slot>> {
         match (demand, load) {
             // A long poll on a quiet queue: with a budget shared with other consumers, it
-            // holds back one slot of it, not a whole batch.
+            // holds back one slot of it, not a whole receive batch.
             (Demand::First, Load::Quiet) => self.acquire_slots(self.idle_slots()).await,
             (Demand::First, Load::Busy) => {
                 // Not for long: handlers that hold their slots a while must not leave the
@@ -57,22 +57,22 @@ impl Receiver {
     }
 
     /// How many slots a receive on a quiet queue asks for: one if the budget is shared (the
-    /// next receive asks for a batch once this one comes back full), a batch otherwise.
+    /// next receive asks for a receive batch once this one comes back full), a receive batch otherwise.
     pub(super) fn idle_slots(&self) -> usize {
-        match self.settings.in_flight_limit {
+        match self.settings.shared_in_flight_limit {
             Some(_) => 1,
             None => self.batch_slots(),
         }
     }
 
-    /// A whole batch of slots (fewer if `max_in_flight` is smaller).
+    /// A whole receive batch of slots (fewer if `max_in_flight` is smaller).
     pub(super) fn batch_slots(&self) -> usize {
-        (self.settings.batch_size as usize).min(self.settings.max_in_flight)
+        (self.settings.receive_batch_size as usize).min(self.settings.max_in_flight)
     }
 
     pub(super) fn shared(&self) -> Option<&Arc<Semaphore>> {
         self.settings
-            .in_flight_limit
+            .shared_in_flight_limit
             .as_ref()
             .map(InFlightLimit::semaphore)
     }
@@ -106,8 +106,8 @@ impl Receiver {
         Some(Slot::new(own, shared, &self.settles))
     }
 
-    /// Waits for a whole batch of this consumer's slots, then for one of the shared budget
-    /// (taking more of it if free now, up to the batch).
+    /// Waits for a whole receive batch of this consumer's slots, then for one of the shared budget
+    /// (taking more of it if free now, up to the receive batch).
     pub(super) async fn acquire_batch(&self) -> Option<Vec<Slot>> {
         let n = u32::try_from(self.batch_slots()).unwrap_or(1);
         let own = split_permits(self.permits.clone().acquire_many_owned(n).await.ok()?);
@@ -135,7 +135,7 @@ impl Receiver {
         Some(slots)
     }
 
-    /// A whole batch of slots if they are free now, in both budgets.
+    /// A whole receive batch of slots if they are free now, in both budgets.
     pub(super) fn try_acquire_batch(&self) -> Option<Vec<Slot>> {
         let n = u32::try_from(self.batch_slots()).unwrap_or(1);
         let own = split_permits(self.permits.clone().try_acquire_many_owned(n).ok()?);

@@ -348,7 +348,7 @@ impl SettleCalls {
         }
     }
 
-    /// One try of a settle call, as an entry of a batch (which may wait a little for the
+    /// One try of a settle call, as an entry of a request batch (which may wait a little for the
     /// rest of `cohort`); `hooks` are told its answer where it arrives.
     async fn send(
         &self,

@@ -107,7 +107,7 @@ impl Cohort {
 struct BatcherBell {
     /// Set while the task waits for cohorts.
     waiting_for_cohorts: AtomicBool,
-    /// Entries handed over and not yet sent: ten of them fill a batch.
+    /// Entries handed out and not yet sent: ten of them fill a batch.
     unsent: AtomicUsize,
     ring: Notify,
     /// Times the task woke while it waited for cohorts.
@@ -116,7 +116,7 @@ struct BatcherBell {
 }
 
 impl BatcherBell {
-    /// After `added` entries were handed over: rings the task if it is waiting for cohorts
+    /// After `added` entries were handed out: rings the task if it is waiting for cohorts
     /// and these may end the wait (they complete a batch, or the cohort of the last one has
     /// no delivery left to settle, or it has none).
     fn handed_over(&self, added: usize, cohort: Option<&Cohort>) {
@@ -158,7 +158,7 @@ struct Entry {
     visibility: u32,
     /// The receive its delivery came with, if its others may follow.
     cohort: Option<Arc<Cohort>>,
-    /// When it was handed over: it waits for its cohort at most one round trip from here.
+    /// When it was handed out: it waits for its cohort at most one round trip from here.
     submitted: Instant,
     reply: oneshot::Sender<Result<(), Error>>,
     /// Told the answer before the caller.
@@ -380,11 +380,11 @@ async fn batcher_task(
                 },
             }
         }
-        let batch = take_batch(&mut waiting);
-        bell.sent(batch.len());
+        let request = take_request(&mut waiting);
+        bell.sent(request.len());
         let (queue, answered) = (queue.clone(), answered.clone());
         let request = async move {
-            send(&queue, call, batch).await;
+            send(&queue, call, request).await;
             drop(slot);
             answered.notify_waiters();
         };
@@ -429,8 +429,8 @@ async fn wait_for_cohorts(
     until: Instant,
 ) {
     bell.waiting_for_cohorts.store(true, Ordering::SeqCst);
-    // Pairs with the submitters' fence: an entry handed over from here on rings if it may end
-    // the wait, and one handed over before is in the inbox now.
+    // Pairs with the submitters' fence: an entry handed out from here on rings if it may end
+    // the wait, and one handed out before is in the inbox now.
     fence(Ordering::SeqCst);
     let rung = bell.ring.notified();
     tokio::pin!(rung);
@@ -485,30 +485,30 @@ fn take(waiting: &mut VecDeque<Entry>, submission: Submission) {
 }
 
 /// Up to 10 entries from the front, in order, never the same receipt handle twice: a second
-/// entry for a handle already in the batch waits (in its place) for the next one.
-fn take_batch(waiting: &mut VecDeque<Entry>) -> Vec<Entry> {
-    let mut batch = Vec::with_capacity(MAX_BATCH);
+/// entry for a handle already in the request waits (in its place) for the next one.
+fn take_request(waiting: &mut VecDeque<Entry>) -> Vec<Entry> {
+    let mut request = Vec::with_capacity(MAX_BATCH);
     let mut handles = HashSet::new();
     let mut later = VecDeque::new();
     while let Some(entry) = waiting.pop_front() {
-        if batch.len() == MAX_BATCH {
+        if request.len() == MAX_BATCH {
             later.push_back(entry);
             break;
         }
         if handles.insert(entry.receipt.clone()) {
-            batch.push(entry);
+            request.push(entry);
         } else {
             later.push_back(entry);
         }
     }
     later.append(waiting);
     *waiting = later;
-    batch
+    request
 }
 
-/// Sends one batch and answers every caller with its own entry's result.
-async fn send(queue: &Queue, call: Call, batch: Vec<Entry>) {
-    let entries: Vec<BatchEntry<'_>> = batch
+/// Sends one request and answers every caller with its own entry's result.
+async fn send(queue: &Queue, call: Call, request: Vec<Entry>) {
+    let entries: Vec<BatchEntry<'_>> = request
         .iter()
         .zip(ENTRY_IDS)
         .map(|(e, id)| BatchEntry {
@@ -524,7 +524,7 @@ async fn send(queue: &Queue, call: Call, batch: Vec<Entry>) {
     drop(entries);
     match answer {
         Ok(results) => {
-            for (entry, result) in batch.into_iter().zip(results) {
+            for (entry, result) in request.into_iter().zip(results) {
                 if let Some(told) = &entry.told {
                     told.answered(&result);
                 }
@@ -533,12 +533,12 @@ async fn send(queue: &Queue, call: Call, batch: Vec<Entry>) {
         }
         Err(err) => {
             if err.is_retryable() {
-                tracing::debug!(operation = call.name(), error = %err.chain(), entries = batch.len(), "batch request failed");
+                tracing::debug!(operation = call.name(), error = %err.chain(), entries = request.len(), "batch request failed");
             } else {
-                tracing::warn!(operation = call.name(), error = %err.chain(), entries = batch.len(), "batch request failed");
+                tracing::warn!(operation = call.name(), error = %err.chain(), entries = request.len(), "batch request failed");
             }
             let err = Arc::new(err);
-            for entry in batch {
+            for entry in request {
                 let result = Err(Error::replicate(&err));
                 if let Some(told) = &entry.told {
                     told.answered(&result);

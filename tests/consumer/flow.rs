@@ -132,7 +132,12 @@ async fn a_shared_rate_limit_holds_two_consumers_to_one_rate(kind: Kind) {
     let (a, b) = (TestQueue::new(kind, T).await, TestQueue::new(kind, T).await);
     a.send_many("a", N).await;
     b.send_many("b", N).await;
-    let build = |q: &TestQueue| q.consumer().wait_time(secs(1)).rate_limit(&limit).build();
+    let build = |q: &TestQueue| {
+        q.consumer()
+            .wait_time(secs(1))
+            .shared_rate_limit(&limit)
+            .build()
+    };
     let (ca, cb): (Consumer, Consumer) = (build(&a).unwrap(), build(&b).unwrap());
     let handled = Handled::default();
     let start = Instant::now();
@@ -524,7 +529,7 @@ async fn run_batches_while<F: std::future::Future>(
 
 /// A batch of 1,000 fills across receives at a visibility timeout shorter than its window:
 /// its first 500 deliveries are held for two visibility timeouts with none of them visible to
-/// a spy, then the next 500 fill it and it is handed over whole at once; acked in requests
+/// a spy, then the next 500 fill it and it is handed out whole at once; acked in requests
 /// of 10. (200 on moto: see below.)
 async fn a_batch_fills_across_receives_and_keeps_every_lease_while_it_fills(kind: Kind) {
     // Shorter than the window, long enough for a server's extension rounds of 100 requests.
@@ -573,7 +578,7 @@ async fn a_batch_fills_across_receives_and_keeps_every_lease_while_it_fills(kind
         let mut spied = 0;
         while filling.elapsed() < secs(2 * T + 1) {
             spied += q.receive_up_to(10, Duration::ZERO).await.len();
-            assert!(batches.sizes().is_empty(), "handed over before it was full");
+            assert!(batches.sizes().is_empty(), "handed out before it was full");
             sleep(Duration::from_millis(500)).await;
         }
         q.send_many("b", half).await;
@@ -594,7 +599,7 @@ async fn a_batch_fills_across_receives_and_keeps_every_lease_while_it_fills(kind
     assert_eq!(
         batches.sizes(),
         [2 * half],
-        "one batch, handed over when full"
+        "one batch, handed out when full"
     );
     let stats = consumer.stats();
     assert_eq!((stats.acked, stats.lost), (2 * half as u64, 0), "{stats:?}");
@@ -631,7 +636,7 @@ async fn a_batch_fills_across_receives_and_keeps_every_lease_while_it_fills(kind
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_batch_is_handed_over_when_full_or_when_its_window_has_passed() {
+async fn a_batch_is_handed_out_when_full_or_when_its_window_has_passed() {
     let q = queued(2, 20);
     let consumer = Consumer::in_memory(&q)
         .wait_time(secs(1))
@@ -653,7 +658,7 @@ async fn a_batch_is_handed_over_when_full_or_when_its_window_has_passed() {
         sent
     })
     .await;
-    // Two receives of 10 fill the first batch: handed over at once. The 6 sent 1 s later go
+    // Two receives of 10 fill the first batch: handed out at once. The 6 sent 1 s later go
     // after their window, 5 s from their arrival.
     assert_eq!(batches.sizes(), [20, 6]);
     let times = batches.times();
@@ -668,7 +673,7 @@ async fn a_batch_is_handed_over_when_full_or_when_its_window_has_passed() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_shutdown_hands_a_filling_batch_over_at_once() {
+async fn a_shutdown_hands_a_filling_batch_out_at_once() {
     let q = queued(2, 3);
     let consumer = Consumer::in_memory(&q)
         .wait_time(secs(1))

@@ -570,7 +570,7 @@ async fn short_of_tokens_with_slots_free_the_receive_loop_waits_without_spinning
 async fn under_a_rate_limit_more_receives_start_on_the_tokens_there() {
     // 5,000 a second (a burst of 10) leaves the 50 ms requests the bound: one receive of 2
     // at a time takes 25 s; more receives start on the tokens there when an answer comes.
-    let limited = |b: ConsumerBuilder| b.batch_size(2).max_receive_rate(5_000.0);
+    let limited = |b: ConsumerBuilder| b.receive_batch_size(2).max_receive_rate(5_000.0);
     let alone = drain_with_latency(1, limited).await;
     assert!(alone >= secs(25), "{alone:?}");
     let together = drain_with_latency(8, limited).await;
@@ -987,7 +987,7 @@ async fn run_while_reports_a_handler_that_panicked() {
     run_while(&consumer, handler, sleep(secs(10))).await;
 }
 
-/// `batch_size` is the most messages one receive asks for: a batch handler sees batches of
+/// `receive_batch_size` is the most messages one receive asks for: a batch handler sees batches of
 /// at most that many.
 #[tokio::test(start_paused = true)]
 async fn batch_size_caps_what_one_receive_brings() {
@@ -995,7 +995,10 @@ async fn batch_size_caps_what_one_receive_brings() {
     for i in 0..9 {
         q.send(format!("m{i}")).unwrap();
     }
-    let consumer = Consumer::in_memory(&q).batch_size(3).build().unwrap();
+    let consumer = Consumer::in_memory(&q)
+        .receive_batch_size(3)
+        .build()
+        .unwrap();
     let sizes = Arc::new(Mutex::new(Vec::new()));
     let seen = sizes.clone();
     let handler = move |batch: sqs_consumer::Batch| {
@@ -1061,7 +1064,7 @@ async fn a_receive_short_of_a_batch_does_not_make_the_next_wait_to_gather_one() 
         q.send(format!("m{i}")).unwrap();
     }
     let consumer = Consumer::in_memory(&q)
-        .batch_size(2)
+        .receive_batch_size(2)
         .max_in_flight(3)
         .build()
         .unwrap();
@@ -1097,7 +1100,7 @@ async fn under_a_shared_budget_a_full_receive_of_one_brings_a_batch_next() {
     }
     let limit = sqs_consumer::InFlightLimit::new(100);
     let consumer = Consumer::in_memory(&q)
-        .in_flight_limit(&limit)
+        .shared_in_flight_limit(&limit)
         .max_concurrent_receives(1)
         .build()
         .unwrap();

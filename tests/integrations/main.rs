@@ -55,7 +55,7 @@ async fn three_consumers_sharing_a_limit_never_hold_more_and_a_quiet_queue_is_no
         .map(|q| {
             q.consumer()
                 .wait_time(secs(1))
-                .in_flight_limit(&limit)
+                .shared_in_flight_limit(&limit)
                 .build()
                 .unwrap()
         })
@@ -137,7 +137,7 @@ async fn three_consumers_sharing_a_limit_never_hold_more_and_a_quiet_queue_is_no
         "the quiet queue's message waited {took:?}"
     );
     common::report(&format!(
-        "in_flight_limit ({kind:?}): at most {} of {LIMIT} held across three consumers in \
+        "shared_in_flight_limit ({kind:?}): at most {} of {LIMIT} held across three consumers in \
          {samples} samples; the quiet queue's message handled {took:.1?} after it was sent, \
          the other two saturated",
         most.lock().unwrap()

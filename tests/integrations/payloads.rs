@@ -534,7 +534,7 @@ async fn delete_on_ack_deletes_the_object_only_after_the_sqs_delete(s3: S3) {
 }
 
 /// A batch handler and a stream get payloads too: each delivery's payload is read before the
-/// batch is handed over or the delivery yielded, and one that cannot be read is left out.
+/// batch is handed out or the delivery yielded, and one that cannot be read is left out.
 async fn batches_and_streams_get_payloads_too(kind: Kind) {
     let s3 = S3::new(kind);
     let bucket = s3.new_bucket().await;

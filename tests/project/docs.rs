@@ -297,6 +297,7 @@ const PAGES: &[&str] = &[
     "CONTRIBUTING.md",
     "benches/README.md",
     "benches/notes.md",
+    "contributing/mutants.md",
 ];
 
 fn pages() -> Vec<(String, String)> {
@@ -409,7 +410,7 @@ fn every_test_the_docs_cite_exists_at_its_exact_path() {
 
 /// The mutants page's table "Files renamed since the run": old path -> new path.
 fn renamed_since_the_mutants_run(root: &Path) -> std::collections::BTreeMap<String, String> {
-    let page = std::fs::read_to_string(root.join("docs/mutants.md")).unwrap();
+    let page = std::fs::read_to_string(root.join("contributing/mutants.md")).unwrap();
     section(&page, "Files renamed since the run")
         .lines()
         .filter_map(|row| {
@@ -525,33 +526,27 @@ fn every_row_of_the_fidelity_table_cites_a_test() {
     }
 }
 
-/// The outcomes committed under `mutants/`: for each mutant, the outcome of the highest
-/// shard that names it (as `scripts/mutants-figures.sh` counts them), and the mutants each
-/// `--in-diff` run missed.
-fn mutant_outcomes(root: &str) -> (std::collections::BTreeMap<String, String>, Vec<String>) {
-    let mut latest = std::collections::BTreeMap::new();
-    let mut shards: Vec<(u32, PathBuf)> = Vec::new();
-    let mut in_diff_missed = Vec::new();
-    for entry in std::fs::read_dir(format!("{root}/mutants")).unwrap() {
-        let path = entry.unwrap().path();
-        let name = path.file_name().unwrap().to_string_lossy().into_owned();
-        if let Some(k) = name.strip_prefix("shard-") {
-            shards.push((k.split('-').next().unwrap().parse().unwrap(), path));
-        } else if name.starts_with("in-diff-") {
-            let missed = std::fs::read_to_string(path.join("missed.txt")).unwrap();
-            in_diff_missed.extend(missed.lines().map(str::to_owned));
-        }
-    }
-    shards.sort();
-    for (_, dir) in shards {
-        for outcome in ["caught", "missed", "unviable", "timeout"] {
-            let list = std::fs::read_to_string(dir.join(format!("{outcome}.txt"))).unwrap();
-            for mutant in list.lines().filter(|l| !l.is_empty()) {
-                latest.insert(mutant.to_owned(), outcome.to_owned());
-            }
-        }
-    }
-    (latest, in_diff_missed)
+/// The record of the mutants runs (`contributing/mutants-record.txt`, written by
+/// `scripts/mutants-figures.sh`): the mutants they missed (the shards' and each `--in-diff`
+/// run's) and the totals line, `in all: C caught, M missed, U unviable, T timed out`.
+fn mutant_record(root: &str) -> (Vec<String>, [usize; 4]) {
+    let record =
+        std::fs::read_to_string(format!("{root}/contributing/mutants-record.txt")).unwrap();
+    let missed = record
+        .split("\nmissed")
+        .skip(1)
+        .flat_map(|list| list.lines().skip(1).take_while(|l| !l.is_empty()))
+        .map(str::to_owned)
+        .collect();
+    let totals = record
+        .lines()
+        .find_map(|l| l.strip_prefix("in all: "))
+        .expect("a line `in all: ...`");
+    let numbers: Vec<usize> = totals
+        .split(", ")
+        .map(|part| part.split(' ').next().unwrap().parse().unwrap())
+        .collect();
+    (missed, numbers.try_into().expect("four totals"))
 }
 
 /// Whether a row of the mutants page names `mutant` (`src/f.rs:LINE:COL: what`): its first
@@ -572,32 +567,31 @@ fn has_row(rows: &[&str], mutant: &str) -> bool {
 #[test]
 fn every_mutant_missed_has_its_row_and_the_totals_are_the_committed_ones() {
     let root = env!("CARGO_MANIFEST_DIR");
-    let page = std::fs::read_to_string(format!("{root}/docs/mutants.md")).unwrap();
+    let page = std::fs::read_to_string(format!("{root}/contributing/mutants.md")).unwrap();
     let rows: Vec<&str> = section(&page, "Mutants left alive")
         .lines()
         .filter(|l| l.starts_with("| `src/"))
         .map(|l| l.split(" | ").next().unwrap())
         .collect();
-    let (latest, in_diff_missed) = mutant_outcomes(root);
-    let missed: Vec<&String> = latest
-        .iter()
-        .filter(|(_, o)| *o == "missed")
-        .map(|(m, _)| m)
-        .collect();
-    for mutant in missed.iter().copied().chain(&in_diff_missed) {
+    let (missed, [caught, missed_in_all, unviable, timeout]) = mutant_record(root);
+    assert!(
+        missed.len() >= missed_in_all,
+        "{} missed listed",
+        missed.len()
+    );
+    for mutant in &missed {
         assert!(has_row(&rows, mutant), "no row for {mutant}");
     }
-    let count = |outcome: &str| latest.values().filter(|o| *o == outcome).count();
     let with_commas = |n: usize| match n {
         0..=999 => n.to_string(),
         _ => format!("{},{:03}", n / 1000, n % 1000),
     };
     let totals = format!(
         "{} caught, {} missed, {} unviable and {} timed out",
-        with_commas(count("caught")),
-        with_commas(count("missed")),
-        with_commas(count("unviable")),
-        match count("timeout") {
+        with_commas(caught),
+        with_commas(missed_in_all),
+        with_commas(unviable),
+        match timeout {
             0 => "none".to_owned(),
             n => with_commas(n),
         }

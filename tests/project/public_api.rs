@@ -182,7 +182,7 @@ async fn every_public_item(
     let builder: ConsumerBuilder = Consumer::builder(client.clone(), "url")
         .visibility_timeout(Duration::ZERO)
         .wait_time(Duration::ZERO)
-        .batch_size(10)
+        .receive_batch_size(10)
         .max_in_flight(1)
         .shutdown_timeout(Duration::ZERO)
         .give_up_after(Duration::ZERO)
@@ -195,9 +195,9 @@ async fn every_public_item(
         .message_system_attribute_names([
             aws_sdk_sqs::types::MessageSystemAttributeName::SentTimestamp,
         ])
-        .in_flight_limit(&limit)
+        .shared_in_flight_limit(&limit)
         .max_receive_rate(1.0)
-        .rate_limit(&rate)
+        .shared_rate_limit(&rate)
         .cancel_on_lost(true)
         .max_batch(10)
         .batch_window(Duration::ZERO)
@@ -206,6 +206,12 @@ async fn every_public_item(
         .isolated_keeper(true)
         .on_delivery_span(|_: &tracing::Span, _: Option<&sqs_consumer::TraceParent>| {})
         .keeper_client(client);
+    // The former names, deprecated.
+    #[allow(deprecated)]
+    let builder: ConsumerBuilder = ConsumerBuilder::rate_limit(
+        ConsumerBuilder::in_flight_limit(ConsumerBuilder::batch_size(builder, 10), &limit),
+        &rate,
+    );
     #[cfg(feature = "s3")]
     let builder: ConsumerBuilder = builder
         .s3_payloads(s3_client())

@@ -91,8 +91,8 @@ async fn bad_settings_are_refused_before_anything_is_sent() {
             Consumer::builder(client.clone(), "http://127.0.0.1:1/q").wait_time(secs(21)),
         ),
         (
-            "batch_size",
-            Consumer::builder(client.clone(), "http://127.0.0.1:1/q").batch_size(0),
+            "receive_batch_size",
+            Consumer::builder(client.clone(), "http://127.0.0.1:1/q").receive_batch_size(0),
         ),
         (
             "max_in_flight",

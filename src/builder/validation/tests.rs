@@ -34,7 +34,7 @@ fn defaults_build() {
     let s = c.receive_settings();
     assert_eq!(s.visibility_timeout, None);
     assert_eq!(s.wait_time, Duration::from_secs(20));
-    assert_eq!(s.batch_size, 10);
+    assert_eq!(s.receive_batch_size, 10);
     assert_eq!(s.max_in_flight, 40);
 }
 
@@ -62,19 +62,22 @@ fn bounds_are_accepted() {
         let c = builder()
             .visibility_timeout(Duration::from_secs(v))
             .wait_time(Duration::from_secs(w))
-            .batch_size(b)
+            .receive_batch_size(b)
             .max_in_flight(m)
             .request_timeout(request)
             .handler_timeout(handler)
             .max_concurrent_receives(receives)
-            .in_flight_limit(&InFlightLimit::new(m))
+            .shared_in_flight_limit(&InFlightLimit::new(m))
             .build()
             .expect("bounds are valid");
         let settings = c.receive_settings();
         assert_eq!(settings.visibility_timeout, Some(v as u32));
         assert_eq!(settings.max_concurrent_receives, receives);
         assert_eq!(
-            settings.in_flight_limit.as_ref().map(InFlightLimit::max),
+            settings
+                .shared_in_flight_limit
+                .as_ref()
+                .map(InFlightLimit::max),
             Some(m)
         );
     }
@@ -141,8 +144,16 @@ fn out_of_range_settings_are_refused() {
         "wait_time",
         "0..=20",
     );
-    refused(builder().batch_size(0), "batch_size", "1..=10");
-    refused(builder().batch_size(11), "batch_size", "1..=10");
+    refused(
+        builder().receive_batch_size(0),
+        "receive_batch_size",
+        "1..=10",
+    );
+    refused(
+        builder().receive_batch_size(11),
+        "receive_batch_size",
+        "1..=10",
+    );
     refused(builder().max_in_flight(0), "max_in_flight", "1..=120000");
     refused(
         builder().max_in_flight(120_001),
@@ -176,8 +187,8 @@ fn out_of_range_settings_are_refused() {
     );
     for n in [0, 120_001] {
         refused(
-            builder().in_flight_limit(&InFlightLimit::new(n)),
-            "in_flight_limit",
+            builder().shared_in_flight_limit(&InFlightLimit::new(n)),
+            "shared_in_flight_limit",
             "1..=120000",
         );
     }
@@ -188,8 +199,8 @@ fn out_of_range_settings_are_refused() {
             "0.001..=100000",
         );
         refused(
-            builder().rate_limit(&RateLimit::new(rate)),
-            "rate_limit",
+            builder().shared_rate_limit(&RateLimit::new(rate)),
+            "shared_rate_limit",
             "0.001..=100000",
         );
     }
@@ -226,7 +237,7 @@ fn out_of_range_settings_are_refused() {
     for rate in [0.001, 50.0, 100_000.0] {
         let built = builder()
             .max_receive_rate(rate)
-            .rate_limit(&RateLimit::new(rate))
+            .shared_rate_limit(&RateLimit::new(rate))
             .build();
         assert!(built.is_ok(), "{rate}: {built:?}");
     }
@@ -552,4 +563,36 @@ async fn a_dead_letter_queue_is_checked_and_asks_for_what_its_copy_needs() {
     assert!(settings
         .system_attribute_names
         .contains(&A::ApproximateFirstReceiveTimestamp));
+}
+
+/// The former names are the new ones under another name: they set the same settings and are
+/// refused with the new field's name.
+#[test]
+#[allow(deprecated)]
+fn the_former_names_set_what_the_new_ones_set() {
+    use crate::flow::rate_limit::RateLimit;
+    let (limit, rate) = (InFlightLimit::new(7), RateLimit::new(3.0));
+    let former = ConsumerBuilder::batch_size(builder(), 4);
+    let former = ConsumerBuilder::in_flight_limit(former, &limit);
+    let former = ConsumerBuilder::rate_limit(former, &rate).build().unwrap();
+    let former = former.receive_settings();
+    assert_eq!(former.receive_batch_size, 4);
+    assert_eq!(
+        former
+            .shared_in_flight_limit
+            .as_ref()
+            .map(InFlightLimit::max),
+        Some(7)
+    );
+    assert!(!former.rate_limits.is_empty(), "the shared rate is set");
+    refused(
+        ConsumerBuilder::batch_size(builder(), 11),
+        "receive_batch_size",
+        "1..=10",
+    );
+    refused(
+        ConsumerBuilder::rate_limit(builder(), &RateLimit::new(0.0)),
+        "shared_rate_limit",
+        "0.001..=100000",
+    );
 }

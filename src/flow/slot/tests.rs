@@ -21,10 +21,10 @@ fn a_slot_handed_over_frees_both_budgets_and_holds_a_settle_until_dropped() {
     let (sources, mut slot) = taken(2, 2, 2);
     assert_eq!(free(&sources), [1, 1, 2]);
     assert!(!slot.is_handed_over());
-    assert!(slot.hand_over());
+    assert!(slot.free_early());
     assert!(slot.is_handed_over());
     assert_eq!(free(&sources), [2, 2, 1]);
-    assert!(!slot.hand_over(), "once only");
+    assert!(!slot.free_early(), "once only");
     drop(slot);
     assert_eq!(free(&sources), [2, 2, 2]);
 }
@@ -32,7 +32,7 @@ fn a_slot_handed_over_frees_both_budgets_and_holds_a_settle_until_dropped() {
 #[test]
 fn with_no_settle_left_the_slot_stays_taken_until_dropped() {
     let (sources, mut slot) = taken(2, 2, 0);
-    assert!(!slot.hand_over());
+    assert!(!slot.free_early());
     assert!(!slot.is_handed_over());
     assert_eq!(free(&sources), [1, 1, 0]);
     drop(slot);
@@ -42,6 +42,6 @@ fn with_no_settle_left_the_slot_stays_taken_until_dropped() {
 #[test]
 fn a_slot_of_nothing_is_never_handed_over() {
     let mut slot = Slot::default();
-    assert!(!slot.hand_over());
+    assert!(!slot.free_early());
     assert!(!slot.is_handed_over());
 }

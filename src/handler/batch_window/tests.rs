@@ -36,19 +36,19 @@ async fn what_is_left_of_a_full_batch_waits_a_whole_window_from_its_arrival() {
     assert_eq!(filling.due, None);
 }
 
-/// A collector whose batches were all full when its run ended hands over no empty one.
+/// A collector whose batches were all full when its run ended hands out no empty one.
 #[tokio::test(start_paused = true)]
 async fn a_run_that_ends_between_batches_hands_over_no_empty_batch() {
     let q = MemoryQueue::new();
     let sizes = Arc::new(Mutex::new(Vec::new()));
-    let hand_over: HandOver = {
+    let hand_out: HandOutFilled = {
         let sizes = sizes.clone();
         Box::new(move |batch: Vec<Delivery>| {
             sizes.lock().expect("sizes").push(batch.len());
             Box::pin(async {})
         })
     };
-    let (collector, task) = Collector::start(batching(2, 5), hand_over);
+    let (collector, task) = Collector::start(batching(2, 5), hand_out);
     collector.push(held(&q, 4).await);
     drop(collector);
     task.await;

@@ -77,7 +77,7 @@ fn a_batch_takes_ten_in_order_and_never_one_handle_twice() {
         .into_iter()
         .map(entry)
         .collect();
-    let first: Vec<String> = take_batch(&mut waiting)
+    let first: Vec<String> = take_request(&mut waiting)
         .into_iter()
         .map(|e| e.receipt)
         .collect();
