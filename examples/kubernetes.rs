@@ -31,7 +31,7 @@
 use std::time::Duration;
 
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
-use sqs_consumer::{BoxError, Consumer, ConsumerHandle, Delivery, Stats};
+use sqs_consumer::{BoxError, Consumer, Delivery, Stats};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
@@ -46,7 +46,7 @@ fn healthy(stats: &Stats, running_for: Duration, unhealthy_after: Duration) -> b
 /// Serves `/healthz` and `/metrics` on `listener` until the process ends.
 async fn serve(
     listener: TcpListener,
-    consumer: ConsumerHandle,
+    consumer: Consumer,
     metrics: PrometheusHandle,
     unhealthy_after: Duration,
 ) {
@@ -128,7 +128,7 @@ async fn work_until_stopped() -> Result<(), BoxError> {
         "serving /healthz and /metrics on http://{}",
         listener.local_addr()?
     );
-    tokio::spawn(serve(listener, consumer.handle(), metrics, unhealthy_after));
+    tokio::spawn(serve(listener, consumer.clone(), metrics, unhealthy_after));
 
     let handler = move |delivery: Delivery| async move {
         tokio::time::sleep(hold).await;

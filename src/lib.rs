@@ -65,7 +65,7 @@
 //! `aws_sdk_sqs::Client`, `Consumer::from_env` with the standard AWS configuration,
 //! [`Consumer::in_memory`] for a [`MemoryQueue`]). It hands each message to a [`Handler`]
 //! (any async closure taking a [`Delivery`]), a [`BatchHandler`] (a [`Batch`] per receive) or
-//! a [`DeliveryStream`]. A [`ConsumerHandle`] pauses, resumes and stops it from elsewhere;
+//! a [`DeliveryStream`]. It is cheap to clone: a clone pauses, resumes and stops it from elsewhere;
 //! [`InFlightLimit`] shares one budget of held deliveries between consumers, [`RateLimit`] one
 //! budget of messages per second. Failures are an
 //! [`Error`] with an [`ErrorKind`] and, for a lost lease, a [`LostReason`].
@@ -168,12 +168,13 @@ pub use body::eventbridge::EventBridgeEvent;
 pub use body::json::{SnsMessageAttribute, SnsNotification};
 pub use builder::dead_letter_queue::DeadLetterQueue;
 pub use builder::ConsumerBuilder;
-pub use consumer::handle::ConsumerHandle;
 #[cfg(feature = "signal")]
 #[cfg_attr(docsrs, doc(cfg(feature = "signal")))]
 pub use consumer::shutdown_signal::shutdown_signal;
 pub use consumer::stream::DeliveryStream;
 pub use consumer::Consumer;
+#[allow(deprecated)]
+pub use consumer::ConsumerHandle;
 pub use delivery::Delivery;
 pub use error::{BoxError, Error, ErrorKind, LostReason};
 pub use flow::in_flight_limit::InFlightLimit;

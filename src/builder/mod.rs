@@ -243,7 +243,7 @@ impl ConsumerBuilder {
     }
 
     /// How long a graceful stop ([`Consumer::run_until`](crate::Consumer::run_until),
-    /// [`ConsumerHandle::shutdown`](crate::ConsumerHandle::shutdown))
+    /// [`Consumer::shutdown`](crate::Consumer::shutdown))
     /// lets running handlers finish, counted from the signal, before it cancels them and
     /// releases their messages. The receives under way at the signal end meanwhile (within
     /// their [`wait_time`](ConsumerBuilder::wait_time)). After it, the releases and the acks

@@ -1,9 +1,8 @@
 //! `Consumer`: what a consumer does once built (`crate::builder` builds it).
 //!
-//! Beside it: its `ConsumerHandle` (`handle.rs`), its `DeliveryStream` (`stream.rs`), and the
-//! process's stop signal (`shutdown_signal.rs`, feature `signal`).
+//! Beside it: its `DeliveryStream` (`stream.rs`), and the process's stop signal
+//! (`shutdown_signal.rs`, feature `signal`).
 
-pub(crate) mod handle;
 #[cfg(feature = "signal")]
 pub(crate) mod shutdown_signal;
 pub(crate) mod stream;
@@ -12,7 +11,6 @@ use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 
-use crate::consumer::handle::ConsumerHandle;
 use crate::consumer::stream::DeliveryStream;
 use crate::engine::{ConsumerSettings, Engine};
 use crate::error::Error;
@@ -35,6 +33,36 @@ use crate::stats::Stats;
 /// more messages than there are free slots, and runs each handler as its own task. Every
 /// delivery is kept hidden by the keeper from the moment it is received. On a FIFO queue (URL
 /// ending in `.fifo`) the messages of one message group are handled one at a time, in order.
+///
+/// A consumer is cheap to clone, and every clone is the same consumer (as an
+/// `aws_sdk_sqs::Client` is): give one to a signal task, an admin endpoint or a health check
+/// to [`pause`](Consumer::pause), [`resume`](Consumer::resume), read the
+/// [`stats`](Consumer::stats) of, or [`shutdown`](Consumer::shutdown) a consumer that is
+/// running elsewhere.
+///
+/// ```
+/// use std::time::Duration;
+/// use sqs_consumer::{Consumer, Delivery, MemoryQueue};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), sqs_consumer::Error> {
+/// let queue = MemoryQueue::new();
+/// queue.send("hello")?;
+/// let consumer = Consumer::in_memory(&queue).wait_time(Duration::from_secs(1)).build()?;
+///
+/// // Stop once the message is acked (a real service would wait for SIGTERM here).
+/// let watcher = consumer.clone();
+/// tokio::spawn(async move {
+///     while watcher.stats().acked == 0 {
+///         tokio::time::sleep(Duration::from_millis(10)).await;
+///     }
+///     watcher.shutdown();
+/// });
+/// consumer.run(|delivery: Delivery| delivery.ack()).await?; // returns after the shutdown
+/// assert!(queue.is_empty());
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
 pub struct Consumer {
     engine: Arc<Engine>,
 }
@@ -133,11 +161,19 @@ impl Consumer {
         self.engine.receiver().backlog().await
     }
 
-    /// A handle that pauses, resumes, reads the stats of, or stops this consumer from
-    /// another task (a signal handler, say) while a `run*` future or a stream of it runs:
-    /// see [`ConsumerHandle`].
-    pub fn handle(&self) -> ConsumerHandle {
-        ConsumerHandle::new(self.engine.clone())
+    /// A clone of this consumer, by its former name.
+    #[deprecated(since = "0.1.0", note = "a `Consumer` is cheap to clone: clone it")]
+    pub fn handle(&self) -> Consumer {
+        self.clone()
+    }
+
+    /// Starts the same graceful stop as a [`run_until`](Consumer::run_until) signal, for
+    /// every `run*` and stream of this consumer that is running, and for any started later
+    /// (they return, or end, at once). Returns at once; the `run*` futures return (and the
+    /// streams end) once their shutdown is done. It cannot be undone: build a new consumer to
+    /// receive again.
+    pub fn shutdown(&self) {
+        self.engine.request_shutdown();
     }
 
     /// Receives messages and calls `handler` for each, until a fatal error.
@@ -159,7 +195,7 @@ impl Consumer {
     /// let queue = MemoryQueue::new();
     /// queue.send("job 1")?;
     /// let consumer = Consumer::in_memory(&queue).build()?;
-    /// let handle = consumer.handle();
+    /// let handle = consumer.clone();
     /// consumer
     ///     .run(move |delivery: Delivery| {
     ///         let handle = handle.clone();
@@ -179,7 +215,7 @@ impl Consumer {
     }
 
     /// Receives messages and calls `handler` for each until `signal` completes (or
-    /// [`ConsumerHandle::shutdown`] is called, or a fatal error), then shuts down gracefully.
+    /// [`shutdown`](Consumer::shutdown) is called, or a fatal error), then shuts down gracefully.
     ///
     /// Each delivery's handler runs as its own task. A handler error is logged with the
     /// message id; a panic is caught and logged, and the consumer carries on. Transient
@@ -275,7 +311,7 @@ impl Consumer {
     ///     queue.send(format!("row {i}"))?;
     /// }
     /// let consumer = Consumer::in_memory(&queue).build()?;
-    /// let handle = consumer.handle();
+    /// let handle = consumer.clone();
     /// consumer
     ///     .run_batch(move |batch: Batch| {
     ///         let handle = handle.clone();
@@ -346,7 +382,7 @@ impl Consumer {
     /// brings is handled as usual. Deliveries already received stay kept hidden;
     /// handlers go on running, and acks and releases go out as usual. Affects every `run*`
     /// and stream of this consumer; [`Stats::reserved`](crate::Stats::reserved) falls to 0
-    /// once the receives under way are in. Also on [`ConsumerHandle`].
+    /// once the receives under way are in.
     pub fn pause(&self) {
         self.engine.set_receiving(Receiving::Paused);
     }
@@ -374,7 +410,7 @@ impl Consumer {
     /// once (visible again, not kept until the receives under way are in);
     /// deliveries yielded and dropped after that are released at once. The receives under
     /// way are not abandoned: a task finishes them in the background and releases what they
-    /// bring. [`ConsumerHandle::shutdown`] ends it as
+    /// bring. [`shutdown`](Consumer::shutdown) ends it as
     /// [`stream_until`](Consumer::stream_until)'s signal would. Must be called within a tokio
     /// runtime.
     ///
@@ -400,7 +436,7 @@ impl Consumer {
     /// then the same graceful shutdown as [`run_until`](Consumer::run_until), and the stream
     /// ends.
     ///
-    /// On the signal (or [`ConsumerHandle::shutdown`]), no receive starts; the receives under
+    /// On the signal (or [`shutdown`](Consumer::shutdown)), no receive starts; the receives under
     /// way are awaited as [`run_until`](Consumer::run_until) does, what they bring is
     /// yielded; then deliveries not yet yielded are released (visible again at once), and the
     /// stream waits (until [`shutdown_timeout`](crate::ConsumerBuilder::shutdown_timeout)
@@ -440,3 +476,7 @@ impl fmt::Debug for Consumer {
             .finish_non_exhaustive()
     }
 }
+
+/// The former name of a [`Consumer`] clone, from [`Consumer::handle`].
+#[deprecated(since = "0.1.0", note = "a `Consumer` is cheap to clone: clone it")]
+pub type ConsumerHandle = Consumer;

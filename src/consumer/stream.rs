@@ -108,7 +108,7 @@ impl DeliveryStream {
                     None => std::future::pending().await,
                 }
             };
-            // The signal, `ConsumerHandle::shutdown`, or the stream dropped (`token`): no new
+            // The signal, `Consumer::shutdown`, or the stream dropped (`token`): no new
             // receive. Only the first two hand out what the receives under way bring.
             let signal = async {
                 tokio::select! {

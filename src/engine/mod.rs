@@ -150,7 +150,7 @@ pub(crate) struct Engine {
     receiver: Receiver,
     shutdown_timeout: Duration,
     handling: HandlerSettings,
-    /// Cancelled by `ConsumerHandle::shutdown`: every run and stream of this consumer stops
+    /// Cancelled by `Consumer::shutdown`: every run and stream of this consumer stops
     /// as on its signal, and one started later stops at once.
     shutdown_requested: CancellationToken,
 }

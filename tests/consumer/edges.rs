@@ -2,7 +2,7 @@
 //! test server (real time): a stop or a pause while a long poll waits abandons nothing; a
 //! delivery dropped in its handler is kept until the outcome decides, and an ack is never
 //! counted for a lost one; `Delivery::fail` in a batch; a queue whose own visibility timeout
-//! is 0; `ConsumerHandle`. Figures are printed
+//! is 0; a clone of the consumer that pauses or stops it. Figures are printed
 //! (`cargo test --test consumer edges:: -- --nocapture`).
 
 use crate::common;
@@ -112,7 +112,7 @@ async fn a_stop_while_a_poll_waits_hands_out_what_it_brings_and_leaves_nothing_h
 async fn a_pause_while_a_poll_waits_handles_what_it_brings_and_leaves_nothing_hidden(kind: Kind) {
     let q = TestQueue::new(kind, 30).await;
     let consumer = Arc::new(q.consumer().wait_time(WAIT).build().unwrap());
-    let handle = consumer.handle();
+    let handle = consumer.clone();
     let calls = Arc::new(AtomicUsize::new(0));
     let running = {
         let (consumer, handler) = (consumer.clone(), acking(&calls));
@@ -218,7 +218,7 @@ async fn a_batch_with_one_failed_delivery_acks_the_others_and_retries_that_one(k
             }
         }
     };
-    let handle = consumer.handle();
+    let handle = consumer.clone();
     let done = async move {
         eventually("all acked", LIMIT, || handle.stats().acked == 10).await;
     };
@@ -289,7 +289,7 @@ async fn a_handle_stops_a_run_a_stream_and_any_started_later(kind: Kind) {
     let q = TestQueue::new(kind, 30).await;
     q.send("m").await;
     let consumer = Arc::new(q.consumer().wait_time(WAIT).build().unwrap());
-    let handle = consumer.handle();
+    let handle = consumer.clone();
     let calls = Arc::new(AtomicUsize::new(0));
     let run = {
         let (consumer, handler) = (consumer.clone(), acking(&calls));

@@ -473,10 +473,7 @@ impl Batches {
     /// under way to be in, then acks it whole: moto's receives and deletes race (each
     /// rebuilds its list of messages without a lock), and with 1,000 messages held the race
     /// brings back messages it had deleted.
-    fn acking_alone(
-        &self,
-        consumer: sqs_consumer::ConsumerHandle,
-    ) -> impl sqs_consumer::BatchHandler {
+    fn acking_alone(&self, consumer: sqs_consumer::Consumer) -> impl sqs_consumer::BatchHandler {
         let batches = self.clone();
         move |batch: sqs_consumer::Batch| {
             let (batches, consumer) = (batches.clone(), consumer.clone());
@@ -567,7 +564,7 @@ async fn a_batch_fills_across_receives_and_keeps_every_lease_while_it_fills(kind
         .unwrap();
     let batches = Batches::default();
     let start = Instant::now();
-    let handler = batches.acking_alone(consumer.handle());
+    let handler = batches.acking_alone(consumer.clone());
     let spied = run_batches_while(&consumer, handler, async {
         while consumer.stats().received < half as u64 {
             assert!(start.elapsed() < LIMIT * 3, "{:?}", consumer.stats());
@@ -683,7 +680,7 @@ async fn a_shutdown_hands_a_filling_batch_out_at_once() {
         .unwrap();
     let batches = Batches::default();
     let start = Instant::now();
-    let handle = consumer.handle();
+    let handle = consumer.clone();
     let signal = async move {
         while handle.stats().received < 3 {
             sleep(Duration::from_millis(10)).await;

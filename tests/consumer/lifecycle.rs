@@ -766,7 +766,7 @@ async fn dropping_a_stream_releases_what_it_had_not_yielded_at_once_while_a_poll
 #[tokio::test(start_paused = true)]
 async fn a_handle_shutdown_ends_a_stream_once_what_it_yielded_is_settled() {
     let (q, consumer, mut stream, first) = a_stream_holding_four_not_yielded(false).await;
-    consumer.handle().shutdown();
+    consumer.clone().shutdown();
     // Once the poll under way is in: it started with the stream's first receive's answer.
     eventually("the other four visible again", secs(21), || {
         q.visible_len() == 4

@@ -1109,3 +1109,29 @@ async fn under_a_shared_budget_a_full_receive_of_one_brings_a_batch_next() {
     // A receive of 1, then two of 10.
     assert_eq!(q.requests().non_empty_receives(), 3, "{:?}", q.requests());
 }
+
+/// A clone is the same consumer: what one pauses the other sees paused, their stats are one,
+/// and a clone's `shutdown` ends a run of the original.
+#[tokio::test(start_paused = true)]
+async fn a_clone_is_the_same_consumer() {
+    let q = queue(30);
+    q.send("one").unwrap();
+    let consumer = Consumer::in_memory(&q).wait_time(secs(1)).build().unwrap();
+    let clone = consumer.clone();
+    clone.pause();
+    assert!(consumer.is_paused(), "paused through the clone");
+    consumer.resume();
+    assert!(!clone.is_paused(), "resumed through the original");
+    let watcher = consumer.clone();
+    let stopper = tokio::spawn(async move {
+        eventually("the ack", LIMIT, || watcher.stats().acked == 1).await;
+        watcher.shutdown();
+    });
+    tokio::time::timeout(LIMIT, consumer.run(|d: Delivery| d.ack()))
+        .await
+        .expect("the clone's shutdown ends the run")
+        .unwrap();
+    stopper.await.unwrap();
+    assert_eq!(clone.stats().acked, 1, "one set of counters");
+    assert!(q.is_empty());
+}

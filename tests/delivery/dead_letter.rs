@@ -485,7 +485,7 @@ async fn a_failed_batch_moves_its_due_deliveries_and_leaves_the_others_to_the_re
     };
     let moved = async {
         until("both moved", || consumer.stats().dead_lettered == 2).await;
-        consumer.handle().shutdown();
+        consumer.clone().shutdown();
     };
     let (result, ()) = tokio::join!(consumer.run_batch(handler), moved);
     result.unwrap();

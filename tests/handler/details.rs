@@ -567,7 +567,7 @@ async fn a_timed_out_batch_handler_says_how_many_deliveries_it_stopped_on() {
         sleep(secs(3600)).await; // stopped at 5 s
         batch.ack_all().await
     };
-    let watched = consumer.handle();
+    let watched = consumer.clone();
     consumer
         .run_batch_until(
             handler,

@@ -13,6 +13,7 @@ use std::time::Duration;
 use sqs_consumer::memory::{
     Action, Faults, InjectedFaults, MemoryQueueBuilder, RequestCounts, SendOptions,
 };
+#[allow(deprecated)]
 use sqs_consumer::{
     AckMode, Backlog, Batch, BatchHandler, BoxError, Consumer, ConsumerBuilder, ConsumerHandle,
     DeadLetterQueue, Delivery, DeliveryStream, Error, ErrorKind, Handler, InFlightLimit,
@@ -247,11 +248,11 @@ async fn every_public_item(
     consumer.pause();
     consumer.resume();
     let _: bool = consumer.is_paused();
-    let handle: ConsumerHandle = consumer.handle();
-    handle.pause();
-    handle.resume();
-    let (_, _): (bool, Stats) = (handle.is_paused(), handle.stats());
-    handle.shutdown();
+    let clone: Consumer = consumer.clone();
+    clone.shutdown();
+    // The former name of a clone, deprecated.
+    #[allow(deprecated)]
+    let _: ConsumerHandle = Consumer::handle(&consumer);
     let handler = |d: Delivery| d.ack();
     consumer.run(handler).await?;
     consumer.run_until(handler, async {}).await?;
