@@ -63,22 +63,68 @@ pub(crate) fn secs_rounded_up(d: Duration) -> u64 {
     d.as_secs() + u64::from(d.subsec_nanos() > 0)
 }
 
-/// A visibility timeout in SQS's terms: whole seconds in 0..=43200.
-pub(crate) fn visibility_secs(field: &'static str, d: Duration) -> Result<u32, Error> {
-    whole_secs(d)
-        .and_then(|s| u32::try_from(s).ok())
-        .filter(|s| *s <= MAX_VISIBILITY_SECS)
-        .ok_or_else(|| Error::invalid(field, d, "whole seconds in 0..=43200 (12 hours)"))
+/// A visibility timeout in SQS's terms: whole seconds in 0..=43200 (12 hours). The one type
+/// the seconds a message stays hidden have, from the builder (or the queue's attribute) to
+/// the wire: a receive's timeout, a lease's, an extension's, a release's delay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub(crate) struct VisibilityTimeout(u16);
+
+impl VisibilityTimeout {
+    /// 0: visible again at once (a release).
+    pub(crate) const ZERO: Self = Self(0);
+
+    /// 12 hours, the most SQS accepts.
+    pub(crate) const MAX: Self = Self(MAX_VISIBILITY_SECS as u16);
+
+    /// A setting or argument `d`, refused unless whole seconds in 0..=43200.
+    pub(crate) fn of(field: &'static str, d: Duration) -> Result<Self, Error> {
+        whole_secs(d)
+            .filter(|s| *s <= u64::from(MAX_VISIBILITY_SECS))
+            .map(Self::at_most_max)
+            .ok_or_else(|| Error::invalid(field, d, "whole seconds in 0..=43200 (12 hours)"))
+    }
+
+    /// A consumer's visibility timeout: whole seconds in 1..=43200. SQS accepts 0, but a
+    /// message received with it is visible to every other receive at once, so its delivery
+    /// could never be kept (nor acked safely).
+    pub(crate) fn of_consumer(field: &'static str, d: Duration) -> Result<Self, Error> {
+        Self::of(field, d)
+            .ok()
+            .filter(|t| *t > Self::ZERO)
+            .ok_or_else(|| Error::invalid(field, d, "whole seconds in 1..=43200 (12 hours)"))
+    }
+
+    /// `secs` seconds, or 12 hours if more: for seconds the crate computes (a delay, the room
+    /// left before the 12-hour limit) or a queue's attribute, which SQS keeps in range.
+    pub(crate) fn at_most_max(secs: u64) -> Self {
+        Self(u16::try_from(secs.min(u64::from(MAX_VISIBILITY_SECS))).unwrap_or(u16::MAX))
+    }
+
+    /// The seconds.
+    pub(crate) fn secs(self) -> u32 {
+        u32::from(self.0)
+    }
+
+    /// As a `Duration`.
+    pub(crate) fn duration(self) -> Duration {
+        Duration::from_secs(u64::from(self.0))
+    }
+
+    /// As SQS's API takes it (`VisibilityTimeout`, an `i32`).
+    pub(crate) fn wire(self) -> i32 {
+        i32::from(self.0)
+    }
+
+    /// `true` for 0.
+    pub(crate) fn is_zero(self) -> bool {
+        self.0 == 0
+    }
 }
 
-/// A consumer's visibility timeout: whole seconds in 1..=43200. SQS accepts 0, but a message
-/// received with it is visible to every other receive at once, so its delivery could never
-/// be kept (nor acked safely).
-pub(crate) fn consumer_visibility_secs(field: &'static str, d: Duration) -> Result<u32, Error> {
-    visibility_secs(field, d)
-        .ok()
-        .filter(|s| *s >= 1)
-        .ok_or_else(|| Error::invalid(field, d, "whole seconds in 1..=43200 (12 hours)"))
+impl std::fmt::Display for VisibilityTimeout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
 }
 
 /// A long-poll wait: whole seconds in 0..=20.

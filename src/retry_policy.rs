@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use crate::call_retries::jitter;
 use crate::error::Error;
-use crate::limits::{secs_rounded_up, MAX_VISIBILITY_SECS};
+use crate::limits::{secs_rounded_up, VisibilityTimeout};
 
 /// What happens to a delivery that ends without being settled: its handler returned an
 /// error, panicked, or dropped it without calling `ack`, `release` or `release_after`.
@@ -43,7 +43,7 @@ impl RetryPolicy {
             let allowed = "Backoff with 1 s <= base <= max <= 43200 s";
             if *base < Duration::from_secs(1)
                 || base > max
-                || *max > Duration::from_secs(u64::from(MAX_VISIBILITY_SECS))
+                || *max > VisibilityTimeout::MAX.duration()
             {
                 return Err(Error::invalid("retry_policy", self, allowed));
             }
@@ -51,18 +51,22 @@ impl RetryPolicy {
         Ok(())
     }
 
-    /// The visibility (seconds) to set on a delivery dropped unsettled, or `None` to leave
-    /// it. `room` is how long the message may still stay hidden (the 12-hour limit).
-    pub(crate) fn visibility_on_drop(&self, receive_count: u32, room: Duration) -> Option<u32> {
+    /// The visibility timeout to set on a delivery dropped unsettled, or `None` to leave it.
+    /// `room` is how long the message may still stay hidden (the 12-hour limit).
+    pub(crate) fn visibility_on_drop(
+        &self,
+        receive_count: u32,
+        room: Duration,
+    ) -> Option<VisibilityTimeout> {
         match self {
             RetryPolicy::Leave => None,
-            RetryPolicy::ReleaseNow => Some(0),
+            RetryPolicy::ReleaseNow => Some(VisibilityTimeout::ZERO),
             RetryPolicy::Backoff { base, max } => {
                 let doublings = receive_count.saturating_sub(1).min(31);
                 let delay = base.saturating_mul(1u32 << doublings).min(*max);
                 let delay = jitter(delay);
                 let secs = secs_rounded_up(delay).min(room.as_secs());
-                Some(u32::try_from(secs).unwrap_or(MAX_VISIBILITY_SECS))
+                Some(VisibilityTimeout::at_most_max(secs))
             }
         }
     }

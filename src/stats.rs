@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::limits::VisibilityTimeout;
+
 /// A snapshot of a consumer's counters, from [`Consumer::stats`](crate::Consumer::stats).
 ///
 /// Counters only grow (except `in_flight` and `reserved`), from the moment the consumer was built, across
@@ -269,8 +271,9 @@ impl Counters {
         let _ = (measure, value);
     }
 
-    /// A receive with messages applied a visibility timeout of `secs`.
-    pub(crate) fn visibility_applied(&self, secs: u32) {
+    /// A receive with messages applied `visibility_timeout`.
+    pub(crate) fn visibility_applied(&self, visibility_timeout: VisibilityTimeout) {
+        let secs = visibility_timeout.secs();
         #[cfg(feature = "metrics")]
         if let Some(exported) = &self.exported {
             exported.visibility_timeout.set(f64::from(secs));

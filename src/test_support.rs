@@ -11,6 +11,7 @@ use crate::delivery::{Delivery, Received};
 use crate::keeper::Keeper;
 use crate::keeper_thread::KeeperRuntime;
 use crate::lease::context::Context;
+use crate::limits::VisibilityTimeout;
 use crate::memory::MemoryQueue;
 use crate::queue::Queue;
 use crate::retry_policy::RetryPolicy;
@@ -51,18 +52,23 @@ pub(crate) async fn hold_in(
         .expect("receive");
     let message = messages.pop().expect("a message to receive");
     assert!(message.receipt_handle().is_some(), "a receipt handle");
-    let timeout = visibility.unwrap_or(queue.visibility_timeout().as_secs() as u32);
+    let secs = visibility.map_or(queue.visibility_timeout().as_secs(), u64::from);
     let ctx = context(queue);
     let received = Received {
         received_at,
         returned_at: Instant::now(),
-        timeout,
+        visibility_timeout: seconds(secs),
         slot: None,
         run,
         cohort: None,
         holder: None,
     };
     Delivery::start(Arc::new(ctx), message, received)
+}
+
+/// A visibility timeout of `secs` seconds (at most 12 hours), as the tests write them.
+pub(crate) fn seconds(secs: u64) -> VisibilityTimeout {
+    VisibilityTimeout::at_most_max(secs)
 }
 
 /// The `expected` and the source's text of the `Error::Decode` that `result` must be.

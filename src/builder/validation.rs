@@ -22,7 +22,9 @@ use crate::handler::batch_window::Batching;
 use crate::handler::handling::HandlerSettings;
 use crate::keeper_thread::KeeperRuntime;
 use crate::lease::adaptive_visibility::AdaptiveVisibility;
-use crate::limits::{self, HARD_LIMIT, MAX_BATCH, MAX_IN_FLIGHT, RECEIVE_COUNTS};
+use crate::limits::{
+    self, VisibilityTimeout, HARD_LIMIT, MAX_BATCH, MAX_IN_FLIGHT, RECEIVE_COUNTS,
+};
 use crate::queue::sdk::SdkQueue;
 use crate::queue::Queue;
 use crate::queue_ref::QueueRef;
@@ -96,7 +98,7 @@ impl ConsumerBuilder {
     fn receive_settings(&mut self) -> Result<ReceiveSettings, Error> {
         let visibility_timeout = self
             .visibility_timeout
-            .map(|t| limits::consumer_visibility_secs("visibility_timeout", t))
+            .map(|t| VisibilityTimeout::of_consumer("visibility_timeout", t))
             .transpose()?;
         let wait_time = limits::wait_time("wait_time", self.wait_time)?;
         let max_batch = u32::try_from(MAX_BATCH).unwrap_or(10);
@@ -215,8 +217,8 @@ impl ConsumerBuilder {
         };
         let field = "adaptive_visibility";
         let (min_secs, max_secs) = (
-            limits::consumer_visibility_secs(field, min)?,
-            limits::consumer_visibility_secs(field, max)?,
+            VisibilityTimeout::of_consumer(field, min)?,
+            VisibilityTimeout::of_consumer(field, max)?,
         );
         if min_secs > max_secs {
             return Err(Error::invalid(

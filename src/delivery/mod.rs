@@ -25,7 +25,7 @@ use crate::error::{BoxError, Error, LostReason};
 use crate::flow::slot::Slot;
 use crate::lease::context::Context;
 use crate::lease::{receive_count, Dropped, End, Holder, Lease};
-use crate::limits::{secs_rounded_up, HARD_LIMIT, MAX_VISIBILITY_SECS};
+use crate::limits::{secs_rounded_up, VisibilityTimeout, HARD_LIMIT, MAX_VISIBILITY_SECS};
 use crate::settle_calls::request_batch::Cohort;
 use crate::stats::{Counter, Measure};
 use crate::trace::parent::TraceParent;
@@ -68,8 +68,8 @@ pub(crate) struct Received {
     /// The instant the answer arrived; the first visibility timeout counts from it (a long
     /// poll may hand the message out long after the request was sent).
     pub(crate) returned_at: Instant,
-    /// The visibility timeout the receive applied, in seconds.
-    pub(crate) timeout: u32,
+    /// The visibility timeout the receive applied.
+    pub(crate) visibility_timeout: VisibilityTimeout,
     pub(crate) slot: Option<Slot>,
     pub(crate) run: Arc<RunTies>,
     /// The deliveries of the same receive, whose acks may share a request.
@@ -96,7 +96,7 @@ impl Delivery {
                 message,
                 received.received_at,
                 received.returned_at,
-                received.timeout,
+                received.visibility_timeout,
                 span,
             )
             .in_cohort(received.cohort)
@@ -254,7 +254,7 @@ impl Delivery {
     /// estimate of [`adaptive_visibility`](crate::ConsumerBuilder::adaptive_visibility)):
     /// each extension hides the message this long again.
     pub fn visibility_timeout(&self) -> Duration {
-        Duration::from_secs(u64::from(self.lease.timeout()))
+        self.lease.visibility_timeout().duration()
     }
 
     /// The receive plus 12 hours: SQS's limit on how long this message can stay hidden.
@@ -411,7 +411,7 @@ impl Delivery {
     /// # Ok(()) }
     /// ```
     pub async fn release(self) -> Result<(), Error> {
-        self.settle(Settle::Release(0)).await
+        self.settle(Settle::Release(VisibilityTimeout::ZERO)).await
     }
 
     /// Makes the message visible again after `delay` (rounded up to whole seconds), for a
@@ -444,8 +444,8 @@ impl Delivery {
     /// # Ok(()) }
     /// ```
     pub async fn release_after(self, delay: Duration) -> Result<(), Error> {
-        let secs = match u32::try_from(secs_rounded_up(delay)) {
-            Ok(s) if s <= MAX_VISIBILITY_SECS => s,
+        let visibility_timeout = match secs_rounded_up(delay) {
+            s if s <= u64::from(MAX_VISIBILITY_SECS) => VisibilityTimeout::at_most_max(s),
             _ => {
                 return Err(Error::invalid(
                     "release_after",
@@ -455,14 +455,14 @@ impl Delivery {
             }
         };
         let room = self.lease.room();
-        if Duration::from_secs(u64::from(secs)) > room {
+        if visibility_timeout.duration() > room {
             return Err(Error::PastHardDeadline {
                 message_id: self.message_id().to_owned(),
                 requested: delay,
                 allowed: Duration::from_secs(room.as_secs()),
             });
         }
-        self.settle(Settle::Release(secs)).await
+        self.settle(Settle::Release(visibility_timeout)).await
     }
 
     /// Gives up on this delivery as if its handler had failed with `error`, now, whatever
@@ -611,7 +611,7 @@ impl Delivery {
             });
         }
         match lease.visibility_on_drop(self.run.shutdown().is_cancelled()) {
-            Some(secs) => self.settle(Settle::Release(secs)).await,
+            Some(visibility_timeout) => self.settle(Settle::Release(visibility_timeout)).await,
             // Left to come back when its visibility lapses: settled as it is.
             None => self.settle(Settle::Leave).await,
         }
@@ -632,7 +632,7 @@ pub(crate) async fn ack_all(deliveries: Vec<Delivery>) -> Vec<Result<(), Error>>
 /// Makes `deliveries` visible again at once, together (each retried as
 /// [`Delivery::release`] retries): each one's result, in order.
 pub(crate) async fn release_all(deliveries: Vec<Delivery>) -> Vec<Result<(), Error>> {
-    settle_all(deliveries, Settle::Release(0)).await
+    settle_all(deliveries, Settle::Release(VisibilityTimeout::ZERO)).await
 }
 
 /// Settles `deliveries` together, as `how` says (deliveries of one run share its keeper).

@@ -23,6 +23,7 @@ use crate::dead_letter::{DeadLetter, Failure};
 use crate::error::{Error, LostReason};
 use crate::keeper::Keeper;
 use crate::lease::Lease;
+use crate::limits::VisibilityTimeout;
 use crate::readable::Secs;
 use crate::settle_calls::SettleHooks;
 use crate::stats::Counter;
@@ -32,9 +33,9 @@ use crate::stats::Counter;
 pub(crate) enum Settle {
     /// Delete the message (`DeleteMessage`): it is done.
     Ack,
-    /// Make the message visible again after this many seconds (`ChangeMessageVisibility`;
-    /// 0: at once).
-    Release(u32),
+    /// Make the message visible again after this visibility timeout
+    /// (`ChangeMessageVisibility`; 0: at once).
+    Release(VisibilityTimeout),
     /// Leave the message to come back when its visibility lapses: no call.
     Leave,
 }
@@ -70,18 +71,19 @@ pub(crate) fn release_unsettled(
     run_releases: &TaskTracker,
 ) {
     lease.mark_ended();
-    if lease.timeout() == 0 {
+    if lease.visibility_timeout().is_zero() {
         return; // visible to others already
     }
-    let Some(visibility) = lease.visibility_on_drop(shutting_down) else {
+    let Some(visibility_timeout) = lease.visibility_on_drop(shutting_down) else {
         return;
     };
     let leases = [lease.clone()];
     let release = async move {
         // As one lease alone: its release may wait for its receive's others, to share a
         // request.
-        for result in settle(&leases, Settle::Release(visibility), None).await {
+        for result in settle(&leases, Settle::Release(visibility_timeout), None).await {
             if let Err(err) = result {
+                let visibility = visibility_timeout.secs();
                 tracing::warn!(error = %err.chain(), visibility, "releasing a dropped delivery failed; it returns when its visibility lapses");
             }
         }
@@ -117,12 +119,14 @@ async fn call(leases: &[Arc<Lease>], how: Settle) -> Vec<Result<(), Error>> {
             let delete = calls.delete(one.receipt(), Some(hooks(one)));
             vec![delete.instrument(one.span().clone()).await]
         }
-        (Settle::Release(secs), [one]) => {
-            let release = calls.release(one.receipt(), secs, Some(hooks(one)));
+        (Settle::Release(visibility_timeout), [one]) => {
+            let release = calls.release(one.receipt(), visibility_timeout, Some(hooks(one)));
             vec![release.instrument(one.span().clone()).await]
         }
         (Settle::Ack, many) => calls.delete_all(entries(many)).await,
-        (Settle::Release(secs), many) => calls.release_all(entries(many), secs).await,
+        (Settle::Release(visibility_timeout), many) => {
+            calls.release_all(entries(many), visibility_timeout).await
+        }
     }
 }
 
@@ -141,11 +145,12 @@ fn finish(
             let_go(lease, keeper);
             acked
         }
-        Settle::Release(secs) => {
+        Settle::Release(visibility_timeout) => {
             let released = lease.finish_release(result);
             if released.is_ok() {
                 lease.context().count(Counter::Released);
-                tracing::debug!(parent: lease.span(), visibility = secs, "released");
+                let visibility = visibility_timeout.secs();
+                tracing::debug!(parent: lease.span(), visibility, "released");
             }
             released
         }

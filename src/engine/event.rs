@@ -17,6 +17,7 @@ use crate::error::Error;
 use crate::handler::handling;
 use crate::handler::Handler;
 use crate::lease::{Holder, State};
+use crate::limits::VisibilityTimeout;
 use crate::receive::ReceivedBatch;
 
 /// Which records of a FIFO queue's event a record that is not done fails with it, for the
@@ -41,8 +42,8 @@ pub(crate) struct Event {
     /// Just before their leases were made true (the renewal's request): their visibility
     /// timeout counts from it.
     pub(crate) renewed_at: Instant,
-    /// The visibility timeout of the renewal (the queue's own), seconds.
-    pub(crate) timeout: u32,
+    /// The visibility timeout of the renewal (the queue's own).
+    pub(crate) visibility_timeout: VisibilityTimeout,
     /// Who holds them: when the invocation ends, and what an ack leaves to the keeper.
     pub(crate) holder: Holder,
     pub(crate) fifo_failure: FifoFailure,
@@ -86,15 +87,22 @@ impl Engine {
 
     /// The queue's own visibility timeout, read once for the consumer's life (one try,
     /// bounded by the request timeout: a caller with a deadline retries, or not).
-    pub(crate) async fn queue_visibility_timeout(&self) -> Result<u32, Error> {
+    pub(crate) async fn queue_visibility_timeout(&self) -> Result<VisibilityTimeout, Error> {
         self.receiver.queue_visibility_timeout().await
     }
 
-    /// Makes the visibility of the messages `receipts` name `timeout` seconds from now, in
+    /// Makes the visibility of the messages `receipts` name `visibility_timeout` from now, in
     /// requests of ten: each one's result, in order. A message that is gone already (received
     /// again by someone else, or deleted) answers `Error::Lost`.
-    pub(crate) async fn renew(&self, receipts: &[&str], timeout: u32) -> Vec<Result<(), Error>> {
-        self.ctx.calls().renew_all(receipts, timeout).await
+    pub(crate) async fn renew(
+        &self,
+        receipts: &[&str],
+        visibility_timeout: VisibilityTimeout,
+    ) -> Vec<Result<(), Error>> {
+        self.ctx
+            .calls()
+            .renew_all(receipts, visibility_timeout)
+            .await
     }
 
     /// Makes the messages `receipts` name visible again at once, unhandled; failures are
@@ -104,7 +112,11 @@ impl Engine {
             return;
         }
         let items = receipts.iter().map(|r| ((*r).to_owned(), None)).collect();
-        let results = self.ctx.calls().release_all(items, 0).await;
+        let results = self
+            .ctx
+            .calls()
+            .release_all(items, VisibilityTimeout::ZERO)
+            .await;
         let failed = results.iter().filter(|r| r.is_err()).count();
         if let Some(Err(err)) = results.into_iter().find(Result::is_err) {
             tracing::warn!(
@@ -127,7 +139,7 @@ impl Engine {
             slots: Vec::new(),
             received_at: event.renewed_at,
             returned_at: event.renewed_at,
-            timeout: event.timeout,
+            visibility_timeout: event.visibility_timeout,
             holder: Some(event.holder),
         };
         self.hand_out_received(

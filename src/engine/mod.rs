@@ -484,7 +484,7 @@ impl Engine {
         let (ties, groups, late) = (&run.ties, &mut run.groups, run.late.clone());
         let shutdown = ties.shutdown();
         ctx.observe(Measure::ReceiveBatchSize, received.messages.len() as f64);
-        ctx.visibility_applied(received.timeout);
+        ctx.visibility_applied(received.visibility_timeout);
         let mut slots = received.slots.into_iter();
         let mut deliveries = Vec::with_capacity(received.messages.len());
         // A FIFO group's deliveries settle one after another, never together.
@@ -505,7 +505,7 @@ impl Engine {
             let at_receive = Received {
                 received_at: received.received_at,
                 returned_at: received.returned_at,
-                timeout: received.timeout,
+                visibility_timeout: received.visibility_timeout,
                 slot,
                 run: ties.clone(),
                 cohort: cohort.clone(),

@@ -23,7 +23,7 @@ use crate::call_retries::{self, EXTENSION_MIN_WAIT};
 use crate::error::{Error, ErrorKind, LostReason};
 use crate::keeper_thread::{KeeperRuntime, Mailbox};
 use crate::lease::{Lease, Limit};
-use crate::limits::call_margin;
+use crate::limits::{call_margin, VisibilityTimeout};
 use crate::readable::Secs;
 use crate::stats::Counter;
 
@@ -121,7 +121,7 @@ impl Keeper {
     /// Starts keeping `lease` hidden; `false` for a visibility timeout of 0: there is
     /// nothing to keep.
     pub(crate) fn keep(&self, lease: Arc<Lease>) -> bool {
-        if lease.timeout() == 0 {
+        if lease.visibility_timeout().is_zero() {
             return false;
         }
         let (_, due) = first_timer(&lease);
@@ -131,7 +131,7 @@ impl Keeper {
 
     /// Stops keeping `lease`, the first time only (whoever settles or drops it may ask).
     pub(crate) fn let_go(&self, lease: &Arc<Lease>) {
-        if lease.timeout() != 0 && lease.first_let_go() {
+        if !lease.visibility_timeout().is_zero() && lease.first_let_go() {
             self.post(Command::LetGo(lease.clone()), None);
         }
     }
@@ -188,15 +188,16 @@ impl std::fmt::Debug for Keeper {
 /// A lease's first timer: its first extension, or its deadline when none is possible.
 fn first_timer(lease: &Lease) -> (Next, Instant) {
     let (limit, _) = lease.extension_limit();
-    match next_extension(lease.deadline(), lease.timeout(), limit) {
+    match next_extension(lease.deadline(), lease.visibility_timeout(), limit) {
         Some(ext) => (Next::Extend, ext.at),
         None => (Next::Expire(LostReason::HardDeadline), lease.deadline()),
     }
 }
 
-/// Says that `lease`'s extension of `visibility` seconds is its last, cut short by `by`.
-fn last_extension(lease: &Lease, by: Limit, visibility: u32, now: Instant) {
+/// Says that `lease`'s extension to `visibility_timeout` is its last, cut short by `by`.
+fn last_extension(lease: &Lease, by: Limit, visibility_timeout: VisibilityTimeout, now: Instant) {
     let held_for = Secs(now.saturating_duration_since(lease.received_at()));
+    let visibility = visibility_timeout.secs();
     match by {
         Limit::TwelveHours => {
             lease.context().count(Counter::Capped);
@@ -234,8 +235,8 @@ struct DueExtension {
     id: u64,
     /// Whose: the slot may hold another lease by the time the answer comes.
     lease: Arc<Lease>,
-    /// How far it extends, in seconds.
-    visibility: u32,
+    /// How far it extends.
+    visibility_timeout: VisibilityTimeout,
     /// When it was due (for a retry, when it was sent).
     due: Instant,
 }
@@ -435,7 +436,7 @@ impl KeeperTask {
             return Step::Skip;
         };
         let (lease, next) = (kept.lease.clone(), kept.next);
-        let t = Duration::from_secs(u64::from(lease.timeout()));
+        let t = lease.visibility_timeout().duration();
         if at > now {
             match next {
                 // Early ones only join a round that sends something on time (the timers come
@@ -500,7 +501,7 @@ impl KeeperTask {
         if !lease.is_deleting() {
             return None;
         }
-        let t = Duration::from_secs(u64::from(lease.timeout()));
+        let t = lease.visibility_timeout().duration();
         // A little before the last send, which the timer's rounding up must not pass.
         let last = lease
             .deadline()
@@ -538,7 +539,7 @@ impl KeeperTask {
     /// The extension of a lease due at `due`, to send now; or, when none can be sent any
     /// more, its loss or its last timer.
     fn plan_extension(&mut self, id: u64, lease: Arc<Lease>, due: Instant, now: Instant) -> Step {
-        let t = Duration::from_secs(u64::from(lease.timeout()));
+        let t = lease.visibility_timeout().duration();
         if now + call_margin(t) > lease.deadline() {
             // Too late to send (the runtime was held up): the call could reach SQS after the
             // deadline, which it answers with success and nothing done. The message may be
@@ -556,9 +557,9 @@ impl KeeperTask {
             return Step::Skip;
         }
         let (limit, _) = lease.extension_limit();
-        let room = u32::try_from(limit.saturating_duration_since(now).as_secs()).unwrap_or(0);
-        let visibility = lease.timeout().min(room);
-        if now + Duration::from_secs(u64::from(visibility)) <= lease.deadline() {
+        let room = VisibilityTimeout::at_most_max(limit.saturating_duration_since(now).as_secs());
+        let visibility_timeout = lease.visibility_timeout().min(room);
+        if now + visibility_timeout.duration() <= lease.deadline() {
             // Near the 12-hour limit nothing can be gained any more.
             self.schedule(id, Next::Expire(LostReason::HardDeadline), lease.deadline());
             return Step::Skip;
@@ -567,7 +568,7 @@ impl KeeperTask {
         Step::Send(DueExtension {
             id,
             lease,
-            visibility,
+            visibility_timeout,
             due,
         })
     }
@@ -600,27 +601,28 @@ impl KeeperTask {
         let DueExtension {
             id,
             ref lease,
-            visibility,
+            visibility_timeout,
             due,
         } = answer.extension;
-        let deadline = answer.sent_at + Duration::from_secs(u64::from(visibility));
+        let deadline = answer.sent_at + visibility_timeout.duration();
         lease.set_deadline(deadline);
         lease.context().count(Counter::Extended);
+        let visibility = visibility_timeout.secs();
         tracing::debug!(parent: lease.span(), visibility, "visibility extended");
         let Some(kept) = self.kept.get_mut(&id) else {
             return;
         };
         kept.attempt = 0;
         let (limit, by) = lease.extension_limit();
-        if visibility < lease.timeout() && !kept.capped {
+        if visibility_timeout < lease.visibility_timeout() && !kept.capped {
             kept.capped = true;
-            last_extension(lease, by, visibility, now);
+            last_extension(lease, by, visibility_timeout, now);
         }
-        match next_extension(deadline, lease.timeout(), limit) {
+        match next_extension(deadline, lease.visibility_timeout(), limit) {
             Some(ext) => {
                 let at = next_due(
                     &ext,
-                    lease.timeout(),
+                    lease.visibility_timeout(),
                     Previous {
                         due,
                         sent: answer.sent_at,
@@ -670,7 +672,7 @@ impl KeeperTask {
             return;
         };
         let deadline = lease.deadline();
-        let t = Duration::from_secs(u64::from(lease.timeout()));
+        let t = lease.visibility_timeout().duration();
         let last_send = deadline.checked_sub(call_margin(t));
         let remaining = deadline.saturating_duration_since(now);
         // A quarter of what is left, so several tries fit before the deadline, but never less
@@ -705,7 +707,7 @@ impl KeeperTask {
 
 /// Records how late an extension is done, and warns when it is late enough to matter.
 fn note_lateness(lease: &Lease, late: Duration) {
-    let t = Duration::from_secs(u64::from(lease.timeout()));
+    let t = lease.visibility_timeout().duration();
     lease.context().extension_delay(late);
     if late > (t / 4).min(LATE_EXTENSION) {
         warn_late(lease, late, t);
@@ -718,9 +720,9 @@ async fn extend_all(
     extensions: Vec<DueExtension>,
     sent_at: Instant,
 ) -> Vec<ExtensionAnswer> {
-    let entries: Vec<(&str, u32)> = extensions
+    let entries: Vec<(&str, VisibilityTimeout)> = extensions
         .iter()
-        .map(|e| (e.lease.receipt(), e.visibility))
+        .map(|e| (e.lease.receipt(), e.visibility_timeout))
         .collect();
     let results = ctx.calls().extend_all(&entries).await;
     drop(entries);

@@ -6,50 +6,58 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::limits::VisibilityTimeout;
+
 /// One planned `ChangeMessageVisibility` call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Extension {
     /// When to send the call.
     pub(crate) at: Instant,
-    /// The visibility to ask for, in whole seconds, counted from the call; less than the
-    /// timeout when the 12-hour limit cuts the extension short (the last one).
-    pub(crate) visibility: u32,
+    /// The visibility timeout to ask for, counted from the call; less than the lease's when
+    /// the 12-hour limit cuts the extension short (the last one).
+    pub(crate) visibility_timeout: VisibilityTimeout,
 }
 
 /// Plans the next extension of a delivery whose visibility currently ends at `deadline`.
 ///
-/// `timeout` is the visibility timeout `T` in seconds and `limit` the latest instant an
+/// `visibility_timeout` is the lease's, `T`, and `limit` the latest instant an
 /// extension may end at (receive + 12 h - [`CAP_MARGIN`](crate::limits::CAP_MARGIN)).
 /// Returns `None` when no further extension is possible or useful: `T = 0`, or the limit
 /// leaves nothing to gain.
-pub(crate) fn next_extension(deadline: Instant, timeout: u32, limit: Instant) -> Option<Extension> {
-    if timeout == 0 {
+pub(crate) fn next_extension(
+    deadline: Instant,
+    visibility_timeout: VisibilityTimeout,
+    limit: Instant,
+) -> Option<Extension> {
+    if visibility_timeout.is_zero() {
         return None;
     }
-    let t = Duration::from_secs(u64::from(timeout));
+    let t = visibility_timeout.duration();
     let at = deadline.checked_sub(t / 2)?;
     if at >= limit {
         return None;
     }
-    let room = u32::try_from((limit - at).as_secs()).unwrap_or(u32::MAX);
-    if room >= timeout {
+    let room = VisibilityTimeout::at_most_max((limit - at).as_secs());
+    if room >= visibility_timeout {
         return Some(Extension {
             at,
-            visibility: timeout,
+            visibility_timeout,
         });
     }
-    if room == 0 {
+    if room.is_zero() {
         return None;
     }
     // The limit cuts this extension short. Send it a moment later than usual, so that it ends
     // exactly at the limit, unless that would eat too far into the time left for retries.
-    let visibility = room;
-    let exact = limit - Duration::from_secs(u64::from(visibility));
+    let exact = limit - room.duration();
     let at = if exact <= at + t / 4 { exact } else { at };
-    if at + Duration::from_secs(u64::from(visibility)) <= deadline {
+    if at + room.duration() <= deadline {
         return None;
     }
-    Some(Extension { at, visibility })
+    Some(Extension {
+        at,
+        visibility_timeout: room,
+    })
 }
 
 /// Extensions due within this much after a round's start go out with it, a little early, so
@@ -75,14 +83,18 @@ pub(crate) struct Previous {
 /// of its deliveries earlier, and rounds move on by their round trips: a delivery whose
 /// handler acks it after a whole number of half timeouts is acked before its next round,
 /// instead of being extended once more just before.
-pub(crate) fn next_due(ext: &Extension, timeout: u32, previous: Previous) -> Instant {
+pub(crate) fn next_due(
+    ext: &Extension,
+    visibility_timeout: VisibilityTimeout,
+    previous: Previous,
+) -> Instant {
     let Previous {
         due,
         sent,
         answered,
     } = previous;
-    let t = Duration::from_secs(u64::from(timeout));
-    if ext.visibility < timeout {
+    let t = visibility_timeout.duration();
+    if ext.visibility_timeout < visibility_timeout {
         return ext.at; // the last one, timed to end at the 12-hour limit
     }
     let latest = ext.at + (t / 8).min(COALESCE_WINDOW);

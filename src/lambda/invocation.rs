@@ -15,6 +15,7 @@ use crate::engine::{Engine, HandOut};
 use crate::error::Error;
 use crate::lambda::records;
 use crate::lease::{AfterAck, Holder};
+use crate::limits::VisibilityTimeout;
 use crate::queue::deferred_deletes::DeferredDeletes;
 use crate::readable::{Count, Secs};
 
@@ -117,7 +118,10 @@ impl QueueHandling {
 
     /// The queue's own visibility timeout (read once for the function's life), or an error
     /// if no answer came before the handlers' end.
-    pub(crate) async fn visibility_timeout(&self, times: Times) -> Result<u32, Error> {
+    pub(crate) async fn visibility_timeout(
+        &self,
+        times: Times,
+    ) -> Result<VisibilityTimeout, Error> {
         let read = self.engine().queue_visibility_timeout();
         match tokio::time::timeout_at(times.handlers_until, read).await {
             Ok(read) => read,
@@ -132,17 +136,17 @@ impl QueueHandling {
     }
 
     /// Handles `records` (all of this queue's in the event), whose visibility timeout is
-    /// `timeout` seconds; the message ids of those not done, in the event's order.
+    /// `visibility_timeout`; the message ids of those not done, in the event's order.
     pub(crate) async fn handle(
         &self,
         records: Vec<SqsMessage>,
-        timeout: u32,
+        visibility_timeout: VisibilityTimeout,
         times: Times,
     ) -> Vec<String> {
         let engine = self.engine();
         let keys: Vec<Record> = records.iter().map(Record::of).collect();
         let renewed_at = Instant::now();
-        let renewed = self.renew(&keys, timeout, times).await;
+        let renewed = self.renew(&keys, visibility_timeout, times).await;
         let (handed, unhandled) = self.to_hand_out(&keys, &renewed);
         engine.release_unhandled(&unhandled).await;
         let messages = records
@@ -154,7 +158,7 @@ impl QueueHandling {
         let event = Event {
             messages,
             renewed_at,
-            timeout,
+            visibility_timeout,
             holder: Holder {
                 ends_at: times.deadline,
                 after_ack: self.after_ack,
@@ -169,18 +173,24 @@ impl QueueHandling {
         self.not_done(keys, &end)
     }
 
-    /// Makes each record's lease true now: a visibility change to `timeout` for every ten,
+    /// Makes each record's lease true now: a visibility change to `visibility_timeout` for
+    /// every ten,
     /// before any handler runs. Whether each was renewed; a record that is gone (received
     /// again elsewhere, its lease lapsed meanwhile) or that could not be renewed in time is
     /// not.
-    async fn renew(&self, keys: &[Record], timeout: u32, times: Times) -> Vec<bool> {
-        if timeout == 0 {
+    async fn renew(
+        &self,
+        keys: &[Record],
+        visibility_timeout: VisibilityTimeout,
+        times: Times,
+    ) -> Vec<bool> {
+        if visibility_timeout.is_zero() {
             // Visible to everyone at once: there is nothing to keep (nor to renew).
             return vec![true; keys.len()];
         }
         let engine = self.engine();
         let receipts: Vec<&str> = keys.iter().map(|k| k.receipt.as_str()).collect();
-        let renew = engine.renew(&receipts, timeout);
+        let renew = engine.renew(&receipts, visibility_timeout);
         let results = tokio::time::timeout_at(times.handlers_until, renew)
             .await
             .unwrap_or_default();

@@ -357,15 +357,14 @@ impl Invocations {
                 source: Some(Box::new(err)),
             };
             let queue = self.queue(&arn).map_err(unreadable)?;
-            let timeout = queue.visibility_timeout(times).await.map_err(unreadable)?;
-            ready.push((queue, records, timeout));
+            let visibility_timeout = queue.visibility_timeout(times).await.map_err(unreadable)?;
+            ready.push((queue, records, visibility_timeout));
         }
-        let handled =
-            ready
-                .into_iter()
-                .map(|(queue, records, timeout)| async move {
-                    queue.handle(records, timeout, times).await
-                });
+        let handled = ready
+            .into_iter()
+            .map(|(queue, records, visibility_timeout)| async move {
+                queue.handle(records, visibility_timeout, times).await
+            });
         let not_done = futures_util::future::join_all(handled).await;
         let mut response = SqsBatchResponse::default();
         response.batch_item_failures = not_done.into_iter().flatten().map(failure).collect();

@@ -14,6 +14,8 @@ use std::collections::VecDeque;
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
+use crate::limits::VisibilityTimeout;
+
 /// How many holds the estimate looks at: the newest ones.
 pub(crate) const SAMPLE: usize = 100;
 
@@ -33,15 +35,15 @@ pub(crate) const SLACK: Duration = Duration::from_millis(500);
 /// deliveries (which report how long they were held).
 #[derive(Debug)]
 pub(crate) struct AdaptiveVisibility {
-    min: u32,
-    max: u32,
+    min: VisibilityTimeout,
+    max: VisibilityTimeout,
     /// The newest hold last.
     holds: Mutex<VecDeque<Duration>>,
 }
 
 impl AdaptiveVisibility {
-    /// Bounds in whole seconds, `min <= max` (the builder checked).
-    pub(crate) fn new(min: u32, max: u32) -> Self {
+    /// Bounds, `min <= max` (the builder checked).
+    pub(crate) fn new(min: VisibilityTimeout, max: VisibilityTimeout) -> Self {
         Self {
             min,
             max,
@@ -58,15 +60,15 @@ impl AdaptiveVisibility {
         holds.push_back(held);
     }
 
-    /// The timeout for the next receive, whole seconds in `[min, max]`; `start` (clamped)
-    /// until a delivery has been held.
-    pub(crate) fn timeout(&self, start: u32) -> u32 {
+    /// The visibility timeout for the next receive, in `[min, max]`; `start` (clamped) until
+    /// a delivery has been held.
+    pub(crate) fn visibility_timeout(&self, start: VisibilityTimeout) -> VisibilityTimeout {
         let Some(quantile) = weighted_quantile(&self.lock()) else {
             return start.clamp(self.min, self.max);
         };
         let secs = (quantile.as_secs_f64() * MARGIN + SLACK.as_secs_f64()).ceil();
         // A float cast saturates; the clamp keeps it in range.
-        (secs as u32).clamp(self.min, self.max)
+        VisibilityTimeout::at_most_max(secs as u64).clamp(self.min, self.max)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Duration>> {

@@ -15,6 +15,7 @@ use {
 use crate::dead_letter::DeadLetter;
 use crate::keeper_thread::KeeperRuntime;
 use crate::lease::adaptive_visibility::AdaptiveVisibility;
+use crate::limits::VisibilityTimeout;
 use crate::millis::Epoch;
 use crate::queue::Queue;
 use crate::retry_policy::RetryPolicy;
@@ -125,9 +126,9 @@ impl Context {
         }
     }
 
-    /// A receive applied this visibility timeout (seconds), for `Stats`.
-    pub(crate) fn visibility_applied(&self, timeout: u32) {
-        self.counters.visibility_applied(timeout);
+    /// A receive applied this visibility timeout, for `Stats`.
+    pub(crate) fn visibility_applied(&self, visibility_timeout: VisibilityTimeout) {
+        self.counters.visibility_applied(visibility_timeout);
     }
 
     /// Where failed messages are moved, if the consumer moves them.

@@ -66,7 +66,7 @@ use tracing::Span;
 
 use crate::error::{BoxError, Error, ErrorKind, LostReason};
 use crate::lease::context::Context;
-use crate::limits::{call_margin, extension_limit, MAX_VISIBILITY_SECS};
+use crate::limits::{call_margin, extension_limit, VisibilityTimeout};
 use crate::millis::{millis_after, Millis};
 use crate::settle_calls::request_batch::{Cohort, OnAnswer};
 use crate::settle_calls::unfinished_deletes::Unfinished;
@@ -234,9 +234,9 @@ pub(crate) struct Lease {
     /// Just before the receive's request: the 12-hour limit counts from it. (Milliseconds
     /// from the context's epoch, rounded down: 120,000 leases may be held at once.)
     received: Millis,
-    /// The visibility timeout the receive applied, seconds: at most 43,200, SQS's limit.
-    /// (Two bytes: 120,000 leases may be held at once.)
-    timeout: u16,
+    /// The visibility timeout the receive applied. (Two bytes: 120,000 leases may be held
+    /// at once.)
+    visibility_timeout: VisibilityTimeout,
     /// The delivery's span: the keeper logs in it.
     span: Span,
     /// The deliveries received with this one (none on a FIFO queue): its ack may wait a
@@ -263,19 +263,19 @@ pub(crate) struct Lease {
 
 impl Lease {
     /// A lease on `message`, received with the request sent at `received_at` and handed out
-    /// at `handed_out` for `timeout` seconds.
+    /// at `handed_out` for `visibility_timeout`.
     pub(crate) fn new(
         ctx: Arc<Context>,
         message: Message,
         received_at: Instant,
         handed_out: Instant,
-        timeout: u32,
+        visibility_timeout: VisibilityTimeout,
         span: Span,
     ) -> Self {
         let received = ctx.epoch().millis(received_at);
         // SQS started the timeout when the answer left it: its time in flight (up to the
         // margin kept for any call) is taken off, never back before the request.
-        let t = Duration::from_secs(u64::from(timeout));
+        let t = visibility_timeout.duration();
         let left_sqs = handed_out
             .checked_sub(call_margin(t))
             .map_or(received_at, |left| left.max(received_at));
@@ -290,8 +290,7 @@ impl Lease {
             status,
             changed: Notify::new(),
             received,
-            // SQS applies no more than 12 hours; a server that said more gets that.
-            timeout: u16::try_from(timeout.min(MAX_VISIBILITY_SECS)).unwrap_or(u16::MAX),
+            visibility_timeout,
             span,
             cohort: None,
             answered_after_cs: u16::try_from((handed_out - received_at).as_millis() / 10)
@@ -389,9 +388,9 @@ impl Lease {
         self.keeper_slot.store(slot, AtomicOrdering::Relaxed);
     }
 
-    /// The visibility timeout the receive applied, seconds.
-    pub(crate) fn timeout(&self) -> u32 {
-        u32::from(self.timeout)
+    /// The visibility timeout the receive applied.
+    pub(crate) fn visibility_timeout(&self) -> VisibilityTimeout {
+        self.visibility_timeout
     }
 
     pub(crate) fn span(&self) -> &Span {
@@ -786,12 +785,12 @@ impl Lease {
         );
     }
 
-    /// What the retry policy asks of a delivery that ended unsettled, as a visibility in
-    /// seconds: 0 (at once) if the consumer is `shutting_down`, otherwise as the policy says;
+    /// What the retry policy asks of a delivery that ended unsettled, as a visibility
+    /// timeout: 0 (at once) if the consumer is `shutting_down`, otherwise as the policy says;
     /// `None` to leave it to come back when its visibility lapses.
-    pub(crate) fn visibility_on_drop(&self, shutting_down: bool) -> Option<u32> {
+    pub(crate) fn visibility_on_drop(&self, shutting_down: bool) -> Option<VisibilityTimeout> {
         if shutting_down {
-            return Some(0);
+            return Some(VisibilityTimeout::ZERO);
         }
         self.ctx
             .retry_policy()

@@ -1,7 +1,7 @@
 use super::*;
 use crate::lease::adaptive_visibility::AdaptiveVisibility;
 use crate::memory::MemoryQueue;
-use crate::test_support::context;
+use crate::test_support::{context, seconds};
 
 fn lease() -> Arc<Lease> {
     let ctx = context(&MemoryQueue::new());
@@ -11,7 +11,7 @@ fn lease() -> Arc<Lease> {
         Message::builder().receipt_handle("r").build(),
         now,
         now,
-        30,
+        seconds(30),
         Span::none(),
     ))
 }
@@ -39,7 +39,7 @@ async fn the_first_deadline_allows_for_the_answers_way_back_never_before_the_req
             Message::builder().receipt_handle("r").build(),
             t0 + Duration::from_millis(request),
             t0 + Duration::from_millis(answer),
-            timeout,
+            seconds(timeout.into()),
             Span::none(),
         );
         (lease.deadline() - t0).as_millis()
@@ -413,7 +413,7 @@ async fn a_delivery_dropped_in_its_handler_and_lost_is_never_acked() {
 
 /// A lease handed out now, in a context whose adaptive visibility estimate is returned.
 fn lease_with_estimate() -> (Arc<Lease>, Arc<AdaptiveVisibility>) {
-    let adaptive = Arc::new(AdaptiveVisibility::new(1, 43_200));
+    let adaptive = Arc::new(AdaptiveVisibility::new(seconds(1), seconds(43_200)));
     let ctx = context(&MemoryQueue::new()).with_adaptive_visibility(Some(adaptive.clone()));
     let now = Instant::now();
     let lease = Lease::new(
@@ -421,7 +421,7 @@ fn lease_with_estimate() -> (Arc<Lease>, Arc<AdaptiveVisibility>) {
         Message::builder().receipt_handle("r").build(),
         now - Duration::from_secs(5),
         now,
-        30,
+        seconds(30),
         Span::none(),
     );
     (Arc::new(lease), adaptive)
@@ -433,19 +433,27 @@ async fn a_hold_counts_from_the_answer_to_the_settle_once_and_a_lost_one_not_at_
     tokio::time::advance(Duration::from_secs(20)).await;
     l.begin_release();
     // Counted once: 20 s from the answer (not from the request, 5 s before it).
-    assert_eq!(adaptive.timeout(30), 41);
+    assert_eq!(adaptive.visibility_timeout(seconds(30)).secs(), 41);
     tokio::time::advance(Duration::from_secs(100)).await;
     l.drop_delivery();
-    assert_eq!(adaptive.timeout(30), 41);
+    assert_eq!(adaptive.visibility_timeout(seconds(30)).secs(), 41);
 
     let (l, adaptive) = lease_with_estimate();
     tokio::time::advance(Duration::from_secs(20)).await;
     assert!(l.extension_lost(LostReason::ExtensionFailed));
     l.drop_delivery();
-    assert_eq!(adaptive.timeout(30), 30, "a lost delivery says nothing");
+    assert_eq!(
+        adaptive.visibility_timeout(seconds(30)).secs(),
+        30,
+        "a lost delivery says nothing"
+    );
 
     let (l, adaptive) = lease_with_estimate();
     tokio::time::advance(Duration::from_secs(3)).await;
     assert_eq!(l.drop_delivery(), Dropped::Unsettled);
-    assert_eq!(adaptive.timeout(30), 7, "a drop unsettled ends the hold");
+    assert_eq!(
+        adaptive.visibility_timeout(seconds(30)).secs(),
+        7,
+        "a drop unsettled ends the hold"
+    );
 }

@@ -10,11 +10,38 @@ fn field_of(err: Error) -> &'static str {
 #[test]
 fn visibility_is_whole_seconds_up_to_twelve_hours() {
     let s = Duration::from_secs;
-    assert_eq!(visibility_secs("v", s(0)).unwrap(), 0);
-    assert_eq!(visibility_secs("v", s(43_200)).unwrap(), 43_200);
+    assert_eq!(
+        VisibilityTimeout::of("v", s(0)).unwrap(),
+        VisibilityTimeout::ZERO
+    );
+    assert_eq!(
+        VisibilityTimeout::of("v", s(43_200)).unwrap().secs(),
+        43_200
+    );
     for bad in [s(43_201), Duration::from_millis(1500), s(u64::MAX)] {
-        assert_eq!(field_of(visibility_secs("v", bad).unwrap_err()), "v");
+        assert_eq!(field_of(VisibilityTimeout::of("v", bad).unwrap_err()), "v");
     }
+    assert_eq!(
+        field_of(VisibilityTimeout::of_consumer("c", s(0)).unwrap_err()),
+        "c"
+    );
+    assert_eq!(VisibilityTimeout::of_consumer("c", s(1)).unwrap().secs(), 1);
+}
+
+#[test]
+fn computed_visibility_is_capped_at_twelve_hours_and_goes_to_the_wire_as_is() {
+    assert_eq!(
+        VisibilityTimeout::at_most_max(u64::MAX),
+        VisibilityTimeout::MAX
+    );
+    assert_eq!(VisibilityTimeout::at_most_max(43_201).secs(), 43_200);
+    let t = VisibilityTimeout::at_most_max(90);
+    assert_eq!(
+        (t.secs(), t.wire(), t.duration()),
+        (90, 90, Duration::from_secs(90))
+    );
+    assert!(VisibilityTimeout::ZERO.is_zero() && !t.is_zero());
+    assert_eq!(t.to_string(), "90");
 }
 
 #[test]

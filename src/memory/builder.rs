@@ -99,7 +99,7 @@ impl MemoryQueueBuilder {
     ///
     /// [`Error::InvalidConfig`] naming the first setting out of its range.
     pub fn build(self) -> Result<MemoryQueue, Error> {
-        limits::visibility_secs("visibility_timeout", self.visibility_timeout)?;
+        limits::VisibilityTimeout::of("visibility_timeout", self.visibility_timeout)?;
         limits::delay("delay", self.delay)?;
         if let Some(faults) = &self.faults {
             faults.validate()?;

@@ -324,7 +324,7 @@ impl MemoryQueue {
             ));
         }
         let visibility = visibility.unwrap_or(self.inner.settings.rules.visibility_timeout);
-        if crate::limits::visibility_secs("VisibilityTimeout", visibility).is_err() {
+        if crate::limits::VisibilityTimeout::of("VisibilityTimeout", visibility).is_err() {
             return Err(refuse(
                 RECEIVE,
                 "InvalidParameterValue",

@@ -580,7 +580,7 @@ impl QueueState {
                     _ => self
                         .take_fault(Action::ChangeMessageVisibility)
                         .and_then(|()| {
-                            let visibility = Duration::from_secs(u64::from(e.visibility));
+                            let visibility = e.visibility_timeout.duration();
                             self.change_visibility(queue_id, e.receipt, visibility, action, now)
                         }),
                 }

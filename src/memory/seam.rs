@@ -2,12 +2,12 @@
 //! latency, as a network round trip would, and meets the queue's random faults, if any.
 
 use std::future::Future;
-use std::time::Duration;
 
 use aws_sdk_sqs::types::Message;
 use futures_util::future::BoxFuture;
 
 use crate::error::Error;
+use crate::limits::VisibilityTimeout;
 use crate::memory::counts::Action;
 use crate::memory::faults::{lost_answer, Fault};
 use crate::memory::model::{Outgoing, Selection};
@@ -90,9 +90,7 @@ impl Transport for MemoryQueue {
     }
 
     fn receive<'a>(&'a self, req: Receive<'a>) -> BoxFuture<'a, Result<Vec<Message>, Error>> {
-        let visibility = req
-            .visibility
-            .map(|secs| Duration::from_secs(u64::from(secs)));
+        let visibility = req.visibility_timeout.map(VisibilityTimeout::duration);
         let (queue, max, wait) = (self.clone(), req.max_messages, req.wait);
         let (message, system) = (
             req.message_attribute_names.to_vec(),
@@ -145,11 +143,11 @@ impl Transport for MemoryQueue {
         }))
     }
 
-    fn visibility_timeout(&self) -> BoxFuture<'_, Result<u32, Error>> {
+    fn visibility_timeout(&self) -> BoxFuture<'_, Result<VisibilityTimeout, Error>> {
         Box::pin(self.disturbed(Action::GetQueueAttributes, async move {
             self.round_trip().await;
             let timeout = self.visibility_timeout_request()?;
-            Ok(u32::try_from(timeout.as_secs()).unwrap_or(u32::MAX))
+            Ok(VisibilityTimeout::at_most_max(timeout.as_secs()))
         }))
     }
 }

@@ -11,6 +11,7 @@ use aws_sdk_sqs::types::Message;
 use futures_util::future::BoxFuture;
 
 use crate::error::Error;
+use crate::limits::VisibilityTimeout;
 use crate::queue::backlog::Backlog;
 use crate::queue::{BatchEntry, BatchResult, NewMessage, Queue, Receive, Transport};
 
@@ -119,7 +120,7 @@ impl Transport for Deferring {
         Box::pin(self.queue.change_visibility_batch(entries))
     }
 
-    fn visibility_timeout(&self) -> BoxFuture<'_, Result<u32, Error>> {
+    fn visibility_timeout(&self) -> BoxFuture<'_, Result<VisibilityTimeout, Error>> {
         Box::pin(self.queue.visibility_timeout())
     }
 

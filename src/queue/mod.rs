@@ -26,6 +26,7 @@ use aws_sdk_sqs::types::{Message, MessageAttributeValue, MessageSystemAttributeN
 use futures_util::future::BoxFuture;
 
 use crate::error::{Error, ErrorKind};
+use crate::limits::VisibilityTimeout;
 use crate::queue::backlog::Backlog;
 use crate::readable::Secs;
 
@@ -41,8 +42,8 @@ pub(crate) const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 pub(crate) struct Receive<'a> {
     pub(crate) max_messages: u32,
     pub(crate) wait: Duration,
-    /// The visibility timeout to ask for, whole seconds; `None` uses the queue's own.
-    pub(crate) visibility: Option<u32>,
+    /// The visibility timeout to ask for; `None` uses the queue's own.
+    pub(crate) visibility_timeout: Option<VisibilityTimeout>,
     /// `MessageAttributeNames`: `All`, `.*`, names, or `prefix.*`.
     pub(crate) message_attribute_names: &'a [String],
     /// `MessageSystemAttributeNames`.
@@ -66,8 +67,8 @@ pub(crate) struct BatchEntry<'a> {
     /// Distinct within one request.
     pub(crate) id: &'static str,
     pub(crate) receipt: &'a str,
-    /// Whole seconds, for a visibility change; ignored by a delete.
-    pub(crate) visibility: u32,
+    /// For a visibility change; ignored by a delete.
+    pub(crate) visibility_timeout: VisibilityTimeout,
 }
 
 /// Entry ids for a batch request: the entry's position.
@@ -101,8 +102,8 @@ pub(crate) trait Transport: Send + Sync + 'static {
         &'a self,
         entries: &'a [BatchEntry<'a>],
     ) -> BoxFuture<'a, BatchResult>;
-    /// `GetQueueAttributes` for the queue's `VisibilityTimeout`, whole seconds.
-    fn visibility_timeout(&self) -> BoxFuture<'_, Result<u32, Error>>;
+    /// `GetQueueAttributes` for the queue's `VisibilityTimeout`.
+    fn visibility_timeout(&self) -> BoxFuture<'_, Result<VisibilityTimeout, Error>>;
     /// `GetQueueAttributes` for the approximate counts of messages.
     fn backlog(&self) -> BoxFuture<'_, Result<Backlog, Error>>;
 }
@@ -204,8 +205,8 @@ impl Queue {
         self.timed("GetQueueAttributes", call).await
     }
 
-    /// The queue's `VisibilityTimeout` attribute, whole seconds.
-    pub(crate) async fn visibility_timeout(&self) -> Result<u32, Error> {
+    /// The queue's `VisibilityTimeout` attribute.
+    pub(crate) async fn visibility_timeout(&self) -> Result<VisibilityTimeout, Error> {
         let call = self.transport.visibility_timeout();
         self.timed("GetQueueAttributes", call).await
     }

@@ -21,6 +21,7 @@ use tracing::instrument::WithSubscriber;
 use tracing::Instrument;
 
 use crate::error::{classify_code, shorten_handles, with_causes, Error, ErrorKind};
+use crate::limits::VisibilityTimeout;
 use crate::queue::backlog::Backlog;
 use crate::queue::{BatchEntry, BatchResult, NewMessage, Receive, Transport};
 use crate::queue_ref::QueueRef;
@@ -238,8 +239,8 @@ impl Transport for SdkQueue {
                 .wait_time_seconds(to_i32(req.wait.as_secs()))
                 .set_message_system_attribute_names(Some(req.system_attribute_names.to_vec()))
                 .set_message_attribute_names(Some(req.message_attribute_names.to_vec()));
-            if let Some(v) = req.visibility {
-                call = call.visibility_timeout(to_i32(v));
+            if let Some(v) = req.visibility_timeout {
+                call = call.visibility_timeout(v.wire());
             }
             let send = call.customize().config_override(one_attempt()).send();
             let out = as_task("ReceiveMessage", async move {
@@ -306,7 +307,7 @@ impl Transport for SdkQueue {
                 let entry = ChangeMessageVisibilityBatchRequestEntry::builder()
                     .id(e.id)
                     .receipt_handle(e.receipt)
-                    .visibility_timeout(to_i32(e.visibility))
+                    .visibility_timeout(e.visibility_timeout.wire())
                     .build()
                     .map_err(|err| build_error(OPERATION, err))?;
                 call = call.entries(entry);
@@ -322,7 +323,7 @@ impl Transport for SdkQueue {
         })
     }
 
-    fn visibility_timeout(&self) -> BoxFuture<'_, Result<u32, Error>> {
+    fn visibility_timeout(&self) -> BoxFuture<'_, Result<VisibilityTimeout, Error>> {
         Box::pin(async move {
             let out = self
                 .client
@@ -337,7 +338,8 @@ impl Transport for SdkQueue {
             let value = out
                 .attributes()
                 .and_then(|a| a.get(&QueueAttributeName::VisibilityTimeout))
-                .and_then(|v| v.parse::<u32>().ok());
+                .and_then(|v| v.parse::<u64>().ok())
+                .map(VisibilityTimeout::at_most_max);
             value.ok_or_else(|| Error::Sqs {
                 operation: "GetQueueAttributes",
                 code: None,

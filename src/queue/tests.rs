@@ -1,4 +1,5 @@
 use super::*;
+use crate::test_support::seconds;
 
 /// A queue that never answers.
 struct Silent;
@@ -34,7 +35,7 @@ impl Transport for Silent {
     ) -> BoxFuture<'a, BatchResult> {
         Box::pin(std::future::pending())
     }
-    fn visibility_timeout(&self) -> BoxFuture<'_, Result<u32, Error>> {
+    fn visibility_timeout(&self) -> BoxFuture<'_, Result<VisibilityTimeout, Error>> {
         Box::pin(std::future::pending())
     }
 }
@@ -46,12 +47,12 @@ async fn every_call_ends_within_its_limit() {
     let entry = [BatchEntry {
         id: ENTRY_IDS[0],
         receipt: "r",
-        visibility: 5,
+        visibility_timeout: seconds(5),
     }];
     let receive = Receive {
         max_messages: 10,
         wait: Duration::from_secs(20),
-        visibility: None,
+        visibility_timeout: None,
         message_attribute_names: &[],
         system_attribute_names: &[],
     };

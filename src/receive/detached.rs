@@ -18,6 +18,7 @@ use tracing::Instrument;
 
 use crate::call_retries;
 use crate::error::Error;
+use crate::limits::VisibilityTimeout;
 use crate::limits::MAX_BATCH;
 use crate::queue::{BatchEntry, Queue, Receive, ENTRY_IDS};
 
@@ -29,7 +30,7 @@ const RELEASE_TRIES: u32 = 4;
 pub(crate) struct ReceiveRequest {
     pub(crate) max_messages: u32,
     pub(crate) wait: Duration,
-    pub(crate) visibility: Option<u32>,
+    pub(crate) visibility_timeout: Option<VisibilityTimeout>,
     pub(crate) message_attribute_names: Vec<String>,
     pub(crate) system_attribute_names: Vec<MessageSystemAttributeName>,
 }
@@ -39,7 +40,7 @@ impl ReceiveRequest {
         Receive {
             max_messages: self.max_messages,
             wait: self.wait,
-            visibility: self.visibility,
+            visibility_timeout: self.visibility_timeout,
             message_attribute_names: &self.message_attribute_names,
             system_attribute_names: &self.system_attribute_names,
         }
@@ -112,7 +113,7 @@ async fn release(queue: Queue, messages: Vec<Message>) {
             .map(|(receipt, id)| BatchEntry {
                 id,
                 receipt,
-                visibility: 0,
+                visibility_timeout: VisibilityTimeout::ZERO,
             })
             .collect();
         release_chunk(&queue, &entries).await;

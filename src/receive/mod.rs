@@ -26,6 +26,7 @@ use crate::flow::rate_limit::{RateLimits, Tokens};
 use crate::flow::slot::Slot;
 use crate::lease::adaptive_visibility::AdaptiveVisibility;
 use crate::lease::Holder;
+use crate::limits::VisibilityTimeout;
 use crate::queue::backlog::Backlog;
 use crate::queue::Queue;
 use crate::readable::{Count, Secs};
@@ -40,8 +41,8 @@ const GATHER_SLOTS: Duration = Duration::from_millis(20);
 /// The receive loop's settings, validated by the builder.
 #[derive(Debug, Clone)]
 pub(crate) struct ReceiveSettings {
-    /// Visibility timeout to ask for on each receive, seconds; `None`: the queue's own.
-    pub(crate) visibility_timeout: Option<u32>,
+    /// Visibility timeout to ask for on each receive; `None`: the queue's own.
+    pub(crate) visibility_timeout: Option<VisibilityTimeout>,
     pub(crate) wait_time: Duration,
     pub(crate) receive_batch_size: u32,
     pub(crate) max_in_flight: usize,
@@ -69,8 +70,8 @@ pub(crate) struct ReceivedBatch {
     /// When the answer arrived: SQS starts each message's visibility timeout when it hands
     /// the message out, which in a long poll can be long after the request.
     pub(crate) returned_at: Instant,
-    /// The visibility timeout the receive applied, seconds.
-    pub(crate) timeout: u32,
+    /// The visibility timeout the receive applied.
+    pub(crate) visibility_timeout: VisibilityTimeout,
     /// Who holds the deliveries, if it ends before the 12-hour limit (a Lambda invocation).
     pub(crate) holder: Option<Holder>,
 }
@@ -156,8 +157,8 @@ pub(crate) struct Receiver {
     /// receive, then its delete, each one round trip) they do not hold receives back, while
     /// deletes left unanswered still do.
     settles: Arc<Semaphore>,
-    /// The visibility timeout in force, seconds: the builder's, or the queue's read once.
-    visibility: OnceCell<u32>,
+    /// The visibility timeout in force: the builder's, or the queue's read once.
+    visibility_timeout: OnceCell<VisibilityTimeout>,
     /// `true` while receiving is paused.
     paused: watch::Sender<bool>,
     /// Releases at once started by this consumer's deliveries.
@@ -178,7 +179,7 @@ impl Receiver {
             permits: Arc::new(Semaphore::new(settings.max_in_flight)),
             settles: Arc::new(Semaphore::new(settings.max_in_flight.saturating_mul(2))),
             settings,
-            visibility: OnceCell::new(),
+            visibility_timeout: OnceCell::new(),
             paused: watch::Sender::new(false),
             releases_at_once,
             health,
@@ -241,7 +242,7 @@ impl Receiver {
         ready: impl Fn() -> R,
         mut on_received: impl FnMut(ReceivedBatch),
     ) -> Result<(), Error> {
-        let Some(timeout) = self.start(stop).await? else {
+        let Some(in_force) = self.start(stop).await? else {
             return Ok(()); // stopped before the first receive
         };
         let backoffs = Mutex::new(Backoffs {
@@ -265,7 +266,7 @@ impl Receiver {
             if !halted && !pausing {
                 self.on_resume(&mut state);
                 let start_one =
-                    |(slots, tokens)| self.receive_once(slots, tokens, timeout, &backoffs, stop);
+                    |(slots, tokens)| self.receive_once(slots, tokens, in_force, &backoffs, stop);
                 refill = self
                     .refill(
                         &mut receives,
@@ -309,18 +310,18 @@ impl Receiver {
 
     /// The visibility timeout the receives ask for (`None`: stopped before it was known),
     /// the queue's URL resolved (given by name or ARN), and the start logged.
-    async fn start(&self, stop: &CancellationToken) -> Result<Option<u32>, Error> {
+    async fn start(&self, stop: &CancellationToken) -> Result<Option<VisibilityTimeout>, Error> {
         let ready = async {
             self.retrying("resolving the queue's URL", || self.queue.resolve())
                 .await?;
             self.visibility_timeout().await
         };
-        let timeout = tokio::select! {
+        let in_force = tokio::select! {
             ready = ready => ready,
             () = stop.cancelled() => return Ok(None),
         };
-        let timeout = match timeout {
-            Ok(timeout) => timeout,
+        let in_force = match in_force {
+            Ok(in_force) => in_force,
             Err(err) => {
                 tracing::error!(queue = %self.queue.name(), error = %err.chain(), "cannot start receiving; stopping");
                 return Err(err);
@@ -328,12 +329,12 @@ impl Receiver {
         };
         tracing::info!(
             queue = %self.queue.name(),
-            visibility_timeout = timeout,
+            visibility_timeout = in_force.secs(),
             max_in_flight = self.settings.max_in_flight,
             fifo = self.queue.is_fifo(),
             "consumer started"
         );
-        Ok(Some(timeout))
+        Ok(Some(in_force))
     }
 
     /// Starts receives (`start_one` with each one's slots, once `ready`) until
@@ -540,26 +541,26 @@ impl Receiver {
         &self,
         slots: Vec<Slot>,
         tokens: Tokens,
-        timeout: u32,
+        in_force: VisibilityTimeout,
         backoffs: &Mutex<Backoffs>,
         stop: &CancellationToken,
     ) -> Result<ReceiveOutcome, Error> {
         let settings = &self.settings;
-        // `timeout` is the one in force (the builder's, or the queue's own); with adaptive
-        // visibility, where the estimate starts.
-        let (visibility, timeout) = match &settings.adaptive {
+        // `in_force` is the builder's or the queue's own; with adaptive visibility, where the
+        // estimate starts. `asked`: what the request says, `None` for the queue's own.
+        let (asked, visibility_timeout) = match &settings.adaptive {
             Some(adaptive) => {
-                let estimate = adaptive.timeout(timeout);
+                let estimate = adaptive.visibility_timeout(in_force);
                 (Some(estimate), estimate)
             }
-            None => (settings.visibility_timeout, timeout),
+            None => (settings.visibility_timeout, in_force),
         };
         let received_at = Instant::now();
         let releases_at_send = self.releases_at_once.count();
         let request = ReceiveRequest {
             max_messages: u32::try_from(slots.len()).unwrap_or(settings.receive_batch_size),
             wait: settings.wait_time,
-            visibility,
+            visibility_timeout: asked,
             message_attribute_names: settings.message_attribute_names.clone(),
             system_attribute_names: settings.system_attribute_names.clone(),
         };
@@ -598,7 +599,7 @@ impl Receiver {
                         slots,
                         received_at,
                         returned_at: Instant::now(),
-                        timeout,
+                        visibility_timeout,
                         holder: None,
                     },
                     releases_at_send,
@@ -630,11 +631,11 @@ impl Receiver {
 
     /// The builder's visibility timeout, or the queue's own, read once (retrying transient
     /// failures with back-off; each read bounded by the request timeout); 0 is refused.
-    async fn visibility_timeout(&self) -> Result<u32, Error> {
+    async fn visibility_timeout(&self) -> Result<VisibilityTimeout, Error> {
         if let Some(t) = self.settings.visibility_timeout {
             return Ok(t);
         }
-        let read = self.visibility.get_or_try_init(|| async {
+        let read = self.visibility_timeout.get_or_try_init(|| async {
             let what = "reading the queue's visibility timeout";
             nonzero_visibility(
                 self.retrying(what, || self.queue.visibility_timeout())
@@ -648,8 +649,8 @@ impl Receiver {
     /// resolved first, for a queue given by name or ARN), in one try per call until it is
     /// known; 0 is refused.
     #[cfg(feature = "lambda")]
-    pub(crate) async fn queue_visibility_timeout(&self) -> Result<u32, Error> {
-        let read = self.visibility.get_or_try_init(|| async {
+    pub(crate) async fn queue_visibility_timeout(&self) -> Result<VisibilityTimeout, Error> {
+        let read = self.visibility_timeout.get_or_try_init(|| async {
             self.queue.resolve().await?;
             nonzero_visibility(self.queue.visibility_timeout().await?)
         });
@@ -747,9 +748,9 @@ fn log_retry(
 
 /// The queue's own visibility timeout `t`, unless it is 0: a consumer that keeps nothing
 /// hidden cannot work.
-fn nonzero_visibility(t: u32) -> Result<u32, Error> {
+fn nonzero_visibility(t: VisibilityTimeout) -> Result<VisibilityTimeout, Error> {
     match t {
-        0 => Err(Error::InvalidConfig {
+        t if t.is_zero() => Err(Error::InvalidConfig {
             field: "visibility_timeout",
             got: "none, and the queue's own VisibilityTimeout is 0".into(),
             allowed: "1..=43200 s: set the consumer's visibility_timeout, \

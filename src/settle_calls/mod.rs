@@ -23,6 +23,7 @@ use tracing::{Instrument, Span};
 use crate::call_retries::{self, ACK_RETRY_WINDOW, RELEASE_ATTEMPTS};
 use crate::error::Error;
 use crate::keeper_thread::KeeperRuntime;
+use crate::limits::VisibilityTimeout;
 use crate::queue::Queue;
 use crate::readable::Secs;
 use crate::settle_calls::request_batch::{Batcher, Call, Cohort, OnAnswer, RequestsAtOnce};
@@ -31,16 +32,16 @@ use crate::settle_calls::request_batch::{Batcher, Call, Cohort, OnAnswer, Reques
 #[derive(Debug, Clone, Copy)]
 enum SettleCall {
     Delete,
-    /// A visibility change to this many seconds.
-    ChangeVisibility(u32),
+    /// A visibility change to this visibility timeout.
+    ChangeVisibility(VisibilityTimeout),
 }
 
 impl SettleCall {
     /// The visibility a batch entry of this call carries (ignored by a delete).
-    fn visibility(self) -> u32 {
+    fn visibility_timeout(self) -> VisibilityTimeout {
         match self {
-            SettleCall::Delete => 0,
-            SettleCall::ChangeVisibility(secs) => secs,
+            SettleCall::Delete => VisibilityTimeout::ZERO,
+            SettleCall::ChangeVisibility(visibility_timeout) => visibility_timeout,
         }
     }
 
@@ -145,7 +146,10 @@ impl SettleCalls {
 
     /// One try of each extension of a keeper's round (visibility changes, sent together):
     /// each one's result. The keeper retries them, each until its delivery's deadline.
-    pub(crate) async fn extend_all(&self, entries: &[(&str, u32)]) -> Vec<Result<(), Error>> {
+    pub(crate) async fn extend_all(
+        &self,
+        entries: &[(&str, VisibilityTimeout)],
+    ) -> Vec<Result<(), Error>> {
         self.visibility.submit_many(entries).await
     }
 
@@ -160,22 +164,26 @@ impl SettleCalls {
         self.settle(SettleCall::Delete, receipt, hooks).await
     }
 
-    /// Gives a message back: a visibility change to `secs` (0: visible at once), retrying
+    /// Gives a message back: a visibility change to `visibility_timeout` (0: visible at once), retrying
     /// transient failures up to [`RELEASE_ATTEMPTS`] tries in all.
     pub(crate) async fn release(
         self: &Arc<Self>,
         receipt: &str,
-        secs: u32,
+        visibility_timeout: VisibilityTimeout,
         hooks: Option<Arc<dyn SettleHooks>>,
     ) -> Result<(), Error> {
         let hooks = hooks.unwrap_or_else(|| Arc::new(Nobody));
-        self.note_release(secs);
-        self.settle(SettleCall::ChangeVisibility(secs), receipt, hooks)
-            .await
+        self.note_release(visibility_timeout);
+        self.settle(
+            SettleCall::ChangeVisibility(visibility_timeout),
+            receipt,
+            hooks,
+        )
+        .await
     }
 
-    fn note_release(&self, secs: u32) {
-        if secs == 0 {
+    fn note_release(&self, visibility_timeout: VisibilityTimeout) {
+        if visibility_timeout.is_zero() {
             self.releases_at_once.note();
         }
     }
@@ -194,19 +202,20 @@ impl SettleCalls {
         self.settle_all(SettleCall::Delete, items).await
     }
 
-    /// Releases several messages (a visibility change to `secs`), their first tries together,
+    /// Releases several messages (a visibility change to `visibility_timeout`), their first
+    /// tries together,
     /// each retried as [`release`](SettleCalls::release) retries. Each one's result, in order.
     pub(crate) async fn release_all(
         self: &Arc<Self>,
         items: Vec<(String, Option<Arc<dyn SettleHooks>>)>,
-        secs: u32,
+        visibility_timeout: VisibilityTimeout,
     ) -> Vec<Result<(), Error>> {
-        self.note_release(secs);
-        self.settle_all(SettleCall::ChangeVisibility(secs), items)
+        self.note_release(visibility_timeout);
+        self.settle_all(SettleCall::ChangeVisibility(visibility_timeout), items)
             .await
     }
 
-    /// Makes the visibility of several messages `secs` from now (their leases true from the
+    /// Makes the visibility of several messages `visibility_timeout` from now (their leases true from the
     /// first try's request on), their first tries together, each retried as a release is:
     /// each one's result, in order. For messages received by someone else (a Lambda
     /// invocation's), whose visibility deadline is not known.
@@ -214,10 +223,10 @@ impl SettleCalls {
     pub(crate) async fn renew_all(
         self: &Arc<Self>,
         receipts: &[&str],
-        secs: u32,
+        visibility_timeout: VisibilityTimeout,
     ) -> Vec<Result<(), Error>> {
         let items = receipts.iter().map(|r| ((*r).to_owned(), None)).collect();
-        self.settle_all(SettleCall::ChangeVisibility(secs), items)
+        self.settle_all(SettleCall::ChangeVisibility(visibility_timeout), items)
             .await
     }
 
@@ -253,9 +262,9 @@ impl SettleCalls {
             .into_iter()
             .map(|(receipt, hooks)| (receipt, hooks.unwrap_or_else(|| Arc::new(Nobody))))
             .collect();
-        let entries: Vec<(&str, u32)> = items
+        let entries: Vec<(&str, VisibilityTimeout)> = items
             .iter()
-            .map(|(receipt, _)| (receipt.as_str(), call.visibility()))
+            .map(|(receipt, _)| (receipt.as_str(), call.visibility_timeout()))
             .collect();
         let told = items
             .iter()
@@ -360,13 +369,15 @@ impl SettleCalls {
         let told: Arc<dyn OnAnswer> = hooks.clone();
         match call {
             SettleCall::Delete => {
-                let submit = self.deletes.submit_told(receipt, 0, cohort, Some(told));
+                let submit =
+                    self.deletes
+                        .submit_told(receipt, VisibilityTimeout::ZERO, cohort, Some(told));
                 submit.await
             }
-            SettleCall::ChangeVisibility(secs) => {
-                let submit = self
-                    .visibility
-                    .submit_told(receipt, secs, cohort, Some(told));
+            SettleCall::ChangeVisibility(visibility_timeout) => {
+                let submit =
+                    self.visibility
+                        .submit_told(receipt, visibility_timeout, cohort, Some(told));
                 submit.await
             }
         }

@@ -24,7 +24,7 @@ use tracing::instrument::WithSubscriber;
 
 use crate::error::Error;
 use crate::keeper_thread::{KeeperRuntime, Mailbox};
-use crate::limits::MAX_BATCH;
+use crate::limits::{VisibilityTimeout, MAX_BATCH};
 use crate::queue::{BatchEntry, Queue, ENTRY_IDS};
 
 /// How many batch requests of one kind may be under way at once.
@@ -154,8 +154,8 @@ pub(crate) type Told = Option<Arc<dyn OnAnswer>>;
 /// One caller's request, waiting for its batch.
 struct Entry {
     receipt: String,
-    /// Whole seconds, for `ChangeVisibility`.
-    visibility: u32,
+    /// For `ChangeVisibility`.
+    visibility_timeout: VisibilityTimeout,
     /// The receive its delivery came with, if its others may follow.
     cohort: Option<Arc<Cohort>>,
     /// When it was handed out: it waits for its cohort at most one round trip from here.
@@ -211,21 +211,22 @@ impl Batcher {
     pub(crate) async fn submit(
         &self,
         receipt: &str,
-        visibility: u32,
+        visibility_timeout: VisibilityTimeout,
         cohort: Option<Arc<Cohort>>,
     ) -> Result<(), Error> {
-        self.submit_told(receipt, visibility, cohort, None).await
+        self.submit_told(receipt, visibility_timeout, cohort, None)
+            .await
     }
 
     /// [`submit`](Batcher::submit), `told` told the answer where it arrives.
     pub(crate) async fn submit_told(
         &self,
         receipt: &str,
-        visibility: u32,
+        visibility_timeout: VisibilityTimeout,
         cohort: Option<Arc<Cohort>>,
         told: Told,
     ) -> Result<(), Error> {
-        let (mut entry, answer) = self.entry(receipt, visibility, told);
+        let (mut entry, answer) = self.entry(receipt, visibility_timeout, told);
         entry.cohort = cohort.clone();
         match self.send(Submission::One(entry)) {
             Ok(()) => {
@@ -241,7 +242,10 @@ impl Batcher {
     /// Several entries, handed to the batching task at once, so that they go out together
     /// (in one request if there are at most 10 and nothing else is waiting); each entry's own
     /// result, in order.
-    pub(crate) async fn submit_many(&self, entries: &[(&str, u32)]) -> Vec<Result<(), Error>> {
+    pub(crate) async fn submit_many(
+        &self,
+        entries: &[(&str, VisibilityTimeout)],
+    ) -> Vec<Result<(), Error>> {
         self.submit_many_told(entries, Vec::new()).await
     }
 
@@ -249,14 +253,16 @@ impl Batcher {
     /// nobody) told its answer where it arrives.
     pub(crate) async fn submit_many_told(
         &self,
-        entries: &[(&str, u32)],
+        entries: &[(&str, VisibilityTimeout)],
         told: Vec<Told>,
     ) -> Vec<Result<(), Error>> {
         let told = told.into_iter().chain(std::iter::repeat_with(|| None));
         let (entries, answers): (Vec<Entry>, Vec<_>) = entries
             .iter()
             .zip(told)
-            .map(|((receipt, visibility), told)| self.entry(receipt, *visibility, told))
+            .map(|((receipt, visibility_timeout), told)| {
+                self.entry(receipt, *visibility_timeout, told)
+            })
             .unzip();
         let count = entries.len();
         let sent = self.send(Submission::Many(entries)).is_ok();
@@ -278,13 +284,13 @@ impl Batcher {
     fn entry(
         &self,
         receipt: &str,
-        visibility: u32,
+        visibility_timeout: VisibilityTimeout,
         told: Told,
     ) -> (Entry, oneshot::Receiver<Result<(), Error>>) {
         let (reply, answer) = oneshot::channel();
         let entry = Entry {
             receipt: receipt.to_owned(),
-            visibility,
+            visibility_timeout,
             cohort: None,
             submitted: Instant::now(),
             reply,
@@ -514,7 +520,7 @@ async fn send(queue: &Queue, call: Call, request: Vec<Entry>) {
         .map(|(e, id)| BatchEntry {
             id,
             receipt: &e.receipt,
-            visibility: e.visibility,
+            visibility_timeout: e.visibility_timeout,
         })
         .collect();
     let answer = match call {

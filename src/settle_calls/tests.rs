@@ -4,6 +4,7 @@ use futures::executor::block_on;
 
 use super::*;
 use crate::memory::counts::Action;
+use crate::test_support::seconds;
 use crate::MemoryQueue;
 
 fn calls(q: &MemoryQueue) -> Arc<SettleCalls> {
@@ -69,9 +70,9 @@ fn without_a_runtime_only_a_settle_still_ours_goes_on_to_retry() {
         block_on(calls.delete("r", lost())),
     ];
     results.extend(block_on(calls.delete_all(items())));
-    results.push(block_on(calls.release("r", 5, None)));
-    results.push(block_on(calls.release("r", 5, lost())));
-    results.extend(block_on(calls.release_all(items(), 0)));
+    results.push(block_on(calls.release("r", seconds(5), None)));
+    results.push(block_on(calls.release("r", seconds(5), lost())));
+    results.extend(block_on(calls.release_all(items(), seconds(0))));
     let messages: Vec<String> = results
         .into_iter()
         .map(|r| r.expect_err("no runtime").to_string())

@@ -1,4 +1,5 @@
 use super::*;
+use crate::test_support::seconds;
 
 #[test]
 fn each_counter_lands_in_its_own_field() {
@@ -11,8 +12,8 @@ fn each_counter_lands_in_its_own_field() {
     c.delivery_started();
     c.delivery_started();
     c.delivery_ended();
-    c.visibility_applied(30);
-    c.visibility_applied(41);
+    c.visibility_applied(seconds(30));
+    c.visibility_applied(seconds(41));
     let s = c.snapshot(4);
     assert_eq!(s.visibility_timeout, Duration::from_secs(41));
     assert_eq!((s.acked, s.skipped_redeliveries, s.received), (2, 1, 0));

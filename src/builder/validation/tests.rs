@@ -3,6 +3,7 @@ use crate::builder::queues::KeeperPlacement;
 use crate::flow::in_flight_limit::InFlightLimit;
 use crate::memory::MemoryQueue;
 use crate::retry_policy::RetryPolicy;
+use crate::test_support::seconds;
 
 fn builder() -> ConsumerBuilder {
     Consumer::in_memory(&MemoryQueue::new())
@@ -71,7 +72,7 @@ fn bounds_are_accepted() {
             .build()
             .expect("bounds are valid");
         let settings = c.receive_settings();
-        assert_eq!(settings.visibility_timeout, Some(v as u32));
+        assert_eq!(settings.visibility_timeout, Some(seconds(v)));
         assert_eq!(settings.max_concurrent_receives, receives);
         assert_eq!(
             settings
@@ -105,8 +106,9 @@ fn adaptive_visibility_bounds_are_visibility_timeouts_in_order() {
             .build()
             .expect("bounds are valid");
         let adaptive = c.receive_settings().adaptive.clone().expect("adaptive");
-        assert_eq!(adaptive.timeout(0), min as u32);
-        assert_eq!(adaptive.timeout(u32::MAX), max as u32);
+        let estimate = |start| adaptive.visibility_timeout(seconds(start)).secs();
+        assert_eq!(estimate(0), min as u32);
+        assert_eq!(estimate(u64::MAX), max as u32);
     }
     assert!(builder()
         .build()

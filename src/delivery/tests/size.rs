@@ -8,7 +8,7 @@ use super::{Delivery, Received, RunTies};
 use crate::keeper::Keeper;
 use crate::keeper_thread::KeeperRuntime;
 use crate::memory::MemoryQueue;
-use crate::test_support::context;
+use crate::test_support::{context, seconds};
 
 /// 120,000 deliveries may be held at once: the guard and its lease must stay small.
 #[tokio::test]
@@ -20,7 +20,7 @@ async fn a_held_delivery_stays_small() {
     let received = Received {
         received_at: Instant::now(),
         returned_at: Instant::now(),
-        timeout: 30,
+        visibility_timeout: seconds(30),
         slot: None,
         run: RunTies::new(Default::default(), Keeper::new(KeeperRuntime::Caller)),
         cohort: None,

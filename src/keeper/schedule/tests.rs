@@ -1,8 +1,18 @@
 use super::*;
 use crate::limits::{extension_limit, HARD_LIMIT};
+use crate::test_support::seconds;
 
 fn secs(s: u64) -> Duration {
     Duration::from_secs(s)
+}
+
+/// The schedule of a lease of `timeout` seconds (the tests' numbers are seconds).
+fn next_extension(deadline: Instant, timeout: u32, limit: Instant) -> Option<Extension> {
+    super::next_extension(deadline, seconds(timeout.into()), limit)
+}
+
+fn next_due(ext: &Extension, timeout: u32, previous: Previous) -> Instant {
+    super::next_due(ext, seconds(timeout.into()), previous)
 }
 
 #[tokio::test(start_paused = true)]
@@ -10,7 +20,7 @@ async fn extends_at_half_by_whole_timeout() {
     let r = Instant::now();
     let ext = next_extension(r + secs(30), 30, extension_limit(r)).expect("an extension");
     assert_eq!(ext.at, r + secs(15));
-    assert_eq!(ext.visibility, 30);
+    assert_eq!(ext.visibility_timeout.secs(), 30);
 }
 
 #[tokio::test(start_paused = true)]
@@ -80,7 +90,7 @@ async fn the_next_round_keeps_its_place_within_the_window() {
     // The capped last extension keeps its own time.
     let capped = Extension {
         at: r + secs(7),
-        visibility: 3,
+        visibility_timeout: seconds(3),
     };
     assert_eq!(
         next_due(
@@ -112,9 +122,9 @@ async fn the_last_extension_ends_exactly_at_the_limit() {
     while let Some(ext) = next_extension(deadline, 30, limit) {
         rounds += 1;
         assert!(ext.at < deadline, "sent before the current deadline");
-        let ends = ext.at + secs(u64::from(ext.visibility));
+        let ends = ext.at + secs(u64::from(ext.visibility_timeout.secs()));
         assert!(ends <= limit, "never past receive + 12 h - margin");
-        if ext.visibility < 30 {
+        if ext.visibility_timeout.secs() < 30 {
             capped += 1;
             assert_eq!(ends, limit);
         }
@@ -135,7 +145,7 @@ async fn a_capped_extension_waits_for_the_limit_only_up_to_a_quarter_of_the_time
         next_extension(deadline, 2, usual + Duration::from_millis(1_400)),
         Some(Extension {
             at: usual + Duration::from_millis(400),
-            visibility: 1
+            visibility_timeout: seconds(1)
         })
     );
     // It leaves 1.7 s: waiting 0.7 s would leave too little time for retries, and 1 s
@@ -151,8 +161,11 @@ async fn a_long_timeout_is_cut_to_the_limit() {
     let r = Instant::now();
     let limit = extension_limit(r);
     let ext = next_extension(r + secs(30_000), 30_000, limit).expect("one extension");
-    assert!(ext.visibility < 30_000);
-    assert_eq!(ext.at + secs(u64::from(ext.visibility)), limit);
+    assert!(ext.visibility_timeout.secs() < 30_000);
+    assert_eq!(
+        ext.at + secs(u64::from(ext.visibility_timeout.secs())),
+        limit
+    );
     assert!(ext.at < r + secs(30_000));
     // After it, nothing more can be gained.
     assert_eq!(next_extension(limit, 30_000, limit), None);
@@ -196,11 +209,11 @@ mod properties {
             while let Some(ext) = next_extension(deadline, timeout, limit) {
                 rounds += 1;
                 prop_assert!(timeout > 0, "no extension at all when T = 0");
-                prop_assert!(ext.visibility > 0, "an extension of 0 at T = {}", timeout);
-                prop_assert!(ext.visibility <= timeout);
+                prop_assert!(ext.visibility_timeout.secs() > 0, "an extension of 0 at T = {}", timeout);
+                prop_assert!(ext.visibility_timeout.secs() <= timeout);
                 prop_assert!(ext.at < deadline, "sent at or after the deadline it extends");
                 prop_assert!(ext.at >= last_sent, "the schedule goes back in time");
-                let ends = ext.at + Duration::from_secs(u64::from(ext.visibility));
+                let ends = ext.at + Duration::from_secs(u64::from(ext.visibility_timeout.secs()));
                 prop_assert!(ends <= hard, "asks past receive + 12 h");
                 prop_assert!(ends <= limit, "eats into the margin before the 12-hour limit");
                 prop_assert!(ends > deadline, "an extension that gains nothing");

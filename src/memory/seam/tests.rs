@@ -1,12 +1,15 @@
 //! The batch answers `tests/queue/fidelity.rs` checks on the test servers, here on the in-memory
 //! queue (its batch calls are the crate's own seam, not public).
+use std::time::Duration;
+
 use super::*;
+use crate::test_support::seconds;
 
 fn entry<'a>(id: &'static str, receipt: &'a str) -> BatchEntry<'a> {
     BatchEntry {
         id,
         receipt,
-        visibility: 30,
+        visibility_timeout: seconds(30),
     }
 }
 

@@ -2,6 +2,7 @@ use super::*;
 use crate::memory::counts::Action;
 use crate::memory::MemoryQueue;
 use crate::queue::ENTRY_IDS;
+use crate::test_support::seconds;
 use std::time::Duration;
 
 #[tokio::test(start_paused = true)]
@@ -13,10 +14,10 @@ async fn a_delete_is_recorded_and_not_sent_and_a_visibility_change_is_sent() {
     let queue = deferring(Queue::new(memory.clone()), deletes.clone());
     let got = memory.receive(2, Duration::ZERO).await.unwrap();
     let receipts: Vec<&str> = got.iter().filter_map(|m| m.receipt_handle()).collect();
-    let entry = |i: usize, visibility| BatchEntry {
+    let entry = |i: usize, secs| BatchEntry {
         id: ENTRY_IDS[i],
         receipt: receipts[i],
-        visibility,
+        visibility_timeout: seconds(secs),
     };
     let answered = queue.delete_batch(&[entry(0, 0)]).await.unwrap();
     assert!(matches!(answered[..], [Ok(())]));
@@ -42,12 +43,12 @@ async fn deletes_sent_at_once_are_sent_and_only_the_successes_recorded() {
         BatchEntry {
             id: ENTRY_IDS[0],
             receipt,
-            visibility: 0,
+            visibility_timeout: seconds(0),
         },
         BatchEntry {
             id: ENTRY_IDS[1],
             receipt: "not-a-receipt-handle",
-            visibility: 0,
+            visibility_timeout: seconds(0),
         },
     ];
     let answered = queue.delete_batch(&entries).await.unwrap();

@@ -5,6 +5,7 @@ use tokio::time::Instant;
 
 use super::*;
 use crate::memory::counts::Action;
+use crate::test_support::seconds;
 use crate::MemoryQueue;
 
 fn queue() -> MemoryQueue {
@@ -43,13 +44,13 @@ async fn held(q: &MemoryQueue, n: usize) -> Vec<String> {
 async fn submit_all(
     batcher: Arc<Batcher>,
     handles: Vec<String>,
-    visibility: u32,
+    visibility_timeout: VisibilityTimeout,
 ) -> Vec<Result<(), Error>> {
     let tasks: Vec<_> = handles
         .into_iter()
         .map(|h| {
             let b = batcher.clone();
-            tokio::spawn(async move { b.submit(&h, visibility, None).await })
+            tokio::spawn(async move { b.submit(&h, visibility_timeout, None).await })
         })
         .collect();
     let mut results = Vec::new();
@@ -62,7 +63,7 @@ async fn submit_all(
 fn entry(receipt: &str) -> Entry {
     Entry {
         receipt: receipt.to_owned(),
-        visibility: 0,
+        visibility_timeout: VisibilityTimeout::ZERO,
         cohort: None,
         submitted: Instant::now(),
         reply: oneshot::channel().0,
@@ -130,8 +131,11 @@ fn without_a_runtime_each_entry_fails_naming_its_batch_request() {
         ),
     ] {
         let b = batcher(&q, call);
-        let one = futures::executor::block_on(b.submit("r", 0, None));
-        let many = futures::executor::block_on(b.submit_many(&[("r", 0), ("s", 0)]));
+        let one = futures::executor::block_on(b.submit("r", VisibilityTimeout::ZERO, None));
+        let many = futures::executor::block_on(b.submit_many(&[
+            ("r", VisibilityTimeout::ZERO),
+            ("s", VisibilityTimeout::ZERO),
+        ]));
         for result in std::iter::once(one).chain(many) {
             let err = result.expect_err("no runtime, no batch request");
             assert!(err.is_retryable(), "{err}");
@@ -177,7 +181,10 @@ async fn a_lone_entry_goes_out_at_once() {
         RequestsAtOnce::default(),
     );
     let start = Instant::now();
-    batcher.submit(&h[0], 0, None).await.unwrap();
+    batcher
+        .submit(&h[0], VisibilityTimeout::ZERO, None)
+        .await
+        .unwrap();
     assert_eq!(start.elapsed(), Duration::ZERO);
     assert_eq!(q.requests().requests(Action::DeleteMessageBatch), 1);
     assert!(q.is_empty());
@@ -195,7 +202,9 @@ async fn entries_arriving_while_a_request_is_under_way_wait_for_it_together() {
     for handle in h {
         let b = batcher.clone();
         tasks.push(tokio::spawn(async move {
-            b.submit(&handle, 0, None).await.unwrap();
+            b.submit(&handle, VisibilityTimeout::ZERO, None)
+                .await
+                .unwrap();
             start.elapsed()
         }));
         tokio::time::sleep(Duration::from_millis(5)).await;
@@ -226,7 +235,9 @@ fn ack_in(
     let (b, c) = (batcher.clone(), cohort.clone());
     tokio::spawn(async move {
         c.leave();
-        b.submit(&handle, 0, Some(c)).await.unwrap();
+        b.submit(&handle, VisibilityTimeout::ZERO, Some(c))
+            .await
+            .unwrap();
         start.elapsed()
     })
 }
@@ -264,7 +275,10 @@ fn queue_with_50_ms_requests() -> MemoryQueue {
 /// and the delete requests made so far.
 async fn taught_the_round_trip(q: &MemoryQueue, handle: String) -> (Arc<Batcher>, u64) {
     let batcher = batcher(q, Call::Delete);
-    batcher.submit(&handle, 0, None).await.unwrap();
+    batcher
+        .submit(&handle, VisibilityTimeout::ZERO, None)
+        .await
+        .unwrap();
     (batcher, q.requests().requests(Action::DeleteMessageBatch))
 }
 
@@ -311,7 +325,7 @@ async fn entries_already_sent_do_not_count_towards_a_full_batch_that_rings() {
     let (batcher, base) = taught_the_round_trip(&q, h.pop().unwrap()).await;
     // Ten acks of no cohort: a full batch, sent.
     let sent = h.split_off(5);
-    for result in submit_all(batcher.clone(), sent, 0).await {
+    for result in submit_all(batcher.clone(), sent, seconds(0)).await {
         result.unwrap();
     }
     // Then a receive of five, as above: only the fifth ends the wait.
@@ -380,7 +394,7 @@ async fn an_answer_does_not_send_a_batch_whose_receives_others_are_still_coming(
     // A request under way from 0 to 50 ms.
     let under_way = {
         let (b, handle) = (batcher.clone(), h.pop().unwrap());
-        tokio::spawn(async move { b.submit(&handle, 0, None).await })
+        tokio::spawn(async move { b.submit(&handle, VisibilityTimeout::ZERO, None).await })
     };
     let cohort = Arc::new(Cohort::default());
     (0..10).for_each(|_| cohort.join());
@@ -431,7 +445,7 @@ async fn eleven_entries_take_two_requests() {
     let q = queue();
     let h = held(&q, 11).await;
     let batcher = batcher(&q, Call::Delete);
-    let results = submit_all(batcher, h, 0).await;
+    let results = submit_all(batcher, h, seconds(0)).await;
     assert!(results.iter().all(Result::is_ok));
     let r = q.requests();
     assert_eq!(
@@ -446,7 +460,7 @@ async fn the_same_handle_twice_goes_in_two_requests() {
     let q = queue();
     let h = held(&q, 1).await;
     let batcher = batcher(&q, Call::ChangeVisibility);
-    let results = submit_all(batcher, vec![h[0].clone(), h[0].clone()], 30).await;
+    let results = submit_all(batcher, vec![h[0].clone(), h[0].clone()], seconds(30)).await;
     assert!(results.iter().all(Result::is_ok));
     assert_eq!(
         q.requests().requests(Action::ChangeMessageVisibilityBatch),
@@ -461,7 +475,7 @@ async fn a_failed_entry_goes_back_to_its_own_caller() {
     // The second entry carries no valid receipt handle; the others are fine.
     let batcher = batcher(&q, Call::Delete);
     let bad = "not-a-handle".to_owned();
-    let results = submit_all(batcher, vec![h[0].clone(), bad, h[2].clone()], 0).await;
+    let results = submit_all(batcher, vec![h[0].clone(), bad, h[2].clone()], seconds(0)).await;
     assert!(results[0].is_ok() && results[2].is_ok());
     let err = results[1].as_ref().unwrap_err();
     assert!(err.is_lost(), "{err}");
@@ -480,7 +494,7 @@ async fn failures_go_back_to_their_callers_untried_again() {
     let batcher = batcher(&q, Call::Delete);
     // Two entries fail transiently: their callers hear it, the batcher does not retry.
     q.fail_next(Action::DeleteMessage, "InternalError", 2);
-    let results = submit_all(batcher.clone(), h.clone(), 0).await;
+    let results = submit_all(batcher.clone(), h.clone(), seconds(0)).await;
     let failed: Vec<_> = results.iter().filter_map(|r| r.as_ref().err()).collect();
     assert_eq!(failed.len(), 2);
     assert!(failed.iter().all(|e| e.is_retryable()), "{failed:?}");
@@ -488,7 +502,7 @@ async fn failures_go_back_to_their_callers_untried_again() {
     assert_eq!(q.len(), 2);
     // A whole request refused: every caller gets the error, once.
     q.fail_next(Action::DeleteMessageBatch, "AccessDenied", 1);
-    let results = submit_all(batcher.clone(), h.clone(), 0).await;
+    let results = submit_all(batcher.clone(), h.clone(), seconds(0)).await;
     for r in &results {
         let err = r.as_ref().unwrap_err();
         assert!(
@@ -498,7 +512,7 @@ async fn failures_go_back_to_their_callers_untried_again() {
     }
     assert_eq!(q.requests().requests(Action::DeleteMessageBatch), 2);
     // Callers that try again get through.
-    let results = submit_all(batcher, h, 0).await;
+    let results = submit_all(batcher, h, seconds(0)).await;
     assert!(results.iter().all(Result::is_ok));
     assert!(q.is_empty());
 }
@@ -518,7 +532,10 @@ fn a_batcher_outlives_the_runtime_that_started_it() {
         // first batching task gone and starts its own.
         runtime().block_on(async {
             let h = held(&q, 1).await;
-            batcher.submit(&h[0], 0, None).await.unwrap();
+            batcher
+                .submit(&h[0], VisibilityTimeout::ZERO, None)
+                .await
+                .unwrap();
         });
     }
     assert!(q.is_empty());
@@ -530,7 +547,7 @@ async fn entries_submitted_together_share_requests() {
     let q = queue();
     let h = held(&q, 30).await;
     let batcher = batcher(&q, Call::ChangeVisibility);
-    let results = submit_all(batcher, h, 30).await;
+    let results = submit_all(batcher, h, seconds(30)).await;
     assert!(results.iter().all(Result::is_ok));
     let r = q.requests();
     assert_eq!(r.visibility_changes(), 30);
@@ -546,7 +563,10 @@ async fn entries_submitted_together_go_in_one_request() {
         .unwrap();
     let h = held(&q, 10).await;
     let batcher = batcher(&q, Call::Delete);
-    let entries: Vec<(&str, u32)> = h.iter().map(|r| (r.as_str(), 0)).collect();
+    let entries: Vec<(&str, VisibilityTimeout)> = h
+        .iter()
+        .map(|r| (r.as_str(), VisibilityTimeout::ZERO))
+        .collect();
     let results = batcher.submit_many(&entries).await;
     assert!(results.iter().all(Result::is_ok));
     assert_eq!(q.requests().requests(Action::DeleteMessageBatch), 1);
