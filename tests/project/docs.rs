@@ -298,6 +298,7 @@ const PAGES: &[&str] = &[
     "benches/README.md",
     "benches/notes.md",
     "contributing/mutants.md",
+    "contributing/claims.md",
 ];
 
 fn pages() -> Vec<(String, String)> {
