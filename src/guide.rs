@@ -61,4 +61,3 @@ pub mod cost {}
 
 #[doc = include_str!("../docs/testing.md")]
 pub mod testing {}
-
