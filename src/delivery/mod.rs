@@ -685,7 +685,7 @@ impl Drop for Delivery {
                 None => self.lease.mark_ended(),
             }
         }
-        if !self.slot.is_handed_over() {
+        if !self.slot.is_freed_early() {
             self.lease.context().delivery_ended();
         }
         self.run.delivery_dropped();

@@ -7,13 +7,13 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// The `max_in_flight` slot a delivery takes, and its slot of a shared
 /// [`InFlightLimit`](crate::InFlightLimit) if its consumer has one: both come free when its
-/// settle call is handed out (see [`Slot::free_early`]) or when it is dropped.
+/// settle call is sent (see [`Slot::free_early`]) or when it is dropped.
 #[derive(Debug, Default)]
 pub(crate) struct Slot {
     own: Option<Arc<Semaphore>>,
     shared: Option<Arc<Semaphore>>,
     /// The consumer's budget of settle calls under way (twice `max_in_flight`): while `own`
-    /// is held, where the slot may be handed out to; once `own` is `None`, the one of them
+    /// is held, where the slot may go once freed early; once `own` is `None`, the one of them
     /// it holds.
     settles: Option<Arc<Semaphore>>,
 }
@@ -53,8 +53,8 @@ impl Slot {
         true
     }
 
-    /// Whether it was handed out (and came free).
-    pub(crate) fn is_handed_over(&self) -> bool {
+    /// Whether it came free early, at its delivery's ack.
+    pub(crate) fn is_freed_early(&self) -> bool {
         self.own.is_none() && self.settles.is_some()
     }
 }
@@ -73,7 +73,7 @@ fn hold_one(permit: OwnedSemaphorePermit) -> Option<Arc<Semaphore>> {
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        if self.is_handed_over() {
+        if self.is_freed_early() {
             if let Some(settles) = self.settles.take() {
                 settles.add_permits(1);
             }

@@ -283,7 +283,7 @@ impl Handed {
         self.run.as_deref().map(RunTies::keeper)
     }
 
-    /// Completes once every delivery handed out is lost.
+    /// Completes once every delivery the handler was handed is lost.
     async fn all_lost(&self) {
         for item in self.items.as_slice() {
             item.lease.lost().await;

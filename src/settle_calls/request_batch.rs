@@ -107,7 +107,7 @@ impl Cohort {
 struct BatcherBell {
     /// Set while the task waits for cohorts.
     waiting_for_cohorts: AtomicBool,
-    /// Entries handed out and not yet sent: ten of them fill a batch.
+    /// Entries submitted and not yet sent: ten of them fill a batch.
     unsent: AtomicUsize,
     ring: Notify,
     /// Times the task woke while it waited for cohorts.
@@ -116,10 +116,10 @@ struct BatcherBell {
 }
 
 impl BatcherBell {
-    /// After `added` entries were handed out: rings the task if it is waiting for cohorts
+    /// After `added` entries were submitted: rings the task if it is waiting for cohorts
     /// and these may end the wait (they complete a batch, or the cohort of the last one has
     /// no delivery left to settle, or it has none).
-    fn handed_over(&self, added: usize, cohort: Option<&Cohort>) {
+    fn submitted(&self, added: usize, cohort: Option<&Cohort>) {
         let unsent = self.unsent.fetch_add(added, Ordering::SeqCst) + added;
         // Pairs with the task's fence: either the flag is seen here, or the entries there.
         fence(Ordering::SeqCst);
@@ -158,7 +158,7 @@ struct Entry {
     visibility_timeout: VisibilityTimeout,
     /// The receive its delivery came with, if its others may follow.
     cohort: Option<Arc<Cohort>>,
-    /// When it was handed out: it waits for its cohort at most one round trip from here.
+    /// When it was submitted: it waits for its cohort at most one round trip from here.
     submitted: Instant,
     reply: oneshot::Sender<Result<(), Error>>,
     /// Told the answer before the caller.
@@ -230,7 +230,7 @@ impl Batcher {
         entry.cohort = cohort.clone();
         match self.send(Submission::One(entry)) {
             Ok(()) => {
-                self.bell.handed_over(1, cohort.as_deref());
+                self.bell.submitted(1, cohort.as_deref());
                 answer
                     .await
                     .unwrap_or_else(|_| Err(Error::runtime_gone(self.call.name())))
@@ -267,7 +267,7 @@ impl Batcher {
         let count = entries.len();
         let sent = self.send(Submission::Many(entries)).is_ok();
         if sent {
-            self.bell.handed_over(count, None);
+            self.bell.submitted(count, None);
         }
         let mut results = Vec::with_capacity(answers.len());
         for answer in answers {
@@ -435,8 +435,8 @@ async fn wait_for_cohorts(
     until: Instant,
 ) {
     bell.waiting_for_cohorts.store(true, Ordering::SeqCst);
-    // Pairs with the submitters' fence: an entry handed out from here on rings if it may end
-    // the wait, and one handed out before is in the inbox now.
+    // Pairs with the submitters' fence: an entry submitted from here on rings if it may end
+    // the wait, and one submitted before is in the inbox now.
     fence(Ordering::SeqCst);
     let rung = bell.ring.notified();
     tokio::pin!(rung);

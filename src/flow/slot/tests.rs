@@ -17,12 +17,12 @@ fn free(sources: &[Arc<Semaphore>; 3]) -> [usize; 3] {
 }
 
 #[test]
-fn a_slot_handed_over_frees_both_budgets_and_holds_a_settle_until_dropped() {
+fn a_slot_freed_early_frees_both_budgets_and_holds_a_settle_until_dropped() {
     let (sources, mut slot) = taken(2, 2, 2);
     assert_eq!(free(&sources), [1, 1, 2]);
-    assert!(!slot.is_handed_over());
+    assert!(!slot.is_freed_early());
     assert!(slot.free_early());
-    assert!(slot.is_handed_over());
+    assert!(slot.is_freed_early());
     assert_eq!(free(&sources), [2, 2, 1]);
     assert!(!slot.free_early(), "once only");
     drop(slot);
@@ -33,15 +33,15 @@ fn a_slot_handed_over_frees_both_budgets_and_holds_a_settle_until_dropped() {
 fn with_no_settle_left_the_slot_stays_taken_until_dropped() {
     let (sources, mut slot) = taken(2, 2, 0);
     assert!(!slot.free_early());
-    assert!(!slot.is_handed_over());
+    assert!(!slot.is_freed_early());
     assert_eq!(free(&sources), [1, 1, 0]);
     drop(slot);
     assert_eq!(free(&sources), [2, 2, 0]);
 }
 
 #[test]
-fn a_slot_of_nothing_is_never_handed_over() {
+fn a_slot_of_nothing_is_never_freed_early() {
     let mut slot = Slot::default();
     assert!(!slot.free_early());
-    assert!(!slot.is_handed_over());
+    assert!(!slot.is_freed_early());
 }
