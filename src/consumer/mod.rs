@@ -195,14 +195,14 @@ impl Consumer {
     /// let queue = MemoryQueue::new();
     /// queue.send("job 1")?;
     /// let consumer = Consumer::in_memory(&queue).build()?;
-    /// let handle = consumer.clone();
+    /// let stopper = consumer.clone();
     /// consumer
     ///     .run(move |delivery: Delivery| {
-    ///         let handle = handle.clone();
+    ///         let stopper = stopper.clone();
     ///         async move {
     ///             println!("{}", delivery.body());
     ///             delivery.ack().await?;
-    ///             handle.shutdown(); // only for this example: stop after one message
+    ///             stopper.shutdown(); // only for this example: stop after one message
     ///             Ok::<(), sqs_consumer::Error>(())
     ///         }
     ///     })
@@ -311,14 +311,14 @@ impl Consumer {
     ///     queue.send(format!("row {i}"))?;
     /// }
     /// let consumer = Consumer::in_memory(&queue).build()?;
-    /// let handle = consumer.clone();
+    /// let stopper = consumer.clone();
     /// consumer
     ///     .run_batch(move |batch: Batch| {
-    ///         let handle = handle.clone();
+    ///         let stopper = stopper.clone();
     ///         async move {
     ///             println!("{} rows", batch.len());
     ///             batch.ack_all().await?; // one DeleteMessageBatch
-    ///             handle.shutdown(); // only for this example
+    ///             stopper.shutdown(); // only for this example
     ///             Ok::<(), sqs_consumer::Error>(())
     ///         }
     ///     })
