@@ -64,6 +64,17 @@ pub(crate) const ACK_RETRY_WINDOW: Duration = Duration::from_secs(20);
 /// visibility lapses.
 pub(crate) const RELEASE_ATTEMPTS: u32 = 4;
 
+/// An idempotency store's call that failed transiently: tried again while the delivery's
+/// lease allows, for at most [`ACK_RETRY_WINDOW`].
+pub(crate) const IDEMPOTENCY: Schedule = Schedule {
+    first: Duration::from_millis(100),
+    longest: Duration::from_secs(2),
+};
+
+/// How long one call of an idempotency store may take before it counts as failed
+/// (retryable): no call path waits for a store without a bound.
+pub(crate) const IDEMPOTENCY_CALL_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// A payload read from S3 (or an object delete after an ack) that failed transiently.
 #[cfg(feature = "s3")]
 pub(crate) const PAYLOAD: Schedule = Schedule {

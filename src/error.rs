@@ -136,6 +136,23 @@ pub enum Error {
         source: Option<BoxError>,
     },
 
+    /// The idempotency store (see [`ConsumerBuilder::idempotency`](crate::ConsumerBuilder::idempotency))
+    /// kept failing while the delivery's lease allowed, or failed in a way trying again
+    /// cannot mend. The delivery was not marked done, so it is not acked: it meets the
+    /// failure step, as a failing handler's does.
+    #[error("message {message_id}: the idempotency store's {operation} failed: {source}")]
+    Idempotency {
+        /// The SQS message id.
+        message_id: String,
+        /// The store's call: `begin` or `complete`.
+        operation: &'static str,
+        /// Retryable (the store was throttled, unreachable or slow) or fatal.
+        kind: ErrorKind,
+        /// The store's error.
+        #[source]
+        source: BoxError,
+    },
+
     /// An SQS call (or the equivalent [`MemoryQueue`](crate::MemoryQueue) call) failed.
     #[error("SQS {operation} failed{}: {message}", code.as_deref().map(|c| format!(" with {c}")).unwrap_or_default())]
     Sqs {
@@ -184,6 +201,10 @@ pub enum LostReason {
     /// SQS answered it: the delete may have reached SQS after the message went to another
     /// consumer, so its success proves nothing.
     LapsedBeforeAnswer,
+    /// The idempotency store holds the message's key for a later receive of it: the message
+    /// was handed out again after this delivery's visibility lapsed, and that receive owns
+    /// its work now (see [`ConsumerBuilder::idempotency`](crate::ConsumerBuilder::idempotency)).
+    KeyTaken,
 }
 
 impl fmt::Display for LostReason {
@@ -200,6 +221,7 @@ impl fmt::Display for LostReason {
             LostReason::LapsedBeforeAnswer => {
                 "the visibility timeout lapsed before SQS answered the ack"
             }
+            LostReason::KeyTaken => "the idempotency store holds its key for a later receive",
         })
     }
 }
@@ -229,7 +251,9 @@ impl Error {
     /// ([`Error::KeeperThread`]) are fatal, since the same call fails the same way again.
     pub fn kind(&self) -> ErrorKind {
         match self {
-            Error::Sqs { kind, .. } | Error::Payload { kind, .. } => *kind,
+            Error::Sqs { kind, .. }
+            | Error::Payload { kind, .. }
+            | Error::Idempotency { kind, .. } => *kind,
             Error::Lost { reason, .. } => ErrorKind::Lost(*reason),
             Error::InvalidConfig { .. }
             | Error::PastHardDeadline { .. }

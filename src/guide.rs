@@ -33,6 +33,9 @@ pub mod shutdown {}
 #[doc = include_str!("../docs/errors.md")]
 pub mod errors {}
 
+#[doc = include_str!("../docs/idempotency.md")]
+pub mod idempotency {}
+
 #[doc = include_str!("../docs/bad_input.md")]
 pub mod bad_input {}
 

@@ -47,6 +47,8 @@
 //! - [`guide::keeper`]: the keeper that extends visibility, and blocking work in handlers;
 //! - [`guide::flow_control`]: a receive rate ([`RateLimit`]), batch windows, cancellation on
 //!   a lost lease;
+//! - [`guide::idempotency`]: a message's work done once in effect, with an
+//!   [`idempotency`] store that follows the lease, and what it cannot promise;
 //! - [`guide::fifo`], [`guide::shutdown`], [`guide::errors`] (who retries what),
 //!   [`guide::bad_input`], [`guide::cost`];
 //! - `guide::integrations` (features `json` and `from-env`): SNS envelopes, EventBridge
@@ -138,6 +140,7 @@ mod error;
 mod flow;
 pub mod guide;
 mod handler;
+pub mod idempotency;
 mod keeper;
 mod keeper_thread;
 #[cfg(feature = "lambda")]

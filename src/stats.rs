@@ -85,6 +85,15 @@ pub struct Stats {
     /// [`Delivery::dead_letter`](crate::Delivery::dead_letter)): counted once the copy is sent
     /// and the original deleted.
     pub dead_lettered: u64,
+    /// Deliveries acked without running the handler: the
+    /// [`idempotency`](crate::ConsumerBuilder::idempotency) store had their key done.
+    pub duplicates_skipped: u64,
+    /// Deliveries not run because another message held their key in the idempotency store
+    /// under a live lease: released to come back when that record ends.
+    pub duplicates_delayed: u64,
+    /// Deliveries the idempotency store failed for (its `begin` or `complete` kept failing
+    /// while the lease allowed): they met the failure step, never counted as done.
+    pub idempotency_failures: u64,
     /// The visibility timeout the last receive that brought messages applied (zero before
     /// one did): the builder's, the queue's own, or with
     /// [`adaptive_visibility`](crate::ConsumerBuilder::adaptive_visibility) the estimate
@@ -130,10 +139,13 @@ pub(crate) enum Counter {
     PayloadDeleteFailures,
     CancelledOnLost,
     DeadLettered,
+    DuplicatesSkipped,
+    DuplicatesDelayed,
+    IdempotencyFailures,
 }
 
 /// How many counters there are: one per [`Counter`].
-const COUNTERS: usize = Counter::DeadLettered as usize + 1;
+const COUNTERS: usize = Counter::IdempotencyFailures as usize + 1;
 
 /// The names the counters are exported under with feature `metrics`, in [`Counter`] order.
 #[cfg(feature = "metrics")]
@@ -156,6 +168,9 @@ const COUNTER_NAMES: [&str; COUNTERS] = [
     "sqs_consumer_payload_delete_failures_total",
     "sqs_consumer_cancelled_on_lost_total",
     "sqs_consumer_dead_lettered_total",
+    "sqs_consumer_duplicates_skipped_total",
+    "sqs_consumer_duplicates_delayed_total",
+    "sqs_consumer_idempotency_failures_total",
 ];
 
 /// What is measured per event, for the histograms of feature `metrics`.
@@ -339,6 +354,9 @@ impl Counters {
             payload_delete_failures: get(Counter::PayloadDeleteFailures),
             cancelled_on_lost: get(Counter::CancelledOnLost),
             dead_lettered: get(Counter::DeadLettered),
+            duplicates_skipped: get(Counter::DuplicatesSkipped),
+            duplicates_delayed: get(Counter::DuplicatesDelayed),
+            idempotency_failures: get(Counter::IdempotencyFailures),
             visibility_timeout: Duration::from_secs(
                 self.visibility_timeout.load(Ordering::Relaxed),
             ),

@@ -1573,3 +1573,46 @@ mod server {
         a_fifo_failure_fails(Program::BodySays, FifoFailure::FailsTheRest).await;
     }
 }
+
+/// With an idempotency store shared by two function instances, a record whose key the other
+/// instance did is reported done without its handler, and acked (Lambda deletes it).
+#[tokio::test(start_paused = true)]
+async fn a_record_whose_key_another_instance_did_is_done_without_its_handler() {
+    use sqs_consumer::idempotency::MemoryStore;
+    let q = memory_queue(10);
+    let store = MemoryStore::new();
+    let instance = || {
+        let store = store.clone();
+        noting(Function::in_memory(&q).consumer(move |builder| {
+            builder
+                .idempotency(store.clone())
+                .idempotency_key(|d: &Delivery| {
+                    Ok::<_, sqs_consumer::BoxError>(
+                        d.body().split('-').next().unwrap_or_default().to_owned(),
+                    )
+                })
+        }))
+    };
+    let ((one, handled_one), (two, handled_two)) = (instance(), instance());
+    send_all(&q, &["ack-first"]);
+    let first = one
+        .invoke(event_of(&q, 1).await, deadline_in(secs(60)))
+        .await
+        .unwrap();
+    assert!(first.batch_item_failures.is_empty());
+    send_all(&q, &["ack-again"]);
+    let second = two
+        .invoke(event_of(&q, 1).await, deadline_in(secs(60)))
+        .await
+        .unwrap();
+    assert!(second.batch_item_failures.is_empty(), "reported done");
+    assert_eq!(
+        (
+            handled_one.lock().unwrap().len(),
+            handled_two.lock().unwrap().len()
+        ),
+        (1, 0)
+    );
+    assert_eq!(two.stats(ARN).unwrap().duplicates_skipped, 1);
+    assert_eq!(store.done(), 1);
+}

@@ -8,6 +8,7 @@ pub(crate) mod dead_letter_queue;
 mod queues;
 mod validation;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use aws_sdk_sqs::types::MessageSystemAttributeName;
@@ -36,6 +37,10 @@ const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(25);
 // supervisor restarts it (with the credentials chain read anew) and shows the failure.
 const DEFAULT_GIVE_UP_AFTER: Duration = Duration::from_secs(300);
 const DEFAULT_MAX_CONCURRENT_RECEIVES: usize = 64;
+/// How long a done idempotency key is kept (see `idempotency_keep_done`).
+const DEFAULT_KEEP_DONE: Duration = Duration::from_secs(24 * 3600);
+/// The longest a done idempotency key may be kept.
+const MAX_KEEP_DONE: Duration = Duration::from_secs(365 * 24 * 3600);
 /// The most deliveries in one batch of a batch handler (Lambda's limit for SQS).
 const MAX_BATCH_DELIVERIES: usize = 10_000;
 /// The longest a handler batch may fill (Lambda's batching window).
@@ -83,6 +88,9 @@ pub struct ConsumerBuilder {
     keeper: KeeperPlacement,
     keeper_client: Option<aws_sdk_sqs::Client>,
     span_hook: Option<SpanHook>,
+    idempotency: Option<Arc<dyn crate::idempotency::Store>>,
+    idempotency_key: Option<crate::engine::claiming::KeyFn>,
+    idempotency_keep_done: Duration,
     #[cfg(feature = "s3")]
     payloads: PayloadSettings,
     /// Deletes recorded here, not sent (in Lambda, which deletes what its function reports
@@ -141,6 +149,9 @@ impl ConsumerBuilder {
             keeper: KeeperPlacement::Default,
             keeper_client: None,
             span_hook: None,
+            idempotency: None,
+            idempotency_key: None,
+            idempotency_keep_done: DEFAULT_KEEP_DONE,
             #[cfg(feature = "s3")]
             payloads: PayloadSettings {
                 client: None,
@@ -510,6 +521,71 @@ impl ConsumerBuilder {
     /// ```
     pub fn dead_letter(mut self, queue: impl Into<DeadLetterQueue>, after_receives: u32) -> Self {
         self.dead_letter = Some((queue.into(), after_receives));
+        self
+    }
+
+    /// Runs each message's work once in effect: before a handler runs, the consumer claims the
+    /// message's key in `store` for as long as the delivery's lease lasts; an ack marks it done
+    /// before the delete; a message whose key is done is acked without running the handler
+    /// (counted in [`Stats::duplicates_skipped`](crate::Stats::duplicates_skipped)), and one
+    /// whose key another message holds under a live lease comes back when that hold ends.
+    /// Applies to every handler kind, streams and `lambda::Function` alike. The key is the
+    /// message id (a FIFO message's deduplication id), or what
+    /// [`idempotency_key`](ConsumerBuilder::idempotency_key) gives. The guide's page
+    /// [`idempotency`](crate::guide::idempotency) has the table of outcomes and what this
+    /// cannot promise. Defaults to none: SQS's at-least-once, as it is.
+    ///
+    /// ```
+    /// # fn example(builder: sqs_consumer::ConsumerBuilder) -> Result<(), sqs_consumer::Error> {
+    /// use sqs_consumer::idempotency::MemoryStore;
+    ///
+    /// let consumer = builder.idempotency(MemoryStore::new()).build()?;
+    /// # let _ = consumer; Ok(()) }
+    /// ```
+    pub fn idempotency(mut self, store: impl crate::idempotency::Store) -> Self {
+        self.idempotency = Some(Arc::new(store));
+        self
+    }
+
+    /// The key a message's work is recorded under, in place of its message id: for example
+    /// an order id read from the body, which catches a producer's duplicates (each sent with
+    /// a message id of its own). A key of any length is stored hashed (see
+    /// [`idempotency::Key`](crate::idempotency::Key)). A function that fails (or panics)
+    /// sends the delivery through the failure step with its error, as a failing handler's
+    /// does. Needs [`idempotency`](ConsumerBuilder::idempotency). Defaults to the message id,
+    /// or on a FIFO queue the message's `MessageDeduplicationId`.
+    ///
+    /// ```
+    /// # fn example(builder: sqs_consumer::ConsumerBuilder) -> Result<(), sqs_consumer::Error> {
+    /// use sqs_consumer::{idempotency::MemoryStore, BoxError, Delivery};
+    ///
+    /// // Bodies look like `order-42:...`: the order id is the key.
+    /// let consumer = builder
+    ///     .idempotency(MemoryStore::new())
+    ///     .idempotency_key(|d: &Delivery| -> Result<String, BoxError> {
+    ///         let (order, _) = d.body().split_once(':').ok_or("no order id")?;
+    ///         Ok(order.to_owned())
+    ///     })
+    ///     .build()?;
+    /// # let _ = consumer; Ok(()) }
+    /// ```
+    pub fn idempotency_key<F>(mut self, key: F) -> Self
+    where
+        F: Fn(&crate::Delivery) -> Result<String, crate::BoxError> + Send + Sync + 'static,
+    {
+        self.idempotency_key = Some(crate::engine::claiming::KeyFn(Arc::new(key)));
+        self
+    }
+
+    /// How long a done key is kept: a message that comes back within it (its delete was lost,
+    /// or a producer sent it again under the same key) is acked without its handler. 1 s to
+    /// 365 days. Defaults to 24 hours: longer than any redelivery while consumers run (a
+    /// message whose delete was lost comes back when its visibility lapses, at most 12 hours
+    /// later) and than a FIFO queue's 5-minute deduplication window; a message that waits
+    /// out an outage longer than it can run again, so set it to the queue's retention period
+    /// (up to 14 days) to cover those too.
+    pub fn idempotency_keep_done(mut self, keep: Duration) -> Self {
+        self.idempotency_keep_done = keep;
         self
     }
 

@@ -8,18 +8,20 @@ use aws_sdk_sqs::types::MessageSystemAttributeName;
 
 use crate::builder::queues::{check_region, queues, Source};
 use crate::builder::{
-    ConsumerBuilder, MAX_BATCH_DELIVERIES, MAX_BATCH_WINDOW, RECEIVE_RATES, RECEIVE_RATES_ALLOWED,
-    REQUEST_TIMEOUTS,
+    ConsumerBuilder, MAX_BATCH_DELIVERIES, MAX_BATCH_WINDOW, MAX_KEEP_DONE, RECEIVE_RATES,
+    RECEIVE_RATES_ALLOWED, REQUEST_TIMEOUTS,
 };
 #[cfg(feature = "s3")]
 use crate::builder::{PayloadBuckets, PayloadSettings};
 use crate::consumer::Consumer;
 use crate::dead_letter::DeadLetter;
+use crate::engine::claiming::KeyFn;
 use crate::engine::{ConsumerSettings, Leases};
 use crate::error::Error;
 use crate::flow::rate_limit::{RateLimit, RateLimits};
 use crate::handler::batch_window::Batching;
 use crate::handler::handling::HandlerSettings;
+use crate::idempotency::Recording;
 use crate::keeper_thread::KeeperRuntime;
 use crate::lease::adaptive_visibility::AdaptiveVisibility;
 use crate::limits::{
@@ -51,6 +53,7 @@ impl ConsumerBuilder {
         #[cfg(feature = "s3")]
         let payloads = self.payloads.build(request_timeout)?;
         let dead_letter = self.dead_letter_queue(request_timeout)?;
+        let idempotency = self.idempotency_settings()?;
         let (queue, keeper_queue) = queues(self.source, self.keeper_client, self.keeper)?;
         if queue.is_fifo() {
             fifo_batching(handling.batching)?;
@@ -85,6 +88,7 @@ impl ConsumerBuilder {
                 retry_policy: self.retry_policy,
                 dead_letter,
                 span_hook: self.span_hook,
+                idempotency,
                 handling,
                 leases,
                 #[cfg(feature = "s3")]
@@ -131,6 +135,15 @@ impl ConsumerBuilder {
             if !self.system_attribute_names.contains(&first) {
                 self.system_attribute_names.push(first);
             }
+        }
+        // A FIFO message's default idempotency key.
+        let dedup = MessageSystemAttributeName::MessageDeduplicationId;
+        let all = MessageSystemAttributeName::All;
+        if self.idempotency.is_some()
+            && !self.system_attribute_names.contains(&all)
+            && !self.system_attribute_names.contains(&dedup)
+        {
+            self.system_attribute_names.push(dedup);
         }
         #[cfg(feature = "s3")]
         if self.payloads.client.is_some() {
@@ -228,6 +241,29 @@ impl ConsumerBuilder {
             ));
         }
         Ok(Some(Arc::new(AdaptiveVisibility::new(min_secs, max_secs))))
+    }
+
+    /// The idempotency setting, checked: a key function or a keep time needs a store, and
+    /// the keep time is in range.
+    fn idempotency_settings(&mut self) -> Result<Option<(Recording, Option<KeyFn>)>, Error> {
+        let keep_done = limits::in_range(
+            "idempotency_keep_done",
+            self.idempotency_keep_done,
+            Duration::from_secs(1)..=MAX_KEEP_DONE,
+            "1 s..=365 days",
+        )?;
+        let key_fn = self.idempotency_key.take();
+        let Some(store) = self.idempotency.take() else {
+            if key_fn.is_some() {
+                return Err(Error::invalid(
+                    "idempotency_key",
+                    "a key function without a store",
+                    "a key function with a store, set with ConsumerBuilder::idempotency",
+                ));
+            }
+            return Ok(None);
+        };
+        Ok(Some((Recording::new(store, keep_done), key_fn)))
     }
 
     /// The dead-letter step's queue, checked: `after_receives` in range, a queue of the

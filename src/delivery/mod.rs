@@ -23,6 +23,7 @@ use crate::delivery::settle::{move_to_dead_letter, release_unsettled, settle, Mo
 use crate::delivery::span::{delivery_span, read_trace_parent};
 use crate::error::{BoxError, Error, LostReason};
 use crate::flow::slot::Slot;
+use crate::idempotency::{Key, Owner};
 use crate::lease::context::Context;
 use crate::lease::{receive_count, Dropped, End, Holder, Lease};
 use crate::limits::{secs_rounded_up, VisibilityTimeout, HARD_LIMIT, MAX_VISIBILITY_SECS};
@@ -260,6 +261,16 @@ impl Delivery {
     /// The receive plus 12 hours: SQS's limit on how long this message can stay hidden.
     pub fn hard_deadline(&self) -> Instant {
         self.received_at() + HARD_LIMIT
+    }
+
+    /// The key this delivery holds in the consumer's idempotency store (see
+    /// [`ConsumerBuilder::idempotency`](crate::ConsumerBuilder::idempotency)), once claimed
+    /// and until the delivery ends; `None` without a store. Write it in the same transaction
+    /// as your handler's effect (the guide's [inbox pattern](crate::guide::idempotency)) to
+    /// make that effect once even when the process dies between the effect and the ack.
+    pub fn idempotency_key(&self) -> Option<Key> {
+        let recording = self.lease.context().idempotency()?;
+        recording.key_held_by(&Owner::new(self.message_id(), self.lease.receipt()))
     }
 
     /// `true` once the delivery is lost: another consumer may get (or have) the message.

@@ -13,6 +13,7 @@
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use futures_util::future::join_all;
 use tokio::runtime::Handle;
 use tokio::time::{sleep, Instant};
 use tokio_util::task::TaskTracker;
@@ -22,6 +23,7 @@ use crate::call_retries::{self, ACK_RETRY_WINDOW};
 use crate::dead_letter::{DeadLetter, Failure};
 use crate::error::{Error, LostReason};
 use crate::keeper::Keeper;
+use crate::lease::claim::mark_done;
 use crate::lease::Lease;
 use crate::limits::VisibilityTimeout;
 use crate::readable::Secs;
@@ -44,6 +46,58 @@ pub(crate) enum Settle {
 /// them) lets go of each. One lease alone may wait a little for its cohort's settle calls,
 /// to share a request; several go out together.
 pub(crate) async fn settle(
+    leases: &[Arc<Lease>],
+    how: Settle,
+    keeper: Option<&Keeper>,
+) -> Vec<Result<(), Error>> {
+    if how == Settle::Ack && leases.iter().any(|l| l.context().idempotency().is_some()) {
+        return ack_marking_done(leases, keeper).await;
+    }
+    settle_now(leases, how, keeper).await
+}
+
+/// Acks `leases`, each one's idempotency key marked done first (together): those marked (or
+/// without a key) are deleted; one whose key a later receive holds is a lost ack, and one the
+/// store failed for is not done, so it meets the retry policy and reports the store's error.
+async fn ack_marking_done(
+    leases: &[Arc<Lease>],
+    keeper: Option<&Keeper>,
+) -> Vec<Result<(), Error>> {
+    let marks = join_all(leases.iter().map(mark_done)).await;
+    let marked: Vec<Arc<Lease>> = leases
+        .iter()
+        .zip(&marks)
+        .filter(|(_, mark)| mark.is_ok())
+        .map(|(lease, _)| lease.clone())
+        .collect();
+    let mut acked = settle_now(&marked, Settle::Ack, keeper).await.into_iter();
+    let mut results = Vec::with_capacity(leases.len());
+    for (lease, mark) in leases.iter().zip(marks) {
+        let result = match mark {
+            Ok(()) => acked.next().unwrap_or(Ok(())),
+            Err(err) if err.is_lost() => {
+                let lost_before = lease.begin_ack();
+                let lost = lease.finish_ack(Err(err), lost_before);
+                let_go(lease, keeper);
+                lost
+            }
+            Err(err) => {
+                tracing::warn!(parent: lease.span(), error = %err.chain(), "the idempotency store could not mark the delivery done: not acked; it gets the retry policy");
+                let how = match lease.visibility_on_drop(false) {
+                    Some(visibility_timeout) => Settle::Release(visibility_timeout),
+                    None => Settle::Leave,
+                };
+                let _ = Box::pin(settle_now(std::slice::from_ref(lease), how, keeper)).await;
+                Err(err)
+            }
+        };
+        results.push(result);
+    }
+    results
+}
+
+/// Settles `leases` as `how` says, with no idempotency step.
+async fn settle_now(
     leases: &[Arc<Lease>],
     how: Settle,
     keeper: Option<&Keeper>,
@@ -202,6 +256,10 @@ pub(crate) async fn move_to_dead_letter(
     async {
         if let Err(err) = send_copy(lease, dead_letter, failure).await {
             return Moved::NotSent(err);
+        }
+        // The copy is sent: the message's work is over, whoever else may hold it.
+        if let Err(err) = mark_done(lease).await {
+            tracing::warn!(error = %err.chain(), "the idempotency store could not mark a message moved to the dead-letter queue done");
         }
         // Held by its guard, or dropped in its handler, whose failure moves it.
         let lost_before = lease.begin_ack();

@@ -131,8 +131,7 @@ impl Engine {
 
     /// Starts handing out `event`'s messages (as [`Order::Event`] says) in a run of its own.
     pub(crate) fn hand_out_event(&self, event: Event, hand_out: &HandOut) -> Run {
-        #[cfg(feature = "s3")]
-        let hand_out = &self.reading_payloads(hand_out);
+        let hand_out = &self.preparing(hand_out);
         let mut run = self.new_run(CancellationToken::new(), CancellationToken::new());
         let received = ReceivedBatch {
             messages: event.messages,

@@ -3,14 +3,17 @@
 //! the graceful shutdown.
 //!
 //! Beside it: a Lambda event's records (`event.rs`, feature `lambda`), FIFO group order
-//! (`fifo.rs`), and payloads read from S3 before a handler sees them (`payload_reading.rs`,
-//! feature `s3`).
+//! (`fifo.rs`), and the steps before a handler sees a delivery (`preparing.rs`): its payload
+//! read from S3 (`payload_reading.rs`, feature `s3`) and its idempotency key claimed
+//! (`claiming.rs`).
 
+pub(crate) mod claiming;
 #[cfg(feature = "lambda")]
 pub(crate) mod event;
 pub(crate) mod fifo;
 #[cfg(feature = "s3")]
 pub(crate) mod payload_reading;
+mod preparing;
 pub(crate) mod run;
 
 use std::collections::VecDeque;
@@ -27,6 +30,7 @@ use tracing::instrument::WithSubscriber;
 use crate::dead_letter::DeadLetter;
 use crate::delivery::run_ties::RunTies;
 use crate::delivery::{Delivery, Received};
+use crate::engine::claiming::KeyFn;
 use crate::engine::run::{ReceiveTask, Run};
 use crate::error::Error;
 use crate::flow::slot::Slot;
@@ -34,6 +38,7 @@ use crate::handler::batch::BatchHandler;
 use crate::handler::batch_window::Collector;
 use crate::handler::handling::{self, HandlerSettings};
 use crate::handler::Handler;
+use crate::idempotency::Recording;
 use crate::keeper::Keeper;
 use crate::keeper_thread::KeeperRuntime;
 use crate::lease::context::Context;
@@ -129,6 +134,8 @@ pub(crate) struct ConsumerSettings {
     /// Where payloads are read from (feature `s3`), if the consumer reads them.
     #[cfg(feature = "s3")]
     pub(crate) payloads: Option<crate::payload::store::PayloadStore>,
+    /// Where each message's work is recorded, and the user's key for it, if set.
+    pub(crate) idempotency: Option<(Recording, Option<KeyFn>)>,
 }
 
 /// Where a consumer's leases are kept and settled.
@@ -153,6 +160,8 @@ pub(crate) struct Engine {
     /// Cancelled by `Consumer::shutdown`: every run and stream of this consumer stops
     /// as on its signal, and one started later stops at once.
     shutdown_requested: CancellationToken,
+    /// The user's idempotency key (`idempotency_key`), if set.
+    idempotency_key: Option<KeyFn>,
 }
 
 impl Engine {
@@ -164,6 +173,7 @@ impl Engine {
             keeper_runtime,
         } = settings.leases;
         let receive = settings.receive;
+        let (recording, idempotency_key) = settings.idempotency.unzip();
         let at_once = RequestsAtOnce::for_slots(receive.max_in_flight);
         let ctx = Context::new(
             &keeper_queue,
@@ -173,7 +183,8 @@ impl Engine {
         )
         .with_dead_letter(settings.dead_letter)
         .with_span_hook(settings.span_hook)
-        .with_adaptive_visibility(receive.adaptive.clone());
+        .with_adaptive_visibility(receive.adaptive.clone())
+        .with_idempotency(recording);
         #[cfg(feature = "s3")]
         let ctx = ctx.with_payloads(settings.payloads);
         let receiver = Receiver::new(
@@ -189,6 +200,7 @@ impl Engine {
             shutdown_timeout: settings.shutdown_timeout,
             handling: settings.handling,
             shutdown_requested: CancellationToken::new(),
+            idempotency_key: idempotency_key.flatten(),
         }
     }
 
@@ -373,8 +385,7 @@ impl Engine {
         hand_out: &HandOut,
         stop: &CancellationToken,
     ) -> Result<(), Error> {
-        #[cfg(feature = "s3")]
-        let hand_out = &self.reading_payloads(hand_out);
+        let hand_out = &self.preparing(hand_out);
         self.receiver
             .run(
                 stop,
@@ -386,46 +397,6 @@ impl Engine {
                 },
             )
             .await
-    }
-
-    /// `hand_out`, each delivery's payload read from S3 first when the consumer reads
-    /// payloads (in the delivery's own task, its lease kept meanwhile); a delivery whose
-    /// payload cannot be read is handed to no one.
-    #[cfg(feature = "s3")]
-    fn reading_payloads(&self, hand_out: &HandOut) -> HandOut {
-        if self.ctx.payloads().is_none() {
-            return hand_out.clone();
-        }
-        let to = match &hand_out.to {
-            HandTo::Each(each) => {
-                let each = each.clone();
-                HandTo::Each(Arc::new(move |d| {
-                    let each = each.clone();
-                    Box::pin(async move {
-                        if let Some(d) = crate::engine::payload_reading::resolve(d).await {
-                            each(d).await;
-                        }
-                    })
-                }))
-            }
-            HandTo::Batch(to_handler) => {
-                let to_handler = to_handler.clone();
-                HandTo::Batch(Arc::new(move |deliveries, shutdown| {
-                    let to_handler = to_handler.clone();
-                    Box::pin(async move {
-                        let deliveries =
-                            crate::engine::payload_reading::resolve_all(deliveries).await;
-                        if !deliveries.is_empty() {
-                            to_handler(deliveries, shutdown).await;
-                        }
-                    })
-                }))
-            }
-        };
-        HandOut {
-            to,
-            ready: hand_out.ready.clone(),
-        }
     }
 
     /// Lets the FIFO groups already received finish handing out their deliveries, and

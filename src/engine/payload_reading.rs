@@ -3,8 +3,6 @@
 //! failures are retried a few times, and a payload that cannot be read keeps the delivery from
 //! every handler: it is counted, logged once at `error`, and meets the retry policy.
 
-use futures_util::future::join_all;
-
 use crate::delivery::Delivery;
 use crate::error::{Error, ErrorKind};
 use crate::payload::pointer::{self, Malformed, Payload};
@@ -49,15 +47,6 @@ pub(crate) async fn resolve(mut delivery: Delivery) -> Option<Delivery> {
             give_up(delivery, err).await
         }
     }
-}
-
-/// The deliveries whose payloads could be read (each read at once), in their order.
-pub(crate) async fn resolve_all(deliveries: Vec<Delivery>) -> Vec<Delivery> {
-    join_all(deliveries.into_iter().map(resolve))
-        .await
-        .into_iter()
-        .flatten()
-        .collect()
 }
 
 fn malformed_error(delivery: &Delivery, malformed: Malformed) -> Error {

@@ -13,6 +13,7 @@ use {
 };
 
 use crate::dead_letter::DeadLetter;
+use crate::idempotency::Recording;
 use crate::keeper_thread::KeeperRuntime;
 use crate::lease::adaptive_visibility::AdaptiveVisibility;
 use crate::limits::VisibilityTimeout;
@@ -43,6 +44,8 @@ pub(crate) struct Context {
     span_hook: Option<SpanHook>,
     /// Its deletes and visibility changes, batched and retried.
     calls: Arc<SettleCalls>,
+    /// Where the work of each message is recorded as in progress and done, if anywhere.
+    idempotency: Option<Recording>,
     /// Where payloads are read from and deleted (feature `s3`), if the consumer reads them.
     #[cfg(feature = "s3")]
     payloads: Option<crate::payload::store::PayloadStore>,
@@ -67,9 +70,21 @@ impl Context {
             dead_letter: None,
             adaptive: None,
             span_hook: None,
+            idempotency: None,
             #[cfg(feature = "s3")]
             payloads: None,
         }
+    }
+
+    /// The same context, recording each message's work in `recording`'s store.
+    pub(crate) fn with_idempotency(mut self, recording: Option<Recording>) -> Self {
+        self.idempotency = recording;
+        self
+    }
+
+    /// Where each message's work is recorded, if anywhere.
+    pub(crate) fn idempotency(&self) -> Option<&Recording> {
+        self.idempotency.as_ref()
     }
 
     /// The same context, reading payloads from `store`.

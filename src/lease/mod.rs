@@ -2,8 +2,9 @@
 //! policy needs to know, and the one state that its guard, the keeper, its handler and its
 //! watchers (`lost()`, FIFO sequencing) agree on.
 //!
-//! Beside it: what every delivery of one consumer shares (`context.rs`), and the visibility
-//! timeout each receive asks for when it adapts (`adaptive_visibility.rs`).
+//! Beside it: what every delivery of one consumer shares (`context.rs`), the visibility
+//! timeout each receive asks for when it adapts (`adaptive_visibility.rs`), and its hold on
+//! its key in an idempotency store (`claim.rs`).
 //!
 //! ```text
 //!   Held <--> InHandler --dropped unsettled--> Abandoned --the handler's outcome decides:
@@ -52,6 +53,7 @@
 //! delivery already lost is not an ack: it is never counted in `acked`.
 
 pub(crate) mod adaptive_visibility;
+pub(crate) mod claim;
 pub(crate) mod context;
 
 use std::future::Future;

@@ -86,6 +86,9 @@ fn every_counter_has_a_field_of_its_own() {
         Counter::PayloadDeleteFailures,
         Counter::CancelledOnLost,
         Counter::DeadLettered,
+        Counter::DuplicatesSkipped,
+        Counter::DuplicatesDelayed,
+        Counter::IdempotencyFailures,
     ];
     assert_eq!(all.len(), COUNTERS);
     let c = Counters::default();
@@ -115,9 +118,10 @@ fn every_counter_has_a_field_of_its_own() {
         s.payload_delete_failures,
         s.cancelled_on_lost,
         s.dead_lettered,
+        s.duplicates_skipped,
+        s.duplicates_delayed,
+        s.idempotency_failures,
     ];
-    assert_eq!(
-        fields,
-        [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18]
-    );
+    let expected: Vec<u64> = (1..=21).collect();
+    assert_eq!(fields.to_vec(), expected);
 }

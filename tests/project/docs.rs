@@ -42,7 +42,9 @@ fn missing_errors_sections(source: &str) -> Vec<String> {
             .copied()
             .collect::<Vec<_>>()
             .join(" ");
-        if !signature.contains("-> Result<") {
+        // The function's own return type, not a bound's (`where F: Fn(..) -> Result<..>`).
+        let head = signature.split(" where").next().unwrap_or(&signature);
+        if !head.contains("-> Result<") {
             continue;
         }
         let docs: Vec<&str> = lines[..i]

@@ -10,6 +10,9 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use sqs_consumer::idempotency::{
+    Begun, Key, MemoryStore, Owner, Ownership, Store, StoreError, StoreFuture,
+};
 use sqs_consumer::memory::{
     Action, Faults, InjectedFaults, MemoryQueueBuilder, RequestCounts, SendOptions,
 };
@@ -20,7 +23,8 @@ use sqs_consumer::{
     LostReason, MemoryQueue, RateLimit, RetryPolicy, Stats,
 };
 
-/// What the crate root exports: its types, and two modules (`memory`, `guide`).
+/// What the crate root exports: its types, and its modules (`memory`, `idempotency`, `guide`,
+/// and `lambda` with its feature).
 const ROOT: &[&str] = &[
     "AckMode",
     "Backlog",
@@ -51,6 +55,7 @@ const ROOT: &[&str] = &[
     "TraceCarrier",
     "TraceParent",
     "guide",
+    "idempotency",
     "lambda",
     "memory",
     "shutdown_signal",
@@ -58,6 +63,18 @@ const ROOT: &[&str] = &[
 
 /// The types `sqs_consumer::lambda` exports (feature `lambda`).
 const LAMBDA: &[&str] = &["Acks", "FifoFailure", "Function", "Invocations"];
+
+/// What `sqs_consumer::idempotency` exports.
+const IDEMPOTENCY: &[&str] = &[
+    "Begun",
+    "Key",
+    "MemoryStore",
+    "Owner",
+    "Ownership",
+    "Store",
+    "StoreError",
+    "StoreFuture",
+];
 
 /// What `sqs_consumer::memory` exports.
 const MEMORY: &[&str] = &[
@@ -116,6 +133,11 @@ fn the_root_and_memory_export_exactly_the_listed_names() {
         exported("src/memory/mod.rs"),
         listed(MEMORY),
         "sqs_consumer::memory's exports changed: update MEMORY (and CHANGELOG.md)"
+    );
+    assert_eq!(
+        exported("src/idempotency/mod.rs"),
+        listed(IDEMPOTENCY),
+        "sqs_consumer::idempotency's exports changed: update IDEMPOTENCY (and CHANGELOG.md)"
     );
     assert_eq!(
         exported("src/lambda/mod.rs"),
@@ -206,7 +228,10 @@ async fn every_public_item(
         .adaptive_visibility(Duration::ZERO, Duration::ZERO)
         .isolated_keeper(true)
         .on_delivery_span(|_: &tracing::Span, _: Option<&sqs_consumer::TraceParent>| {})
-        .keeper_client(client);
+        .keeper_client(client)
+        .idempotency(MemoryStore::new())
+        .idempotency_key(|d: &Delivery| Ok::<_, BoxError>(d.message_id().to_owned()))
+        .idempotency_keep_done(Duration::ZERO);
     // The former names, deprecated.
     #[allow(deprecated)]
     let builder: ConsumerBuilder = ConsumerBuilder::rate_limit(
@@ -388,7 +413,8 @@ async fn every_public_item(
             | LostReason::NotInFlight
             | LostReason::ExtensionFailed
             | LostReason::HardDeadline
-            | LostReason::LapsedBeforeAnswer,
+            | LostReason::LapsedBeforeAnswer
+            | LostReason::KeyTaken,
         ) => {}
         _ => {}
     }
@@ -416,6 +442,14 @@ async fn every_public_item(
             let _: (String, String, String, String, ErrorKind) =
                 (message_id, bucket, key, reason, kind);
         }
+        Error::Idempotency {
+            message_id,
+            operation,
+            kind,
+            source,
+        } => {
+            let _: (String, &str, ErrorKind, BoxError) = (message_id, operation, kind, source);
+        }
         _ => {}
     }
     let Stats {
@@ -440,6 +474,9 @@ async fn every_public_item(
         payload_delete_failures,
         cancelled_on_lost,
         dead_lettered,
+        duplicates_skipped,
+        duplicates_delayed,
+        idempotency_failures,
         visibility_timeout,
         receive_failures,
         consecutive_receive_failures,
@@ -447,7 +484,10 @@ async fn every_public_item(
         ..
     } = stats;
     let _: Option<Duration> = since_last_receive;
-    let _: [u64; 22] = [
+    let _: [u64; 25] = [
+        duplicates_skipped,
+        duplicates_delayed,
+        idempotency_failures,
         receive_failures,
         consecutive_receive_failures,
         received,
@@ -472,6 +512,24 @@ async fn every_public_item(
         dead_lettered,
     ];
     let _: [Duration; 2] = [worst_extension_delay, visibility_timeout];
+
+    // The idempotency store and its parts.
+    let store: MemoryStore = MemoryStore::new();
+    store.fail_next(1);
+    let (_, _, _): (usize, usize, u64) = (store.done(), store.in_progress(), store.calls());
+    let key: Key = Key::new("q", "k");
+    let _: &str = key.as_str();
+    let owner: Owner = Owner::new("m", "r");
+    let (_, _): (&str, &str) = (owner.message_id(), owner.receive());
+    let store: &dyn Store = &store;
+    let begun: Result<Begun, StoreError> = store.begin(&key, &owner, Duration::ZERO).await;
+    if let Ok(Begun::Started | Begun::Done | Begun::InProgress { .. }) = begun {}
+    let owned: StoreFuture<'_, Ownership> = store.extend(&key, &owner, Duration::ZERO);
+    if let Ok(Ownership::Ours | Ownership::Taken) = owned.await {}
+    let _: Result<Ownership, StoreError> = store.complete(&key, &owner, Duration::ZERO).await;
+    let _: Result<(), StoreError> = store.abandon(&key, &owner).await;
+    let err: StoreError = StoreError::retryable("x");
+    let _: (bool, StoreError) = (err.is_retryable(), StoreError::fatal("x"));
 
     // The in-memory queue.
     let faults: Faults = Faults::new(1)

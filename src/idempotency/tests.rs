@@ -1,0 +1,187 @@
+use std::time::Duration;
+
+use super::*;
+
+fn owner(message_id: &str, receipt: &str) -> Owner {
+    Owner::new(message_id, receipt)
+}
+
+const T: Duration = Duration::from_secs(30);
+const DAY: Duration = Duration::from_secs(86_400);
+
+#[test]
+fn keys_are_64_hex_digits_whatever_the_length_and_differ_by_queue() {
+    let long = "k".repeat(10_000);
+    let key = Key::new("orders", &long);
+    assert_eq!(key.as_str().len(), 64);
+    assert!(key.as_str().bytes().all(|b| b.is_ascii_hexdigit()));
+    assert_ne!(Key::new("orders", "a"), Key::new("payments", "a"));
+    assert_ne!(Key::new("ab", "c"), Key::new("a", "bc"));
+    assert_eq!(Key::new("orders", "a"), Key::new("orders", "a"));
+}
+
+#[test]
+fn an_owner_keeps_no_receipt_handle() {
+    let handle = "AQEB".repeat(50);
+    let owner = owner("m-1", &handle);
+    assert_eq!(owner.receive().len(), 32);
+    assert!(!format!("{owner:?}").contains("AQEB"));
+    assert_ne!(owner.receive(), Owner::new("m-1", "other").receive());
+}
+
+#[tokio::test(start_paused = true)]
+async fn begin_starts_a_new_key_then_answers_in_progress_to_another_message() {
+    let store = MemoryStore::new();
+    let key = Key::new("q", "order-1");
+    let first = owner("m-1", "r-1");
+    assert_eq!(store.begin(&key, &first, T).await.unwrap(), Begun::Started);
+    tokio::time::advance(Duration::from_secs(10)).await;
+    let other = owner("m-2", "r-2");
+    assert_eq!(
+        store.begin(&key, &other, T).await.unwrap(),
+        Begun::InProgress {
+            ends_in: Duration::from_secs(20)
+        }
+    );
+    assert_eq!(store.in_progress(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_later_receive_of_the_same_message_takes_the_key_over_and_the_earlier_loses_it() {
+    let store = MemoryStore::new();
+    let key = Key::new("q", "m-1");
+    let (earlier, later) = (owner("m-1", "r-1"), owner("m-1", "r-2"));
+    assert_eq!(
+        store.begin(&key, &earlier, T).await.unwrap(),
+        Begun::Started
+    );
+    assert_eq!(store.begin(&key, &later, T).await.unwrap(), Begun::Started);
+    assert_eq!(
+        store.extend(&key, &earlier, T).await.unwrap(),
+        Ownership::Taken
+    );
+    assert_eq!(
+        store.complete(&key, &earlier, DAY).await.unwrap(),
+        Ownership::Taken
+    );
+    store.abandon(&key, &earlier).await.unwrap();
+    assert_eq!(store.in_progress(), 1, "the later receive's record stays");
+    assert_eq!(
+        store.complete(&key, &later, DAY).await.unwrap(),
+        Ownership::Ours
+    );
+    assert_eq!(store.done(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_expired_record_is_taken_by_another_message() {
+    let store = MemoryStore::new();
+    let key = Key::new("q", "order-1");
+    let (first, other) = (owner("m-1", "r-1"), owner("m-2", "r-2"));
+    store.begin(&key, &first, T).await.unwrap();
+    tokio::time::advance(T).await;
+    assert_eq!(store.begin(&key, &other, T).await.unwrap(), Begun::Started);
+    assert_eq!(
+        store.complete(&key, &first, DAY).await.unwrap(),
+        Ownership::Taken
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn extend_moves_the_expiry_of_the_owners_record_only() {
+    let store = MemoryStore::new();
+    let key = Key::new("q", "order-1");
+    let (first, other) = (owner("m-1", "r-1"), owner("m-2", "r-2"));
+    store.begin(&key, &first, T).await.unwrap();
+    tokio::time::advance(Duration::from_secs(20)).await;
+    assert_eq!(
+        store.extend(&key, &first, T).await.unwrap(),
+        Ownership::Ours
+    );
+    tokio::time::advance(Duration::from_secs(20)).await;
+    assert!(matches!(
+        store.begin(&key, &other, T).await.unwrap(),
+        Begun::InProgress { ends_in } if ends_in == Duration::from_secs(10)
+    ));
+    assert_eq!(
+        store.extend(&key, &other, T).await.unwrap(),
+        Ownership::Taken
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_done_key_answers_done_until_it_expires_and_abandon_never_reopens_it() {
+    let store = MemoryStore::new();
+    let key = Key::new("q", "m-1");
+    let first = owner("m-1", "r-1");
+    store.begin(&key, &first, T).await.unwrap();
+    assert_eq!(
+        store.complete(&key, &first, DAY).await.unwrap(),
+        Ownership::Ours
+    );
+    assert_eq!(
+        store.complete(&key, &first, DAY).await.unwrap(),
+        Ownership::Ours,
+        "a retried write"
+    );
+    store.abandon(&key, &first).await.unwrap();
+    let again = owner("m-1", "r-2");
+    assert_eq!(store.begin(&key, &again, T).await.unwrap(), Begun::Done);
+    assert_eq!(
+        store.extend(&key, &first, T).await.unwrap(),
+        Ownership::Taken
+    );
+    tokio::time::advance(DAY).await;
+    assert_eq!(store.begin(&key, &again, T).await.unwrap(), Begun::Started);
+}
+
+#[tokio::test(start_paused = true)]
+async fn abandon_removes_the_owners_in_progress_record() {
+    let store = MemoryStore::new();
+    let key = Key::new("q", "order-1");
+    let (first, other) = (owner("m-1", "r-1"), owner("m-2", "r-2"));
+    store.begin(&key, &first, T).await.unwrap();
+    store.abandon(&key, &other).await.unwrap();
+    assert_eq!(store.in_progress(), 1, "another owner's abandon leaves it");
+    store.abandon(&key, &first).await.unwrap();
+    assert_eq!(store.in_progress(), 0);
+    assert_eq!(store.begin(&key, &other, T).await.unwrap(), Begun::Started);
+}
+
+#[tokio::test(start_paused = true)]
+async fn injected_failures_are_retryable_write_nothing_and_are_counted() {
+    let store = MemoryStore::new();
+    let key = Key::new("q", "order-1");
+    store.fail_next(2);
+    for _ in 0..2 {
+        let err = store
+            .begin(&key, &owner("m-1", "r-1"), T)
+            .await
+            .unwrap_err();
+        assert!(err.is_retryable());
+    }
+    assert_eq!(store.in_progress(), 0);
+    assert_eq!(
+        store.begin(&key, &owner("m-1", "r-1"), T).await.unwrap(),
+        Begun::Started
+    );
+    assert_eq!(store.calls(), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn expired_records_are_swept_as_others_are_written() {
+    let store = MemoryStore::new();
+    for i in 0..3_000 {
+        let key = Key::new("q", &i.to_string());
+        store
+            .begin(&key, &owner(&i.to_string(), "r"), T)
+            .await
+            .unwrap();
+        if i == 1_000 {
+            tokio::time::advance(T).await;
+        }
+    }
+    let records = store.kept();
+    assert!(records < 3_000, "{records} records kept");
+    assert_eq!(store.in_progress(), 1_999);
+}
