@@ -44,6 +44,40 @@ start_server() {
 stop_server() {
   kill "$server_pid" 2> /dev/null || true
   wait "$server_pid" 2> /dev/null || true
+  if [ -n "${dynalite_pid:-}" ]; then
+    kill "$dynalite_pid" 2> /dev/null || true
+    wait "$dynalite_pid" 2> /dev/null || true
+  fi
+}
+
+# start_dynalite PYTHON: installs dynalite (an in-memory DynamoDB, pinned by
+# scripts/dynalite/package-lock.json) under target/ on first use, with the machine's Node.js
+# and npm, starts it on 127.0.0.1 on a free port (stopped with the test server), and exports
+# its address as DYNAMODB_TEST_ENDPOINT (and DYNAMODB_TEST_SERVER=dynalite).
+start_dynalite() {
+  local python=$1 dir=target/dynalite port
+  if ! cmp -s scripts/dynalite/package-lock.json "$dir/package-lock.json" 2> /dev/null \
+    || [ ! -d "$dir/node_modules/dynalite" ]; then
+    echo "installing dynalite into $dir"
+    rm -rf "$dir"
+    mkdir -p "$dir"
+    cp scripts/dynalite/package.json scripts/dynalite/package-lock.json "$dir/"
+    (cd "$dir" && npm ci --omit=optional --ignore-scripts --no-audit --no-fund --loglevel=error)
+  fi
+  port=$(free_port "$python")
+  NODE_PATH="$dir/node_modules" node scripts/dynalite/server.js "$port" > target/dynalite.log 2>&1 &
+  dynalite_pid=$!
+  "$python" - "$port" << 'PY'
+import socket, sys, time
+for _ in range(300):
+    try:
+        socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=1).close()
+        sys.exit(0)
+    except OSError:
+        time.sleep(0.2)
+sys.exit("dynalite did not start within 60 s; see target/dynalite.log")
+PY
+  export DYNAMODB_TEST_SERVER=dynalite DYNAMODB_TEST_ENDPOINT="http://127.0.0.1:$port"
 }
 
 # wait_until_up PYTHON LOG METHOD URL [SERVICES]: polls URL with METHOD for at most 60 s until
@@ -68,9 +102,14 @@ PY
 }
 
 # run_against NAME PORT COMMAND...: runs the command with the server's address in
-# SQS_TEST_ENDPOINT and its name (moto, localstack) in SQS_TEST_SERVER.
+# SQS_TEST_ENDPOINT and its name (moto, localstack) in SQS_TEST_SERVER. Moto serves DynamoDB
+# at the same address (DYNAMODB_TEST_ENDPOINT, DYNAMODB_TEST_SERVER=moto) unless another
+# DynamoDB is up already (start_dynalite).
 run_against() {
   export SQS_TEST_SERVER=$1 SQS_TEST_ENDPOINT="http://127.0.0.1:$2"
+  if [ "$1" = moto ] && [ -z "${DYNAMODB_TEST_ENDPOINT:-}" ]; then
+    export DYNAMODB_TEST_SERVER=moto DYNAMODB_TEST_ENDPOINT=$SQS_TEST_ENDPOINT
+  fi
   shift 2
   "$@"
 }

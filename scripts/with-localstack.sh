@@ -3,7 +3,8 @@
 # Docker: installs LocalStack and its pinned dependencies (scripts/localstack-requirements.txt)
 # into a venv under target/ on first use, with a Python >= 3.13 found on PATH or in pyenv;
 # starts it on 127.0.0.1 on a free port, exports its address as SQS_TEST_ENDPOINT (and
-# SQS_TEST_SERVER=localstack), runs the command, and stops the server.
+# SQS_TEST_SERVER=localstack) and dynalite's, for the idempotency store's DynamoDB tests, as
+# DYNAMODB_TEST_ENDPOINT (server-common.sh, start_dynalite); runs the command, and stops both.
 #   scripts/with-localstack.sh cargo test
 # Without a Python >= 3.13 it says so and exits with status 3.
 set -euo pipefail
@@ -41,4 +42,6 @@ start_server target/localstack.log \
   "$venv/bin/python" scripts/localstack_server.py
 wait_until_up "$venv/bin/python" target/localstack.log GET \
   "http://127.0.0.1:$port/_localstack/health" sqs,s3
+# LocalStack's DynamoDB fetches DynamoDB Local at run time: dynalite serves this half's instead.
+start_dynalite "$venv/bin/python"
 run_against localstack "$port" "$@"

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs a command with the SQS-compatible test server up: installs the server (moto, pinned)
 # into a venv under target/ on first use, starts it on 127.0.0.1 on a free port, exports its
-# address as SQS_TEST_ENDPOINT (and SQS_TEST_SERVER=moto), runs the command, and stops the
-# server.
+# address as SQS_TEST_ENDPOINT (and SQS_TEST_SERVER=moto; moto's DynamoDB at the same address
+# as DYNAMODB_TEST_ENDPOINT), runs the command, and stops the server.
 #   scripts/with-sqs-server.sh cargo test -- --include-ignored
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -139,12 +139,13 @@ pub enum Error {
     /// The idempotency store (see [`ConsumerBuilder::idempotency`](crate::ConsumerBuilder::idempotency))
     /// kept failing while the delivery's lease allowed, or failed in a way trying again
     /// cannot mend. The delivery was not marked done, so it is not acked: it meets the
-    /// failure step, as a failing handler's does.
-    #[error("message {message_id}: the idempotency store's {operation} failed: {source}")]
+    /// failure step, as a failing handler's does. Also what creating a store's table
+    /// reports (`DynamoDbStore::create_table`, feature `dynamodb`).
+    #[error("{}the idempotency store's {operation} failed: {source}", message_id.as_deref().map(|id| format!("message {id}: ")).unwrap_or_default())]
     Idempotency {
-        /// The SQS message id.
-        message_id: String,
-        /// The store's call: `begin` or `complete`.
+        /// The SQS message id, for a delivery's call.
+        message_id: Option<String>,
+        /// The store's call: `begin` or `complete` (or the database's own action).
         operation: &'static str,
         /// Retryable (the store was throttled, unreachable or slow) or fatal.
         kind: ErrorKind,

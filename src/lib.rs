@@ -90,6 +90,9 @@
 //! - `s3`: `ConsumerBuilder::s3_payloads`, `Delivery::payload_location`, `PayloadLocation`:
 //!   payloads that Amazon's Extended Client libraries store in S3, through `aws-sdk-s3`
 //!   (without its default features: you build the S3 client).
+//! - `dynamodb`: `idempotency::DynamoDbStore`, the idempotency store every worker of a queue
+//!   shares, in a DynamoDB table, through `aws-sdk-dynamodb` (without its default features:
+//!   you build the DynamoDB client).
 //! - `lambda`: `lambda::run`, `lambda::run_batch`: the same handlers in AWS Lambda, fed by an
 //!   SQS event source mapping, with partial batch responses, leases kept past the visibility
 //!   timeout and no batch lost to a function timeout, through `lambda_runtime` and

@@ -21,6 +21,8 @@
 //! system clock for DynamoDB), so the store never compares an instant of one clock with
 //! another's.
 
+#[cfg(feature = "dynamodb")]
+mod dynamodb;
 mod memory;
 #[cfg(test)]
 mod tests;
@@ -34,6 +36,9 @@ use sha2::{Digest, Sha256};
 
 use crate::error::BoxError;
 
+#[cfg(feature = "dynamodb")]
+#[cfg_attr(docsrs, doc(cfg(feature = "dynamodb")))]
+pub use dynamodb::DynamoDbStore;
 pub use memory::MemoryStore;
 
 /// What a [`Store`]'s calls return: a boxed future, so that the trait can be a trait object.

@@ -101,7 +101,7 @@ fn store_error(lease: &Lease, operation: &'static str, err: StoreError) -> Error
         false => ErrorKind::Fatal,
     };
     Error::Idempotency {
-        message_id: lease.message().message_id().unwrap_or_default().to_owned(),
+        message_id: lease.message().message_id().map(str::to_owned),
         operation,
         kind,
         source: Box::new(err),

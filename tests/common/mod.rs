@@ -12,6 +12,8 @@ use sqs_consumer::{Consumer, ConsumerBuilder, Delivery, Handler, MemoryQueue};
 use tokio::time::sleep;
 use tracing_subscriber::Layer as _;
 
+#[cfg(feature = "dynamodb")]
+pub mod dynamodb;
 pub mod faults;
 pub mod log_guard;
 pub mod runtime_api;

@@ -1,31 +1,247 @@
-//! Effectively once (`ConsumerBuilder::idempotency`), on `MemoryQueue` and `MemoryStore` on
-//! the paused clock: every outcome of the guide's table, a lease lost mid-handler, two
-//! consumers racing for one key, and a store that fails.
+//! Effectively once (`ConsumerBuilder::idempotency`), on `MemoryQueue`: every outcome of the
+//! guide's table, a lease lost mid-handler, two consumers racing for one key, and a store
+//! that fails. Each scenario runs with `MemoryStore` on the paused clock and with
+//! `DynamoDbStore` (feature `dynamodb`) against the test command's DynamoDB on the real clock
+//! (moto's in the first half of the test command, dynalite in the second).
 
 use crate::common;
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{run_while, secs};
+use futures::future::BoxFuture;
 use futures::StreamExt;
-use sqs_consumer::idempotency::MemoryStore;
+#[cfg(feature = "dynamodb")]
+use sqs_consumer::idempotency::DynamoDbStore;
+use sqs_consumer::idempotency::{
+    Begun, Key, MemoryStore, Owner, Ownership, Store, StoreError, StoreFuture,
+};
 use sqs_consumer::memory::Action;
 use sqs_consumer::{
     AckMode, Batch, BoxError, Consumer, ConsumerBuilder, Delivery, MemoryQueue, RetryPolicy,
 };
 use tokio::time::{sleep, Instant};
 
-/// The queue's visibility timeout.
-const TIMEOUT: u64 = 10;
+/// Where the store under test keeps its records.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum On {
+    /// `MemoryStore`, on the paused clock.
+    Memory,
+    /// `DynamoDbStore` on the test command's DynamoDB (moto's, or dynalite), on the real
+    /// clock.
+    #[cfg(feature = "dynamodb")]
+    DynamoDb,
+}
 
-fn queue() -> MemoryQueue {
-    common::memory_queue(TIMEOUT)
+/// Runs each scenario `name(on)` with `MemoryStore` (paused clock) as `name::memory`, and with
+/// `DynamoDbStore` against the test command's DynamoDB (real time) as `name::dynamodb`; that
+/// one is ignored unless ignored tests are asked for.
+macro_rules! on_stores {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            use super::*;
+
+            #[tokio::test(start_paused = true)]
+            async fn memory() {
+                super::$name(On::Memory).await;
+            }
+
+            #[cfg(feature = "dynamodb")]
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            #[ignore = "needs a DynamoDB-compatible server: scripts/with-sqs-server.sh cargo test -- --ignored"]
+            async fn dynamodb() {
+                super::$name(On::DynamoDb).await;
+            }
+        }
+    )*};
+}
+
+on_stores!(
+    a_message_whose_delete_was_lost_comes_back_and_is_acked_without_its_handler,
+    a_key_another_message_holds_is_delayed_until_the_hold_ends_then_skipped,
+    a_delayed_duplicate_waits_for_the_hold_and_does_not_spin,
+    a_failed_handler_gives_its_key_back_so_that_the_retry_runs,
+    a_released_or_dropped_delivery_gives_its_key_back,
+    an_error_after_the_ack_does_not_reopen_the_done_key,
+    a_lease_lost_mid_handler_reports_its_ack_lost_and_the_later_receive_owns_the_key,
+    the_ack_of_a_delivery_whose_key_a_later_receive_took_is_lost_with_that_reason,
+    two_consumers_racing_for_one_key_run_the_handler_once,
+    a_store_that_keeps_failing_before_the_handler_is_a_failure_never_done,
+    a_store_failing_at_the_ack_leaves_the_message_to_come_back_and_run_again,
+    a_key_function_that_fails_sends_the_delivery_to_the_failure_step_with_its_error,
+    a_batch_handler_gets_only_the_deliveries_whose_key_is_free,
+    with_no_lease_to_extend_the_writes_are_two_per_message,
+);
+
+/// The store under test, each call counted, and failing on demand (a store of the user's
+/// own, wrapping the crate's).
+#[derive(Debug, Clone)]
+struct TestStore {
+    inner: Arc<dyn Store>,
+    memory: Option<MemoryStore>,
+    #[cfg(feature = "dynamodb")]
+    dynamodb: Option<(aws_sdk_dynamodb::Client, String)>,
+    calls: Arc<AtomicU64>,
+    failing: Arc<AtomicU32>,
+}
+
+impl TestStore {
+    async fn new(on: On) -> Self {
+        let memory = MemoryStore::new();
+        let store = Self {
+            inner: Arc::new(memory.clone()),
+            memory: Some(memory),
+            #[cfg(feature = "dynamodb")]
+            dynamodb: None,
+            calls: Arc::default(),
+            failing: Arc::default(),
+        };
+        match on {
+            On::Memory => store,
+            #[cfg(feature = "dynamodb")]
+            On::DynamoDb => {
+                let client = common::dynamodb::client();
+                let table = common::unique_name("idempotency");
+                DynamoDbStore::create_table(&client, &table).await.unwrap();
+                Self {
+                    inner: Arc::new(DynamoDbStore::new(client.clone(), table.clone())),
+                    memory: None,
+                    dynamodb: Some((client, table)),
+                    ..store
+                }
+            }
+        }
+    }
+
+    /// Makes the next `calls` calls fail with a retryable error, without reaching the store.
+    fn fail_next(&self, calls: u32) {
+        self.failing.store(calls, Ordering::SeqCst);
+    }
+
+    /// Calls made so far (each one request to DynamoDB), failed ones included.
+    fn calls(&self) -> u64 {
+        self.calls.load(Ordering::SeqCst)
+    }
+
+    /// How many unexpired records are in each state: (done, in progress).
+    async fn records(&self) -> (usize, usize) {
+        if let Some(memory) = &self.memory {
+            return (memory.done(), memory.in_progress());
+        }
+        #[cfg(feature = "dynamodb")]
+        if let Some((client, table)) = &self.dynamodb {
+            return common::dynamodb::records(client, table).await;
+        }
+        unreachable!("a store of either kind")
+    }
+
+    fn call(&self) -> Result<(), StoreError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        let failing = self
+            .failing
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        match failing {
+            Ok(_) => Err(StoreError::retryable("failing on purpose")),
+            Err(_) => Ok(()),
+        }
+    }
+}
+
+impl Store for TestStore {
+    fn begin<'a>(
+        &'a self,
+        key: &'a Key,
+        owner: &'a Owner,
+        hold_for: Duration,
+    ) -> StoreFuture<'a, Begun> {
+        Box::pin(async move {
+            self.call()?;
+            self.inner.begin(key, owner, hold_for).await
+        })
+    }
+
+    fn extend<'a>(
+        &'a self,
+        key: &'a Key,
+        owner: &'a Owner,
+        hold_for: Duration,
+    ) -> StoreFuture<'a, Ownership> {
+        Box::pin(async move {
+            self.call()?;
+            self.inner.extend(key, owner, hold_for).await
+        })
+    }
+
+    fn complete<'a>(
+        &'a self,
+        key: &'a Key,
+        owner: &'a Owner,
+        keep_for: Duration,
+    ) -> StoreFuture<'a, Ownership> {
+        Box::pin(async move {
+            self.call()?;
+            self.inner.complete(key, owner, keep_for).await
+        })
+    }
+
+    fn abandon<'a>(&'a self, key: &'a Key, owner: &'a Owner) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            self.call()?;
+            self.inner.abandon(key, owner).await
+        })
+    }
+}
+
+/// A scenario's queue and store, and its time unit: the queue's visibility timeout, 10 s on
+/// the paused clock and 2 s on the real one.
+struct Setup {
+    q: MemoryQueue,
+    store: TestStore,
+    t: u64,
+}
+
+impl Setup {
+    async fn new(on: On) -> Self {
+        let t = match on {
+            On::Memory => 10,
+            #[cfg(feature = "dynamodb")]
+            On::DynamoDb => 2,
+        };
+        Self {
+            q: common::memory_queue(t),
+            store: TestStore::new(on).await,
+            t,
+        }
+    }
+
+    /// `n` visibility timeouts.
+    fn t(&self, n: u64) -> Duration {
+        secs(n * self.t)
+    }
+
+    /// A consumer recording in the store, keyed by the body's part before `:`.
+    fn keyed_by_order(&self) -> ConsumerBuilder {
+        keyed_by_order(&self.q, &self.store)
+    }
+
+    /// Waits until the store holds `done` and `in_progress` records, for at most `limit`.
+    async fn until_records(&self, limit: Duration, want: (usize, usize)) -> (usize, usize) {
+        let end = Instant::now() + limit;
+        loop {
+            let records = self.store.records().await;
+            if records == want || Instant::now() >= end {
+                return records;
+            }
+            sleep(Duration::from_millis(50)).await;
+        }
+    }
 }
 
 /// A consumer of `queue` recording in `store`, keyed by the body's part before `:`.
-fn keyed_by_order(queue: &MemoryQueue, store: &MemoryStore) -> ConsumerBuilder {
+fn keyed_by_order(queue: &MemoryQueue, store: &(impl Store + Clone)) -> ConsumerBuilder {
     Consumer::in_memory(queue)
         .wait_time(secs(1))
         .idempotency(store.clone())
@@ -64,13 +280,28 @@ async fn until(limit: Duration, done: impl Fn() -> bool) {
     }
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_message_whose_delete_was_lost_comes_back_and_is_acked_without_its_handler() {
-    let (q, store) = (queue(), MemoryStore::new());
+/// A handler that counts its runs per body and acks.
+fn counting_acks(
+    runs: &Runs,
+) -> impl Fn(Delivery) -> BoxFuture<'static, Result<(), BoxError>> + Clone {
+    let runs = runs.clone();
+    move |d: Delivery| {
+        let runs = runs.clone();
+        Box::pin(async move {
+            runs.ran(d.body());
+            d.ack().await?;
+            Ok(())
+        })
+    }
+}
+
+async fn a_message_whose_delete_was_lost_comes_back_and_is_acked_without_its_handler(on: On) {
+    let s = Setup::new(on).await;
+    let q = s.q.clone();
     q.send("order-1:ship").unwrap();
     let consumer = Consumer::in_memory(&q)
         .wait_time(secs(1))
-        .idempotency(store.clone())
+        .idempotency(s.store.clone())
         .build()
         .unwrap();
     let runs = Runs::default();
@@ -81,16 +312,21 @@ async fn a_message_whose_delete_was_lost_comes_back_and_is_acked_without_its_han
             let (runs, acks, q) = (runs.clone(), acks.clone(), q.clone());
             async move {
                 runs.ran(d.body());
-                // The delete fails past the ack's retries: an outage.
-                q.fail_for(Action::DeleteMessage, "InternalError", secs(30));
-                q.fail_for(Action::DeleteMessageBatch, "InternalError", secs(30));
+                // The delete fails past the ack's 20 s of retries: an outage.
+                q.fail_for(Action::DeleteMessage, "InternalError", secs(25));
+                q.fail_for(Action::DeleteMessageBatch, "InternalError", secs(25));
                 let acked = d.ack().await;
                 acks.lock().unwrap().push(acked.is_ok());
                 Ok::<(), BoxError>(())
             }
         }
     };
-    run_while(&consumer, handler, until(secs(120), || q.is_empty())).await;
+    run_while(
+        &consumer,
+        handler,
+        until(secs(60) + s.t(4), || q.is_empty()),
+    )
+    .await;
     assert!(q.is_empty(), "the message came back and was deleted");
     assert_eq!(runs.total(), 1, "the handler ran once");
     assert_eq!(
@@ -100,15 +336,16 @@ async fn a_message_whose_delete_was_lost_comes_back_and_is_acked_without_its_han
     );
     let stats = consumer.stats();
     assert_eq!((stats.duplicates_skipped, stats.acked), (1, 1));
-    assert_eq!(store.done(), 1);
+    assert_eq!(s.store.records().await, (1, 0));
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_key_another_message_holds_is_delayed_until_the_hold_ends_then_skipped() {
-    let (q, store) = (queue(), MemoryStore::new());
+async fn a_key_another_message_holds_is_delayed_until_the_hold_ends_then_skipped(on: On) {
+    let s = Setup::new(on).await;
+    let q = s.q.clone();
     q.send("order-1:first").unwrap();
-    let consumer = keyed_by_order(&q, &store).build().unwrap();
+    let consumer = s.keyed_by_order().build().unwrap();
     let runs = Runs::default();
+    let hold = s.t(3);
     let handler = {
         let (runs, q) = (runs.clone(), q.clone());
         move |d: Delivery| {
@@ -119,14 +356,14 @@ async fn a_key_another_message_holds_is_delayed_until_the_hold_ends_then_skipped
                     // A producer's duplicate arrives while this one is being handled, which
                     // takes 3 timeouts: its lease (and its claim) is extended meanwhile.
                     q.send("order-1:again").unwrap();
-                    sleep(secs(3 * TIMEOUT)).await;
+                    sleep(hold).await;
                 }
                 d.ack().await?;
                 Ok::<(), BoxError>(())
             }
         }
     };
-    run_while(&consumer, handler, until(secs(300), || q.is_empty())).await;
+    run_while(&consumer, handler, until(s.t(30), || q.is_empty())).await;
     assert!(q.is_empty());
     assert_eq!(runs.of("order-1:first"), 1);
     assert_eq!(runs.of("order-1:again"), 0, "the duplicate never ran");
@@ -135,11 +372,12 @@ async fn a_key_another_message_holds_is_delayed_until_the_hold_ends_then_skipped
     assert_eq!(stats.duplicates_skipped, 1, "{stats:?}");
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_delayed_duplicate_waits_for_the_hold_and_does_not_spin() {
-    let (q, store) = (queue(), MemoryStore::new());
+async fn a_delayed_duplicate_waits_for_the_hold_and_does_not_spin(on: On) {
+    let s = Setup::new(on).await;
+    let q = s.q.clone();
     q.send("order-1:first").unwrap();
-    let consumer = keyed_by_order(&q, &store).build().unwrap();
+    let consumer = s.keyed_by_order().build().unwrap();
+    let hold = s.t(3);
     let handler = {
         let q = q.clone();
         move |d: Delivery| {
@@ -147,25 +385,26 @@ async fn a_delayed_duplicate_waits_for_the_hold_and_does_not_spin() {
             async move {
                 if d.body() == "order-1:first" {
                     q.send("order-1:again").unwrap();
-                    sleep(secs(3 * TIMEOUT)).await;
+                    sleep(hold).await;
                 }
                 d.ack().await?;
                 Ok::<(), BoxError>(())
             }
         }
     };
-    run_while(&consumer, handler, until(secs(300), || q.is_empty())).await;
+    run_while(&consumer, handler, until(s.t(30), || q.is_empty())).await;
     // Each delay lasts until the first's hold would end: at least a visibility timeout while
-    // its lease is extended, so a few in 30 s, never a loop.
+    // its lease is extended, so a few in 3 timeouts, never a loop.
     let delayed = consumer.stats().duplicates_delayed;
     assert!((1..=4).contains(&delayed), "delayed {delayed} times");
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_failed_handler_gives_its_key_back_so_that_the_retry_runs() {
-    let (q, store) = (queue(), MemoryStore::new());
+async fn a_failed_handler_gives_its_key_back_so_that_the_retry_runs(on: On) {
+    let s = Setup::new(on).await;
+    let q = s.q.clone();
     q.send("order-1:x").unwrap();
-    let consumer = keyed_by_order(&q, &store)
+    let consumer = s
+        .keyed_by_order()
         .retry_policy(RetryPolicy::ReleaseNow)
         .build()
         .unwrap();
@@ -184,10 +423,10 @@ async fn a_failed_handler_gives_its_key_back_so_that_the_retry_runs() {
             }
         }
     };
-    run_while(&consumer, handler, until(secs(60), || q.is_empty())).await;
+    run_while(&consumer, handler, until(s.t(6), || q.is_empty())).await;
     assert!(q.is_empty());
     assert_eq!(runs.of("order-1:x"), 2, "the retry ran");
-    assert_eq!((store.done(), store.in_progress()), (1, 0));
+    assert_eq!(s.store.records().await, (1, 0));
     assert_eq!(
         consumer.stats().duplicates_delayed,
         0,
@@ -195,35 +434,35 @@ async fn a_failed_handler_gives_its_key_back_so_that_the_retry_runs() {
     );
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_released_or_dropped_delivery_gives_its_key_back() {
+async fn a_released_or_dropped_delivery_gives_its_key_back(on: On) {
     for release in [false, true] {
-        let (q, store) = (queue(), MemoryStore::new());
-        q.send("order-1:x").unwrap();
-        let consumer = keyed_by_order(&q, &store).build().unwrap();
+        let s = Setup::new(on).await;
+        s.q.send("order-1:x").unwrap();
+        let consumer = s.keyed_by_order().build().unwrap();
         let mut stream = consumer.stream();
         let d = stream.next().await.unwrap().unwrap();
-        assert_eq!(store.in_progress(), 1, "claimed before it is handed out");
+        assert_eq!(
+            s.store.records().await,
+            (0, 1),
+            "claimed before it is handed out"
+        );
         if release {
             // Released for later: released at once, the stream would take it again.
-            d.release_after(secs(60)).await.unwrap();
+            d.release_after(s.t(6)).await.unwrap();
         } else {
             drop(d);
         }
-        until(secs(5), || store.in_progress() == 0).await;
-        assert_eq!(
-            (store.in_progress(), store.done()),
-            (0, 0),
-            "release: {release}"
-        );
+        let records = s.until_records(s.t(1), (0, 0)).await;
+        assert_eq!(records, (0, 0), "release: {release}");
     }
 }
 
-#[tokio::test(start_paused = true)]
-async fn an_error_after_the_ack_does_not_reopen_the_done_key() {
-    let (q, store) = (queue(), MemoryStore::new());
+async fn an_error_after_the_ack_does_not_reopen_the_done_key(on: On) {
+    let s = Setup::new(on).await;
+    let q = s.q.clone();
     q.send("order-1:x").unwrap();
-    let consumer = keyed_by_order(&q, &store)
+    let consumer = s
+        .keyed_by_order()
         .ack_mode(AckMode::OnSuccess)
         .build()
         .unwrap();
@@ -231,33 +470,29 @@ async fn an_error_after_the_ack_does_not_reopen_the_done_key() {
         d.ack().await?;
         Err::<(), BoxError>("failed after the ack".into())
     };
-    run_while(&consumer, handler, until(secs(30), || q.is_empty())).await;
+    run_while(&consumer, handler, until(s.t(3), || q.is_empty())).await;
     sleep(secs(1)).await;
     assert!(q.is_empty());
-    assert_eq!((store.done(), store.in_progress()), (1, 0));
+    assert_eq!(s.store.records().await, (1, 0));
     q.send("order-1:again").unwrap();
     let runs = Runs::default();
-    let handler = {
-        let runs = runs.clone();
-        move |d: Delivery| {
-            let runs = runs.clone();
-            async move {
-                runs.ran(d.body());
-                Ok::<(), BoxError>(())
-            }
-        }
-    };
-    run_while(&consumer, handler, until(secs(30), || q.is_empty())).await;
+    run_while(
+        &consumer,
+        counting_acks(&runs),
+        until(s.t(3), || q.is_empty()),
+    )
+    .await;
     assert_eq!(runs.total(), 0, "a duplicate of a done key never runs");
     assert_eq!(consumer.stats().duplicates_skipped, 1);
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_lease_lost_mid_handler_reports_its_ack_lost_and_the_later_receive_owns_the_key() {
-    let (q, store) = (queue(), MemoryStore::new());
+async fn a_lease_lost_mid_handler_reports_its_ack_lost_and_the_later_receive_owns_the_key(on: On) {
+    let s = Setup::new(on).await;
+    let q = s.q.clone();
     q.send("order-1:x").unwrap();
-    let consumer = keyed_by_order(&q, &store).build().unwrap();
+    let consumer = s.keyed_by_order().build().unwrap();
     let acks: Arc<Mutex<Vec<AckOfReceive>>> = Arc::default();
+    let (outage, hold) = (s.t(3), s.t(4));
     let handler = {
         let (acks, q) = (acks.clone(), q.clone());
         move |d: Delivery| {
@@ -267,17 +502,13 @@ async fn a_lease_lost_mid_handler_reports_its_ack_lost_and_the_later_receive_own
                 if receive == 1 {
                     // Every extension fails: the lease lapses and SQS hands the message out
                     // again, to this consumer.
-                    q.fail_for(
-                        Action::ChangeMessageVisibility,
-                        "InternalError",
-                        secs(3 * TIMEOUT),
-                    );
+                    q.fail_for(Action::ChangeMessageVisibility, "InternalError", outage);
                     q.fail_for(
                         Action::ChangeMessageVisibilityBatch,
                         "InternalError",
-                        secs(3 * TIMEOUT),
+                        outage,
                     );
-                    sleep(secs(4 * TIMEOUT)).await;
+                    sleep(hold).await;
                 } else {
                     sleep(secs(1)).await;
                 }
@@ -287,12 +518,8 @@ async fn a_lease_lost_mid_handler_reports_its_ack_lost_and_the_later_receive_own
             }
         }
     };
-    run_while(
-        &consumer,
-        handler,
-        until(secs(120), || acks.lock().unwrap().len() == 2),
-    )
-    .await;
+    let both_acked = until(s.t(12), || acks.lock().unwrap().len() == 2);
+    run_while(&consumer, handler, both_acked).await;
     let acks = acks.lock().unwrap().clone();
     assert_eq!(acks.len(), 2, "{acks:?}");
     let later = acks.iter().find(|(receive, _)| *receive == 2).unwrap();
@@ -303,111 +530,97 @@ async fn a_lease_lost_mid_handler_reports_its_ack_lost_and_the_later_receive_own
         "the earlier ack reports the loss: {acks:?}"
     );
     assert!(q.is_empty());
-    assert_eq!((store.done(), store.in_progress()), (1, 0));
+    assert_eq!(s.store.records().await, (1, 0));
     assert_eq!(consumer.stats().acked, 1);
 }
 
-#[tokio::test(start_paused = true)]
-async fn the_ack_of_a_delivery_whose_key_a_later_receive_took_is_lost_with_that_reason() {
-    // The key taken over by hand, as a later receive of the same message takes it.
-    let (q, store) = (queue(), MemoryStore::new());
-    q.send("order-1:x").unwrap();
-    let consumer = keyed_by_order(&q, &store).build().unwrap();
+async fn the_ack_of_a_delivery_whose_key_a_later_receive_took_is_lost_with_that_reason(on: On) {
+    let s = Setup::new(on).await;
+    s.q.send("order-1:x").unwrap();
+    let consumer = s.keyed_by_order().build().unwrap();
     let mut stream = consumer.stream();
     let d = stream.next().await.unwrap().unwrap();
-    let key = sqs_consumer::idempotency::Key::new(q.name(), "order-1");
-    let later = sqs_consumer::idempotency::Owner::new(d.message_id(), "a later receipt");
-    let begun = sqs_consumer::idempotency::Store::begin(&store, &key, &later, secs(60)).await;
-    assert_eq!(begun.unwrap(), sqs_consumer::idempotency::Begun::Started);
+    // The key taken over by hand, as a later receive of the same message takes it.
+    let key = Key::new(s.q.name(), "order-1");
+    let later = Owner::new(d.message_id(), "a later receipt");
+    let begun = s.store.begin(&key, &later, s.t(6)).await;
+    assert_eq!(begun.unwrap(), Begun::Started);
     let err = d.ack().await.unwrap_err();
     assert!(err.is_lost(), "{err}");
     assert_eq!(
         err.kind(),
         sqs_consumer::ErrorKind::Lost(sqs_consumer::LostReason::KeyTaken)
     );
-    assert_eq!(q.len(), 1, "not deleted: the later receive owns it");
+    assert_eq!(s.q.len(), 1, "not deleted: the later receive owns it");
     assert_eq!(consumer.stats().lost_acks, 1);
 }
 
-#[tokio::test(start_paused = true)]
-async fn two_consumers_racing_for_one_key_run_the_handler_once() {
-    let (q, store) = (queue(), MemoryStore::new());
+async fn two_consumers_racing_for_one_key_run_the_handler_once(on: On) {
+    let s = Setup::new(on).await;
+    let q = s.q.clone();
     q.send("order-1:a").unwrap();
     q.send("order-1:b").unwrap();
-    let one = keyed_by_order(&q, &store)
-        .receive_batch_size(1)
-        .build()
-        .unwrap();
-    let two = keyed_by_order(&q, &store)
-        .receive_batch_size(1)
-        .build()
-        .unwrap();
+    let one = s.keyed_by_order().receive_batch_size(1).build().unwrap();
+    let two = s.keyed_by_order().receive_batch_size(1).build().unwrap();
     let runs = Runs::default();
+    let hold = s.t(1) / 2;
     let handler = {
         let runs = runs.clone();
         move |d: Delivery| {
             let runs = runs.clone();
             async move {
                 runs.ran(d.body());
-                sleep(secs(5)).await;
+                sleep(hold).await;
                 d.ack().await?;
                 Ok::<(), BoxError>(())
             }
         }
     };
-    let both = async {
-        tokio::select! {
-            r = one.run(handler.clone()) => panic!("ended: {r:?}"),
-            r = two.run(handler) => panic!("ended: {r:?}"),
-            () = until(secs(120), || q.is_empty()) => {}
-        }
-    };
-    both.await;
+    tokio::select! {
+        r = one.run(handler.clone()) => panic!("ended: {r:?}"),
+        r = two.run(handler) => panic!("ended: {r:?}"),
+        () = until(s.t(12), || q.is_empty()) => {}
+    }
     assert!(q.is_empty());
     assert_eq!(runs.total(), 1, "one of the two ran");
     let skipped = one.stats().duplicates_skipped + two.stats().duplicates_skipped;
     assert_eq!(skipped, 1);
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_store_that_keeps_failing_before_the_handler_is_a_failure_never_done() {
-    let (q, store) = (queue(), MemoryStore::new());
-    q.send("order-1:x").unwrap();
-    store.fail_next(1_000);
-    let failed = common::memory_queue(TIMEOUT);
-    let consumer = keyed_by_order(&q, &store)
-        .dead_letter(&failed, 1)
-        .build()
-        .unwrap();
+async fn a_store_that_keeps_failing_before_the_handler_is_a_failure_never_done(on: On) {
+    let s = Setup::new(on).await;
+    s.q.send("order-1:x").unwrap();
+    s.store.fail_next(1_000);
+    let failed = common::memory_queue(s.t);
+    let consumer = s.keyed_by_order().dead_letter(&failed, 1).build().unwrap();
     let runs = Runs::default();
-    let handler = {
-        let runs = runs.clone();
-        move |d: Delivery| {
-            let runs = runs.clone();
-            async move {
-                runs.ran(d.body());
-                Ok::<(), BoxError>(())
-            }
-        }
-    };
-    run_while(&consumer, handler, until(secs(120), || failed.len() == 1)).await;
+    run_while(
+        &consumer,
+        counting_acks(&runs),
+        until(s.t(12), || failed.len() == 1),
+    )
+    .await;
     assert_eq!(runs.total(), 0, "the handler never ran");
-    assert_eq!((failed.len(), q.len()), (1, 0), "moved by the failure step");
+    assert_eq!(
+        (failed.len(), s.q.len()),
+        (1, 0),
+        "moved by the failure step"
+    );
     assert_eq!(consumer.stats().idempotency_failures, 1);
-    assert!(store.calls() > 2, "retried: {} calls", store.calls());
-    // Retried within the lease: the store's 20 s at most, and before the 10 s deadline.
-    assert!(store.calls() < 40, "{} calls", store.calls());
+    let calls = s.store.calls();
+    // Retried within the lease: before its deadline, and for 20 s at most.
+    assert!((3..40).contains(&calls), "{calls} calls");
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_store_failing_at_the_ack_leaves_the_message_to_come_back_and_run_again() {
-    let (q, store) = (queue(), MemoryStore::new());
+async fn a_store_failing_at_the_ack_leaves_the_message_to_come_back_and_run_again(on: On) {
+    let s = Setup::new(on).await;
+    let q = s.q.clone();
     q.send("order-1:x").unwrap();
-    let consumer = keyed_by_order(&q, &store).build().unwrap();
+    let consumer = s.keyed_by_order().build().unwrap();
     let runs = Runs::default();
     let acks: Arc<Mutex<Vec<String>>> = Arc::default();
     let handler = {
-        let (runs, acks, store) = (runs.clone(), acks.clone(), store.clone());
+        let (runs, acks, store) = (runs.clone(), acks.clone(), s.store.clone());
         move |d: Delivery| {
             let (runs, acks, store) = (runs.clone(), acks.clone(), store.clone());
             async move {
@@ -425,7 +638,7 @@ async fn a_store_failing_at_the_ack_leaves_the_message_to_come_back_and_run_agai
             }
         }
     };
-    run_while(&consumer, handler, until(secs(120), || q.is_empty())).await;
+    run_while(&consumer, handler, until(s.t(12), || q.is_empty())).await;
     let acks = acks.lock().unwrap().clone();
     assert_eq!(acks.len(), 2, "{acks:?}");
     assert!(acks[0].contains("idempotency store"), "{acks:?}");
@@ -435,27 +648,18 @@ async fn a_store_failing_at_the_ack_leaves_the_message_to_come_back_and_run_agai
     assert_eq!(consumer.stats().acked, 1);
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_key_function_that_fails_sends_the_delivery_to_the_failure_step_with_its_error() {
-    let (q, store) = (queue(), MemoryStore::new());
-    q.send("no order id here").unwrap();
-    let failed = common::memory_queue(TIMEOUT);
-    let consumer = keyed_by_order(&q, &store)
-        .dead_letter(&failed, 1)
-        .build()
-        .unwrap();
+async fn a_key_function_that_fails_sends_the_delivery_to_the_failure_step_with_its_error(on: On) {
+    let s = Setup::new(on).await;
+    s.q.send("no order id here").unwrap();
+    let failed = common::memory_queue(s.t);
+    let consumer = s.keyed_by_order().dead_letter(&failed, 1).build().unwrap();
     let runs = Runs::default();
-    let handler = {
-        let runs = runs.clone();
-        move |d: Delivery| {
-            let runs = runs.clone();
-            async move {
-                runs.ran(d.body());
-                Ok::<(), BoxError>(())
-            }
-        }
-    };
-    run_while(&consumer, handler, until(secs(60), || failed.len() == 1)).await;
+    run_while(
+        &consumer,
+        counting_acks(&runs),
+        until(s.t(6), || failed.len() == 1),
+    )
+    .await;
     assert_eq!(runs.total(), 0);
     let copy = failed.receive(1, Duration::ZERO).await.unwrap().remove(0);
     let failure = copy
@@ -466,14 +670,15 @@ async fn a_key_function_that_fails_sends_the_delivery_to_the_failure_step_with_i
         .to_owned();
     assert!(failure.contains("no order id"), "{failure}");
     assert_eq!(consumer.stats().handler_errors, 1);
-    assert_eq!(store.calls(), 0, "no key, no call");
+    assert_eq!(s.store.calls(), 0, "no key, no call");
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_batch_handler_gets_only_the_deliveries_whose_key_is_free() {
-    let (q, store) = (queue(), MemoryStore::new());
+async fn a_batch_handler_gets_only_the_deliveries_whose_key_is_free(on: On) {
+    let s = Setup::new(on).await;
+    let q = s.q.clone();
     q.send("order-1:x").unwrap();
-    let consumer = keyed_by_order(&q, &store)
+    let consumer = s
+        .keyed_by_order()
         .ack_mode(AckMode::OnSuccess)
         .build()
         .unwrap();
@@ -490,12 +695,13 @@ async fn a_batch_handler_gets_only_the_deliveries_whose_key_is_free() {
             }
         }
     };
+    let limit = s.t(3);
     let run = || {
         let (consumer, handler, q) = (consumer.clone(), handler.clone(), q.clone());
         async move {
             tokio::select! {
                 r = consumer.run_batch(handler) => panic!("ended: {r:?}"),
-                () = until(secs(30), || q.is_empty()) => {}
+                () = until(limit, || q.is_empty()) => {}
             }
         }
     };
@@ -506,12 +712,30 @@ async fn a_batch_handler_gets_only_the_deliveries_whose_key_is_free() {
     assert!(q.is_empty());
     assert_eq!(*seen.lock().unwrap(), ["order-1:x", "order-2:y"]);
     assert_eq!(consumer.stats().duplicates_skipped, 1);
-    assert_eq!(store.done(), 2);
+    assert_eq!(s.store.records().await, (2, 0));
+}
+
+async fn with_no_lease_to_extend_the_writes_are_two_per_message(on: On) {
+    let s = Setup::new(on).await;
+    for i in 0..20 {
+        s.q.send(format!("order-{i}:x")).unwrap();
+    }
+    let consumer = s.keyed_by_order().build().unwrap();
+    let q = s.q.clone();
+    run_while(
+        &consumer,
+        |d: Delivery| d.ack(),
+        until(s.t(3), || q.is_empty()),
+    )
+    .await;
+    sleep(secs(1)).await;
+    assert_eq!(s.store.records().await, (20, 0));
+    assert_eq!(s.store.calls(), 40, "begin and complete, each once");
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_fifo_message_is_keyed_by_its_deduplication_id() {
-    let q = common::memory_fifo(TIMEOUT);
+    let q = common::memory_fifo(10);
     let store = MemoryStore::new();
     let consumer = Consumer::in_memory(&q)
         .wait_time(secs(1))
@@ -555,7 +779,7 @@ async fn a_fifo_message_is_keyed_by_its_deduplication_id() {
 
 #[tokio::test(start_paused = true)]
 async fn a_done_key_is_kept_for_the_keep_time_and_no_longer() {
-    let (q, store) = (queue(), MemoryStore::new());
+    let (q, store) = (common::memory_queue(10), MemoryStore::new());
     let consumer = keyed_by_order(&q, &store)
         .idempotency_keep_done(secs(3600))
         .build()
@@ -584,7 +808,7 @@ async fn a_done_key_is_kept_for_the_keep_time_and_no_longer() {
 
 #[tokio::test(start_paused = true)]
 async fn the_settings_are_checked_naming_the_field() {
-    let q = queue();
+    let q = MemoryQueue::new();
     let err = Consumer::in_memory(&q)
         .idempotency_key(|d: &Delivery| -> Result<String, BoxError> { Ok(d.body().to_owned()) })
         .build()
@@ -599,22 +823,4 @@ async fn the_settings_are_checked_naming_the_field() {
         assert!(err.to_string().contains("idempotency_keep_done"), "{err}");
         assert!(err.to_string().contains("1 s..=365 days"), "{err}");
     }
-}
-
-#[tokio::test(start_paused = true)]
-async fn with_no_lease_to_extend_the_writes_are_two_per_message() {
-    let (q, store) = (queue(), MemoryStore::new());
-    for i in 0..20 {
-        q.send(format!("order-{i}:x")).unwrap();
-    }
-    let consumer = keyed_by_order(&q, &store).build().unwrap();
-    run_while(
-        &consumer,
-        |d: Delivery| d.ack(),
-        until(secs(30), || q.is_empty()),
-    )
-    .await;
-    sleep(secs(1)).await;
-    assert_eq!(store.done(), 20);
-    assert_eq!(store.calls(), 40, "begin and complete, each once");
 }

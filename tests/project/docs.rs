@@ -133,6 +133,7 @@ fn every_feature_is_in_the_readme_table_and_the_crate_docs() {
             "tower",
             "opentelemetry",
             "s3",
+            "dynamodb",
             "lambda"
         ]
     );

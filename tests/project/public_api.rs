@@ -67,6 +67,7 @@ const LAMBDA: &[&str] = &["Acks", "FifoFailure", "Function", "Invocations"];
 /// What `sqs_consumer::idempotency` exports.
 const IDEMPOTENCY: &[&str] = &[
     "Begun",
+    "DynamoDbStore",
     "Key",
     "MemoryStore",
     "Owner",
@@ -448,7 +449,8 @@ async fn every_public_item(
             kind,
             source,
         } => {
-            let _: (String, &str, ErrorKind, BoxError) = (message_id, operation, kind, source);
+            let _: (Option<String>, &str, ErrorKind, BoxError) =
+                (message_id, operation, kind, source);
         }
         _ => {}
     }
@@ -528,6 +530,13 @@ async fn every_public_item(
     if let Ok(Ownership::Ours | Ownership::Taken) = owned.await {}
     let _: Result<Ownership, StoreError> = store.complete(&key, &owner, Duration::ZERO).await;
     let _: Result<(), StoreError> = store.abandon(&key, &owner).await;
+    #[cfg(feature = "dynamodb")]
+    {
+        use sqs_consumer::idempotency::DynamoDbStore;
+        let dynamodb = dynamodb_client();
+        DynamoDbStore::create_table(&dynamodb, "table").await?;
+        let _: DynamoDbStore = DynamoDbStore::new(dynamodb, "table");
+    }
     let err: StoreError = StoreError::retryable("x");
     let _: (bool, StoreError) = (err.is_retryable(), StoreError::fatal("x"));
 
@@ -603,4 +612,9 @@ fn s3_client() -> aws_sdk_s3::Client {
             .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
             .build(),
     )
+}
+
+#[cfg(feature = "dynamodb")]
+fn dynamodb_client() -> aws_sdk_dynamodb::Client {
+    unimplemented!("compiled, never run")
 }
