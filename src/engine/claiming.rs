@@ -15,7 +15,7 @@ use tracing::instrument::WithSubscriber;
 use crate::delivery::Delivery;
 use crate::error::BoxError;
 use crate::idempotency::{Begun, Key, Owner, Recording};
-use crate::lease::claim::{call_store, hold_for, keep, MIN_GRACE};
+use crate::lease::claim::{call_store, hold, keep, MIN_GRACE};
 use crate::stats::Counter;
 
 /// What `ConsumerBuilder::idempotency_key` was given.
@@ -51,16 +51,16 @@ pub(crate) async fn claim(delivery: Delivery, key_fn: Option<KeyFn>) -> Option<D
     let key = Key::new(ctx.short_queue_name(), &raw);
     let lease = delivery.lease().clone();
     let owner = Owner::new(delivery.message_id(), lease.receipt());
-    let hold_for = hold_for(&lease);
+    let recorded = lease.deadline();
+    let hold = hold(&lease);
     let begun = call_store(&lease, "begin", || {
-        recording.store.begin(&key, &owner, hold_for)
+        recording.store.begin(&key, &owner, hold)
     })
     .await;
     match begun {
         Ok(Begun::Started) => {
-            let expires_at = Instant::now() + hold_for;
             recording.hold(&owner, &key);
-            watch(&delivery, recording, key, owner, expires_at);
+            watch(&delivery, recording, key, owner, recorded);
             Some(delivery)
         }
         Ok(Begun::Done) => {
@@ -129,7 +129,7 @@ async fn delay(delivery: Delivery, ends_in: Duration) {
 }
 
 /// Keeps the delivery's claim while its lease lives, in a task of its run.
-fn watch(delivery: &Delivery, recording: Recording, key: Key, owner: Owner, expires_at: Instant) {
+fn watch(delivery: &Delivery, recording: Recording, key: Key, owner: Owner, recorded: Instant) {
     let lease = delivery.lease().clone();
     let run = delivery.run_ties();
     let Some(runtime) = lease.context().calls().runtime(run.runtime()) else {
@@ -139,6 +139,6 @@ fn watch(delivery: &Delivery, recording: Recording, key: Key, owner: Owner, expi
     };
     let keep = run
         .background()
-        .track_future(keep(lease, recording, key, owner, expires_at));
+        .track_future(keep(lease, recording, key, owner, recorded));
     runtime.spawn(keep.with_current_subscriber());
 }

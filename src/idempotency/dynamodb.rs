@@ -12,7 +12,7 @@ use aws_sdk_dynamodb::types::{
 };
 use aws_sdk_dynamodb::Client;
 
-use super::{Begun, Key, Owner, Ownership, Store, StoreError, StoreFuture};
+use super::{Begun, Hold, Key, Owner, Ownership, Store, StoreError, StoreFuture};
 use crate::error::{Error, ErrorKind};
 
 /// The attribute names of a record.
@@ -21,6 +21,7 @@ const STATE: &str = "state";
 const MESSAGE_ID: &str = "message_id";
 const RECEIVE: &str = "receive";
 const EXPIRES_AT_MS: &str = "expires_at_ms";
+const LEASE_UNTIL_MS: &str = "lease_until_ms";
 const TTL: &str = "ttl";
 
 const IN_PROGRESS: &str = "in_progress";
@@ -50,6 +51,7 @@ const TTL_AFTER_EXPIRY: Duration = Duration::from_secs(3600);
 /// | `state` | S | `in_progress` or `done` |
 /// | `message_id` | S | the owner's SQS message id |
 /// | `receive` | S | the owner's receive: a hash of its receipt handle |
+/// | `lease_until_ms` | N | when the owner's lease ends (in progress), in milliseconds since the Unix epoch |
 /// | `expires_at_ms` | N | when the record expires, in milliseconds since the Unix epoch |
 /// | `ttl` | N | when DynamoDB's time to live may delete it: an hour after `expires_at_ms`, in seconds |
 ///
@@ -154,43 +156,56 @@ impl DynamoDbStore {
         }
     }
 
-    /// The record `owner` writes: `state` for `hold` from now.
-    fn record(&self, key: &Key, owner: &Owner, state: &str, hold: Duration) -> Item {
-        let expires_at = now_ms().saturating_add(millis(hold));
+    /// The record `owner` writes: `state`, its lease ending `lease` from now and itself
+    /// expiring `record` from now.
+    fn record(
+        &self,
+        key: &Key,
+        owner: &Owner,
+        state: &str,
+        lease: Duration,
+        record: Duration,
+    ) -> Item {
+        let now = now_ms();
+        let expires_at = now.saturating_add(millis(record));
         let ttl = expires_at / 1000 + TTL_AFTER_EXPIRY.as_secs();
         HashMap::from([
             (KEY.to_owned(), s(key.as_str())),
             (STATE.to_owned(), s(state)),
             (MESSAGE_ID.to_owned(), s(owner.message_id())),
             (RECEIVE.to_owned(), s(owner.receive())),
+            (
+                LEASE_UNTIL_MS.to_owned(),
+                n(now.saturating_add(millis(lease))),
+            ),
             (EXPIRES_AT_MS.to_owned(), n(expires_at)),
             (TTL.to_owned(), n(ttl)),
         ])
     }
 
-    async fn begin(
-        &self,
-        key: &Key,
-        owner: &Owner,
-        hold_for: Duration,
-    ) -> Result<Begun, StoreError> {
+    async fn begin(&self, key: &Key, owner: &Owner, hold: Hold) -> Result<Begun, StoreError> {
         let now = now_ms();
+        let item = self.record(key, owner, IN_PROGRESS, hold.lease(), hold.record());
         let put = self
             .client
             .put_item()
             .table_name(&self.table)
-            .set_item(Some(self.record(key, owner, IN_PROGRESS, hold_for)))
+            .set_item(Some(item))
             .condition_expression(
                 "attribute_not_exists(#key) OR #expires < :now \
-                 OR (#state = :in_progress AND #message_id = :message_id)",
+                 OR (#state = :in_progress AND #message_id = :message_id \
+                     AND (#lease < :now OR #receive = :receive))",
             )
             .expression_attribute_names("#key", KEY)
             .expression_attribute_names("#expires", EXPIRES_AT_MS)
             .expression_attribute_names("#state", STATE)
             .expression_attribute_names("#message_id", MESSAGE_ID)
+            .expression_attribute_names("#lease", LEASE_UNTIL_MS)
+            .expression_attribute_names("#receive", RECEIVE)
             .expression_attribute_values(":now", n(now))
             .expression_attribute_values(":in_progress", s(IN_PROGRESS))
             .expression_attribute_values(":message_id", s(owner.message_id()))
+            .expression_attribute_values(":receive", s(owner.receive()))
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .customize()
             .config_override(one_attempt())
@@ -221,7 +236,7 @@ impl DynamoDbStore {
                 }
             },
         };
-        Ok(what_holds(&found, now))
+        Ok(what_holds(&found, owner, now))
     }
 
     /// The record of `key`, read consistently.
@@ -240,28 +255,26 @@ impl DynamoDbStore {
         Ok(got.item)
     }
 
-    async fn extend(
-        &self,
-        key: &Key,
-        owner: &Owner,
-        hold_for: Duration,
-    ) -> Result<Ownership, StoreError> {
-        let expires_at = now_ms().saturating_add(millis(hold_for));
+    async fn extend(&self, key: &Key, owner: &Owner, hold: Hold) -> Result<Ownership, StoreError> {
+        let now = now_ms();
+        let expires_at = now.saturating_add(millis(hold.record()));
         let ttl = expires_at / 1000 + TTL_AFTER_EXPIRY.as_secs();
         let update = self
             .client
             .update_item()
             .table_name(&self.table)
             .key(KEY, s(key.as_str()))
-            .update_expression("SET #expires = :expires, #ttl = :ttl")
+            .update_expression("SET #lease = :lease, #expires = :expires, #ttl = :ttl")
             .condition_expression(
                 "#state = :in_progress AND #message_id = :message_id AND #receive = :receive",
             )
+            .expression_attribute_names("#lease", LEASE_UNTIL_MS)
             .expression_attribute_names("#expires", EXPIRES_AT_MS)
             .expression_attribute_names("#ttl", TTL)
             .expression_attribute_names("#state", STATE)
             .expression_attribute_names("#message_id", MESSAGE_ID)
             .expression_attribute_names("#receive", RECEIVE)
+            .expression_attribute_values(":lease", n(now.saturating_add(millis(hold.lease()))))
             .expression_attribute_values(":expires", n(expires_at))
             .expression_attribute_values(":ttl", n(ttl))
             .expression_attribute_values(":in_progress", s(IN_PROGRESS))
@@ -292,7 +305,13 @@ impl DynamoDbStore {
             .client
             .put_item()
             .table_name(&self.table)
-            .set_item(Some(self.record(key, owner, DONE, keep_for)))
+            .set_item(Some(self.record(
+                key,
+                owner,
+                DONE,
+                Duration::ZERO,
+                keep_for,
+            )))
             .condition_expression(
                 "attribute_not_exists(#key) OR #expires < :now \
                  OR (#message_id = :message_id AND #receive = :receive)",
@@ -351,22 +370,17 @@ impl DynamoDbStore {
 }
 
 impl Store for DynamoDbStore {
-    fn begin<'a>(
-        &'a self,
-        key: &'a Key,
-        owner: &'a Owner,
-        hold_for: Duration,
-    ) -> StoreFuture<'a, Begun> {
-        Box::pin(self.begin(key, owner, hold_for))
+    fn begin<'a>(&'a self, key: &'a Key, owner: &'a Owner, hold: Hold) -> StoreFuture<'a, Begun> {
+        Box::pin(self.begin(key, owner, hold))
     }
 
     fn extend<'a>(
         &'a self,
         key: &'a Key,
         owner: &'a Owner,
-        hold_for: Duration,
+        hold: Hold,
     ) -> StoreFuture<'a, Ownership> {
-        Box::pin(self.extend(key, owner, hold_for))
+        Box::pin(self.extend(key, owner, hold))
     }
 
     fn complete<'a>(
@@ -385,22 +399,27 @@ impl Store for DynamoDbStore {
 
 type Item = HashMap<String, AttributeValue>;
 
-/// What a record that refused a `begin` says: done, or held for a while yet.
-fn what_holds(item: &Item, now: u64) -> Begun {
-    let expires_at = item
-        .get(EXPIRES_AT_MS)
-        .and_then(|v| v.as_n().ok())
-        .and_then(|v| v.parse::<u64>().ok())
-        .unwrap_or(now);
-    match item
-        .get(STATE)
-        .and_then(|v| v.as_s().ok())
-        .map(String::as_str)
-    {
-        Some(DONE) => Begun::Done,
-        _ => Begun::InProgress {
-            ends_in: Duration::from_millis(expires_at.saturating_sub(now)),
-        },
+/// What a record that refused `owner`'s `begin` says: done, or held for a while yet (until
+/// its lease ends, for a receive of the same message; until it expires, for another message).
+fn what_holds(item: &Item, owner: &Owner, now: u64) -> Begun {
+    let text = |name| item.get(name).and_then(|v: &AttributeValue| v.as_s().ok());
+    let number = |name| {
+        item.get(name)
+            .and_then(|v: &AttributeValue| v.as_n().ok())
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(now)
+    };
+    if text(STATE).map(String::as_str) == Some(DONE) {
+        return Begun::Done;
+    }
+    let same_message = text(MESSAGE_ID).map(String::as_str) == Some(owner.message_id());
+    let until = number(if same_message {
+        LEASE_UNTIL_MS
+    } else {
+        EXPIRES_AT_MS
+    });
+    Begun::InProgress {
+        ends_in: Duration::from_millis(until.saturating_sub(now)),
     }
 }
 

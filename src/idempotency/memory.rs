@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Begun, Key, Owner, Ownership, Store, StoreError, StoreFuture};
+use super::{Begun, Hold, Key, Owner, Ownership, Store, StoreError, StoreFuture};
 
 /// An idempotency [`Store`] in this process's memory, on tokio's clock: for tests (on the
 /// paused clock, a record's expiry passes with `tokio::time::advance`) and for a single
@@ -47,6 +47,8 @@ struct Records {
 struct Record {
     state: State,
     owner: Owner,
+    /// When its lease ends (in progress).
+    lease_until: Instant,
     expires_at: Instant,
 }
 
@@ -126,12 +128,18 @@ impl Records {
         }
     }
 
-    fn begin(&mut self, key: &Key, owner: &Owner, hold_for: Duration, now: Instant) -> Begun {
+    fn begin(&mut self, key: &Key, owner: &Owner, hold: Hold, now: Instant) -> Begun {
         match self.live(key, now) {
             Some(r) if r.state == State::Done => return Begun::Done,
+            Some(r) if r.owner == *owner => {}
             Some(r) if r.owner.message_id() != owner.message_id() => {
                 return Begun::InProgress {
                     ends_in: r.expires_at - now,
+                }
+            }
+            Some(r) if r.lease_until > now => {
+                return Begun::InProgress {
+                    ends_in: r.lease_until - now,
                 }
             }
             _ => {}
@@ -139,16 +147,18 @@ impl Records {
         let record = Record {
             state: State::InProgress,
             owner: owner.clone(),
-            expires_at: now + hold_for,
+            lease_until: now + hold.lease(),
+            expires_at: now + hold.record(),
         };
         self.put(key, record, now);
         Begun::Started
     }
 
-    fn extend(&mut self, key: &Key, owner: &Owner, hold_for: Duration, now: Instant) -> Ownership {
+    fn extend(&mut self, key: &Key, owner: &Owner, hold: Hold, now: Instant) -> Ownership {
         match self.records.get_mut(key) {
             Some(r) if r.state == State::InProgress && r.owner == *owner => {
-                r.expires_at = now + hold_for;
+                r.lease_until = now + hold.lease();
+                r.expires_at = now + hold.record();
                 Ownership::Ours
             }
             _ => Ownership::Taken,
@@ -168,6 +178,7 @@ impl Records {
         let record = Record {
             state: State::Done,
             owner: owner.clone(),
+            lease_until: now,
             expires_at: now + keep_for,
         };
         self.put(key, record, now);
@@ -183,13 +194,8 @@ impl Records {
 }
 
 impl Store for MemoryStore {
-    fn begin<'a>(
-        &'a self,
-        key: &'a Key,
-        owner: &'a Owner,
-        hold_for: Duration,
-    ) -> StoreFuture<'a, Begun> {
-        let begun = self.call(|r, now| r.begin(key, owner, hold_for, now));
+    fn begin<'a>(&'a self, key: &'a Key, owner: &'a Owner, hold: Hold) -> StoreFuture<'a, Begun> {
+        let begun = self.call(|r, now| r.begin(key, owner, hold, now));
         Box::pin(async move { begun })
     }
 
@@ -197,9 +203,9 @@ impl Store for MemoryStore {
         &'a self,
         key: &'a Key,
         owner: &'a Owner,
-        hold_for: Duration,
+        hold: Hold,
     ) -> StoreFuture<'a, Ownership> {
-        let extended = self.call(|r, now| r.extend(key, owner, hold_for, now));
+        let extended = self.call(|r, now| r.extend(key, owner, hold, now));
         Box::pin(async move { extended })
     }
 

@@ -12,10 +12,14 @@
 //!
 //! | call | writes when | answers |
 //! |---|---|---|
-//! | [`begin`](Store::begin) | no record; or one expired; or one in progress for the same message id (SQS hands a message out again only once its earlier receive's visibility lapsed, so that receive's lease is gone) | [`Begun::Started`]; else [`Begun::Done`] for an unexpired done record, [`Begun::InProgress`] (with the time left) for another message's unexpired record |
+//! | [`begin`](Store::begin) | no record; or one expired; or one in progress for the same receive; or one in progress for another receive of the same message whose lease has ended (SQS hands a message out again once its earlier receive's visibility lapsed) | [`Begun::Started`]; else [`Begun::Done`] for an unexpired done record, [`Begun::InProgress`] with the time left (until the other receive's lease ends, for the same message; until the record expires, for another) |
 //! | [`extend`](Store::extend) | the record is in progress for this owner | [`Ownership::Ours`] or [`Ownership::Taken`] |
 //! | [`complete`](Store::complete) | the record is this owner's, or gone, or expired | [`Ownership::Ours`] (done now, or done already by this owner) or [`Ownership::Taken`] |
 //! | [`abandon`](Store::abandon) | the record is in progress for this owner: removed | nothing; a done record is never removed |
+//!
+//! An in-progress record keeps two times ([`Hold`]): when its lease ends (the delivery's
+//! deadline: the same message received again takes the key over after it) and when the record
+//! expires (a while later: another message with the same key may take it after that).
 //!
 //! Times are durations from the store's own "now" (tokio's clock for [`MemoryStore`], the
 //! system clock for DynamoDB), so the store never compares an instant of one clock with
@@ -52,21 +56,16 @@ pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>>
 /// allows, so the store itself should not retry (a client with retries of its own makes a
 /// call wait twice).
 pub trait Store: fmt::Debug + Send + Sync + 'static {
-    /// Marks `key` in progress for `owner` for `hold_for` from now, unless its work is done
-    /// or another message holds it.
-    fn begin<'a>(
-        &'a self,
-        key: &'a Key,
-        owner: &'a Owner,
-        hold_for: Duration,
-    ) -> StoreFuture<'a, Begun>;
+    /// Marks `key` in progress for `owner`, as `hold` says, unless its work is done or
+    /// another receive holds it.
+    fn begin<'a>(&'a self, key: &'a Key, owner: &'a Owner, hold: Hold) -> StoreFuture<'a, Begun>;
 
-    /// Moves the expiry of `owner`'s in-progress record of `key` to `hold_for` from now.
+    /// Moves the times of `owner`'s in-progress record of `key` to what `hold` says.
     fn extend<'a>(
         &'a self,
         key: &'a Key,
         owner: &'a Owner,
-        hold_for: Duration,
+        hold: Hold,
     ) -> StoreFuture<'a, Ownership>;
 
     /// Marks `key` done by `owner`, kept for `keep_for` from now, unless another owner holds
@@ -90,11 +89,42 @@ pub enum Begun {
     Started,
     /// The key's work is done: ack the message without running the handler.
     Done,
-    /// Another message holds the key, its record valid for this long yet: try again then.
+    /// Another receive holds the key: try again in `ends_in`.
     InProgress {
-        /// How long the record holding the key is valid yet.
+        /// How long the other receive's hold lasts yet: until its lease ends, for a receive
+        /// of the same message; until its record expires, for another message.
         ends_in: Duration,
     },
+}
+
+/// How long an in-progress record holds, from now: until its lease ends, and until the record
+/// expires (never before the lease ends).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hold {
+    lease: Duration,
+    record: Duration,
+}
+
+impl Hold {
+    /// A hold whose lease ends `lease` from now and whose record expires `record` from now
+    /// (at the lease's end, if `record` is shorter).
+    pub fn new(lease: Duration, record: Duration) -> Self {
+        Self {
+            lease,
+            record: record.max(lease),
+        }
+    }
+
+    /// Until the delivery's lease ends: a later receive of the same message may take the key
+    /// over after it.
+    pub fn lease(&self) -> Duration {
+        self.lease
+    }
+
+    /// Until the record expires: another message with the same key may take it after it.
+    pub fn record(&self) -> Duration {
+        self.record
+    }
 }
 
 /// Whether a record is (still) the caller's.

@@ -7,6 +7,12 @@ fn owner(message_id: &str, receipt: &str) -> Owner {
 }
 
 const T: Duration = Duration::from_secs(30);
+
+/// A claim's hold: its lease for `T`, its record for `2 T`.
+const HOLD: Hold = Hold {
+    lease: T,
+    record: Duration::from_secs(60),
+};
 const DAY: Duration = Duration::from_secs(86_400);
 
 #[test]
@@ -34,30 +40,51 @@ async fn begin_starts_a_new_key_then_answers_in_progress_to_another_message() {
     let store = MemoryStore::new();
     let key = Key::new("q", "order-1");
     let first = owner("m-1", "r-1");
-    assert_eq!(store.begin(&key, &first, T).await.unwrap(), Begun::Started);
+    assert_eq!(
+        store.begin(&key, &first, HOLD).await.unwrap(),
+        Begun::Started
+    );
     tokio::time::advance(Duration::from_secs(10)).await;
     let other = owner("m-2", "r-2");
     assert_eq!(
-        store.begin(&key, &other, T).await.unwrap(),
+        store.begin(&key, &other, HOLD).await.unwrap(),
         Begun::InProgress {
-            ends_in: Duration::from_secs(20)
-        }
+            ends_in: Duration::from_secs(50)
+        },
+        "until the record expires"
     );
     assert_eq!(store.in_progress(), 1);
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_later_receive_of_the_same_message_takes_the_key_over_and_the_earlier_loses_it() {
+async fn a_later_receive_of_the_same_message_takes_the_key_over_once_the_earlier_lease_ended() {
     let store = MemoryStore::new();
     let key = Key::new("q", "m-1");
     let (earlier, later) = (owner("m-1", "r-1"), owner("m-1", "r-2"));
     assert_eq!(
-        store.begin(&key, &earlier, T).await.unwrap(),
+        store.begin(&key, &earlier, HOLD).await.unwrap(),
         Begun::Started
     );
-    assert_eq!(store.begin(&key, &later, T).await.unwrap(), Begun::Started);
+    // Handed out twice while held (SQS's standard queues may): it waits for the lease.
+    tokio::time::advance(Duration::from_secs(10)).await;
     assert_eq!(
-        store.extend(&key, &earlier, T).await.unwrap(),
+        store.begin(&key, &later, HOLD).await.unwrap(),
+        Begun::InProgress {
+            ends_in: Duration::from_secs(20)
+        }
+    );
+    assert_eq!(
+        store.begin(&key, &earlier, HOLD).await.unwrap(),
+        Begun::Started,
+        "the same receive again (a retried call)"
+    );
+    tokio::time::advance(T).await;
+    assert_eq!(
+        store.begin(&key, &later, HOLD).await.unwrap(),
+        Begun::Started
+    );
+    assert_eq!(
+        store.extend(&key, &earlier, HOLD).await.unwrap(),
         Ownership::Taken
     );
     assert_eq!(
@@ -78,9 +105,20 @@ async fn an_expired_record_is_taken_by_another_message() {
     let store = MemoryStore::new();
     let key = Key::new("q", "order-1");
     let (first, other) = (owner("m-1", "r-1"), owner("m-2", "r-2"));
-    store.begin(&key, &first, T).await.unwrap();
+    store.begin(&key, &first, HOLD).await.unwrap();
     tokio::time::advance(T).await;
-    assert_eq!(store.begin(&key, &other, T).await.unwrap(), Begun::Started);
+    assert!(
+        matches!(
+            store.begin(&key, &other, HOLD).await.unwrap(),
+            Begun::InProgress { .. }
+        ),
+        "the lease ended, not the record"
+    );
+    tokio::time::advance(T).await;
+    assert_eq!(
+        store.begin(&key, &other, HOLD).await.unwrap(),
+        Begun::Started
+    );
     assert_eq!(
         store.complete(&key, &first, DAY).await.unwrap(),
         Ownership::Taken
@@ -92,19 +130,19 @@ async fn extend_moves_the_expiry_of_the_owners_record_only() {
     let store = MemoryStore::new();
     let key = Key::new("q", "order-1");
     let (first, other) = (owner("m-1", "r-1"), owner("m-2", "r-2"));
-    store.begin(&key, &first, T).await.unwrap();
+    store.begin(&key, &first, HOLD).await.unwrap();
     tokio::time::advance(Duration::from_secs(20)).await;
     assert_eq!(
-        store.extend(&key, &first, T).await.unwrap(),
+        store.extend(&key, &first, HOLD).await.unwrap(),
         Ownership::Ours
     );
     tokio::time::advance(Duration::from_secs(20)).await;
     assert!(matches!(
-        store.begin(&key, &other, T).await.unwrap(),
-        Begun::InProgress { ends_in } if ends_in == Duration::from_secs(10)
+        store.begin(&key, &other, HOLD).await.unwrap(),
+        Begun::InProgress { ends_in } if ends_in == Duration::from_secs(40)
     ));
     assert_eq!(
-        store.extend(&key, &other, T).await.unwrap(),
+        store.extend(&key, &other, HOLD).await.unwrap(),
         Ownership::Taken
     );
 }
@@ -114,7 +152,7 @@ async fn a_done_key_answers_done_until_it_expires_and_abandon_never_reopens_it()
     let store = MemoryStore::new();
     let key = Key::new("q", "m-1");
     let first = owner("m-1", "r-1");
-    store.begin(&key, &first, T).await.unwrap();
+    store.begin(&key, &first, HOLD).await.unwrap();
     assert_eq!(
         store.complete(&key, &first, DAY).await.unwrap(),
         Ownership::Ours
@@ -126,13 +164,16 @@ async fn a_done_key_answers_done_until_it_expires_and_abandon_never_reopens_it()
     );
     store.abandon(&key, &first).await.unwrap();
     let again = owner("m-1", "r-2");
-    assert_eq!(store.begin(&key, &again, T).await.unwrap(), Begun::Done);
+    assert_eq!(store.begin(&key, &again, HOLD).await.unwrap(), Begun::Done);
     assert_eq!(
-        store.extend(&key, &first, T).await.unwrap(),
+        store.extend(&key, &first, HOLD).await.unwrap(),
         Ownership::Taken
     );
     tokio::time::advance(DAY).await;
-    assert_eq!(store.begin(&key, &again, T).await.unwrap(), Begun::Started);
+    assert_eq!(
+        store.begin(&key, &again, HOLD).await.unwrap(),
+        Begun::Started
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -140,12 +181,15 @@ async fn abandon_removes_the_owners_in_progress_record() {
     let store = MemoryStore::new();
     let key = Key::new("q", "order-1");
     let (first, other) = (owner("m-1", "r-1"), owner("m-2", "r-2"));
-    store.begin(&key, &first, T).await.unwrap();
+    store.begin(&key, &first, HOLD).await.unwrap();
     store.abandon(&key, &other).await.unwrap();
     assert_eq!(store.in_progress(), 1, "another owner's abandon leaves it");
     store.abandon(&key, &first).await.unwrap();
     assert_eq!(store.in_progress(), 0);
-    assert_eq!(store.begin(&key, &other, T).await.unwrap(), Begun::Started);
+    assert_eq!(
+        store.begin(&key, &other, HOLD).await.unwrap(),
+        Begun::Started
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -155,14 +199,14 @@ async fn injected_failures_are_retryable_write_nothing_and_are_counted() {
     store.fail_next(2);
     for _ in 0..2 {
         let err = store
-            .begin(&key, &owner("m-1", "r-1"), T)
+            .begin(&key, &owner("m-1", "r-1"), HOLD)
             .await
             .unwrap_err();
         assert!(err.is_retryable());
     }
     assert_eq!(store.in_progress(), 0);
     assert_eq!(
-        store.begin(&key, &owner("m-1", "r-1"), T).await.unwrap(),
+        store.begin(&key, &owner("m-1", "r-1"), HOLD).await.unwrap(),
         Begun::Started
     );
     assert_eq!(store.calls(), 3);
@@ -174,7 +218,7 @@ async fn expired_records_are_swept_as_others_are_written() {
     for i in 0..3_000 {
         let key = Key::new("q", &i.to_string());
         store
-            .begin(&key, &owner(&i.to_string(), "r"), T)
+            .begin(&key, &owner(&i.to_string(), "r"), Hold::new(T, T))
             .await
             .unwrap();
         if i == 1_000 {

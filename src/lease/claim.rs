@@ -1,11 +1,13 @@
 //! A delivery's hold on its key in the consumer's idempotency store, from the lease's side:
-//! how long the hold lasts (the lease's deadline plus one visibility timeout), the task that
-//! moves it on as the keeper moves the deadline and gives it back when the delivery ends
-//! unacked ([`keep`]), and the done mark an ack writes before its delete ([`mark_done`]).
+//! how long the hold lasts (its lease to the delivery's deadline, its record one visibility
+//! timeout longer), the task that moves it on each time the keeper moves the deadline and
+//! gives it back when the delivery ends unacked ([`keep`]), and the done mark an ack writes
+//! before its delete ([`mark_done`]).
 //!
-//! So a worker that dies leaves a record that ends about one timeout after its message comes
-//! back, and the message itself takes it over at once (SQS hands a message out again only
-//! once its earlier receive's visibility has lapsed).
+//! So a worker that dies leaves a record whose lease ends with its delivery's: the message,
+//! received again once its visibility lapsed, takes the key over at once, while a receive of
+//! the message handed out twice while held (SQS's standard queues may do that, rarely) waits;
+//! another message with the same key waits one timeout more, for the record to expire.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,20 +16,24 @@ use tokio::time::{sleep, sleep_until, timeout, Instant};
 
 use crate::call_retries::{self, ACK_RETRY_WINDOW, IDEMPOTENCY_CALL_TIMEOUT};
 use crate::error::{Error, ErrorKind, LostReason};
-use crate::idempotency::{Key, Owner, Ownership, Recording, StoreError, StoreFuture};
+use crate::idempotency::{Hold, Key, Owner, Ownership, Recording, StoreError, StoreFuture};
 use crate::lease::{End, Lease};
+use crate::limits::call_margin;
 use crate::stats::Counter;
 
-/// The shortest a claim outlives its lease's deadline, and the shortest wait for a key
-/// another message holds: no setting makes a delivery come back at once, over and over.
+/// The shortest a claim's record outlives its lease's deadline, and the shortest wait for a
+/// key another message holds: no setting makes a delivery come back at once, over and over.
 pub(crate) const MIN_GRACE: Duration = Duration::from_secs(1);
 
-/// The shortest wait before a failed extension of a claim is tried again.
+/// The shortest wait before the record is looked at again (a failed extension, or a deadline
+/// the keeper has not moved yet).
 const RETRY_WAIT: Duration = Duration::from_millis(100);
 
-/// How long a claim is held from now: to the lease's deadline plus one visibility timeout.
-pub(crate) fn hold_for(lease: &Lease) -> Duration {
-    lease.deadline().saturating_duration_since(Instant::now()) + grace(lease)
+/// The hold a claim asks for now: its lease until the delivery's deadline, its record one
+/// visibility timeout (at least 1 s) longer.
+pub(crate) fn hold(lease: &Lease) -> Hold {
+    let until_deadline = lease.deadline().saturating_duration_since(Instant::now());
+    Hold::new(until_deadline, until_deadline + grace(lease))
 }
 
 fn grace(lease: &Lease) -> Duration {
@@ -108,51 +114,66 @@ fn store_error(lease: &Lease, operation: &'static str, err: StoreError) -> Error
     }
 }
 
-/// Moves the claim's expiry on as the lease's deadline moves (when half a visibility timeout
-/// of it is left), until the lease ends; then gives the key back, unless the delivery was
-/// acked (its key is done) or another receive took the key.
+/// Moves the claim's record on each time the keeper moves the lease's deadline, a call's
+/// margin before the deadline it recorded (so the record's lease never ends before the
+/// delivery's), until the lease ends; then gives the key back, unless the delivery was acked
+/// (its key is done) or another receive took the key. `recorded`: the deadline the record
+/// holds now.
 pub(crate) async fn keep(
     lease: Arc<Lease>,
     recording: Recording,
     key: Key,
     owner: Owner,
-    expires_at: Instant,
+    recorded: Instant,
 ) {
-    keep_until_ended(&lease, &recording, &key, &owner, expires_at).await;
+    let end = follow(&lease, &recording, &key, &owner, recorded).await;
+    if end == Some(End::NotAcked) {
+        give_back(&lease, &recording, &key, &owner).await;
+    }
     recording.forget(&owner);
 }
 
-async fn keep_until_ended(
+/// Follows the lease's deadline until the delivery ends (how), or until another receive
+/// takes the key (`None`).
+async fn follow(
     lease: &Arc<Lease>,
     recording: &Recording,
     key: &Key,
     owner: &Owner,
-    expires_at: Instant,
-) {
+    mut recorded: Instant,
+) -> Option<End> {
     let ended = lease.ended();
     tokio::pin!(ended);
-    let half = grace(lease) / 2;
-    let mut next_at = expires_at.checked_sub(half).unwrap_or(expires_at);
+    let margin = call_margin(lease.visibility_timeout().duration()).max(RETRY_WAIT);
+    let mut next_look = recorded.checked_sub(margin).unwrap_or(recorded);
+    // Nothing to follow without a timeout: the deadline never moves.
+    let mut following = !lease.visibility_timeout().is_zero();
     loop {
         tokio::select! {
-            end = &mut ended => {
-                if end == End::NotAcked {
-                    give_back(lease, recording, key, owner).await;
-                }
-                return;
-            }
-            () = sleep_until(next_at), if lease.lost_reason().is_none() => {}
+            end = &mut ended => return Some(end),
+            () = sleep_until(next_look), if following && lease.lost_reason().is_none() => {}
         }
-        let hold_for = hold_for(lease);
-        let extend = recording.store.extend(key, owner, hold_for);
+        let now = Instant::now();
+        let deadline = lease.deadline();
+        if deadline <= recorded {
+            // Not moved yet (the keeper is late, or the lease is ending): look again soon,
+            // until the recorded deadline passes.
+            next_look = now + RETRY_WAIT;
+            following = next_look < recorded;
+            continue;
+        }
+        let extend = recording.store.extend(key, owner, hold(lease));
         match timeout(IDEMPOTENCY_CALL_TIMEOUT, extend).await {
-            Ok(Ok(Ownership::Ours)) => next_at = Instant::now() + hold_for - half,
-            Ok(Ok(Ownership::Taken)) => {
-                tracing::warn!(parent: lease.span(), message_id = owner.message_id(), "a later receive holds the idempotency key: this delivery's ack will report it lost");
-                return;
+            Ok(Ok(Ownership::Ours)) => {
+                recorded = deadline;
+                next_look = recorded.checked_sub(margin).unwrap_or(recorded);
             }
-            // Tried again a little later, while the record lives.
-            Ok(Err(_)) | Err(_) => next_at = Instant::now() + (half / 4).max(RETRY_WAIT),
+            Ok(Ok(Ownership::Taken)) => {
+                tracing::warn!(parent: lease.span(), message_id = owner.message_id(), "another receive holds the idempotency key: this delivery's ack will report it lost");
+                return None;
+            }
+            // Tried again a little later.
+            Ok(Err(_)) | Err(_) => next_look = Instant::now() + (margin / 2).max(RETRY_WAIT),
         }
     }
 }

@@ -11,7 +11,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use sqs_consumer::idempotency::{
-    Begun, Key, MemoryStore, Owner, Ownership, Store, StoreError, StoreFuture,
+    Begun, Hold, Key, MemoryStore, Owner, Ownership, Store, StoreError, StoreFuture,
 };
 use sqs_consumer::memory::{
     Action, Faults, InjectedFaults, MemoryQueueBuilder, RequestCounts, SendOptions,
@@ -68,6 +68,7 @@ const LAMBDA: &[&str] = &["Acks", "FifoFailure", "Function", "Invocations"];
 const IDEMPOTENCY: &[&str] = &[
     "Begun",
     "DynamoDbStore",
+    "Hold",
     "Key",
     "MemoryStore",
     "Owner",
@@ -524,9 +525,11 @@ async fn every_public_item(
     let owner: Owner = Owner::new("m", "r");
     let (_, _): (&str, &str) = (owner.message_id(), owner.receive());
     let store: &dyn Store = &store;
-    let begun: Result<Begun, StoreError> = store.begin(&key, &owner, Duration::ZERO).await;
+    let hold: Hold = Hold::new(Duration::ZERO, Duration::ZERO);
+    let (_, _): (Duration, Duration) = (hold.lease(), hold.record());
+    let begun: Result<Begun, StoreError> = store.begin(&key, &owner, hold).await;
     if let Ok(Begun::Started | Begun::Done | Begun::InProgress { .. }) = begun {}
-    let owned: StoreFuture<'_, Ownership> = store.extend(&key, &owner, Duration::ZERO);
+    let owned: StoreFuture<'_, Ownership> = store.extend(&key, &owner, hold);
     if let Ok(Ownership::Ours | Ownership::Taken) = owned.await {}
     let _: Result<Ownership, StoreError> = store.complete(&key, &owner, Duration::ZERO).await;
     let _: Result<(), StoreError> = store.abandon(&key, &owner).await;
