@@ -8,8 +8,11 @@
 //! empty all along, and in the minute after a burst was drained (the receives under way when
 //! it ended wait out their long polls, then one at a time).
 //!
+//! W5i: the same at 20 ms, without and with `idempotency(MemoryStore)` in turn.
+//!
 //! ```text
 //! cargo bench --bench round_trip                                   # MemoryQueue, 5, 20, 50 ms
+//! cargo bench --bench round_trip -- idempotency                    # W5i alone
 //! scripts/round-trip-bench.sh                                      # LocalStack through a
 //!                                                                  # proxy delaying 20 ms, and
 //!                                                                  # fanferro beside it
@@ -24,6 +27,7 @@
 
 use std::time::Duration;
 
+use sqs_consumer::idempotency::MemoryStore;
 use sqs_consumer::memory::{Action, RequestCounts};
 use sqs_consumer::{Consumer, ConsumerBuilder, Delivery, MemoryQueue, Stats};
 use tokio::time::Instant;
@@ -40,12 +44,14 @@ enum Settings {
     Default,
     /// `max_in_flight(200)`, nothing else.
     Slots200,
+    /// The defaults, and `idempotency(MemoryStore::new())`.
+    Idempotency,
 }
 
 impl Settings {
     fn slots(self) -> usize {
         match self {
-            Settings::Default => 40,
+            Settings::Default | Settings::Idempotency => 40,
             Settings::Slots200 => 200,
         }
     }
@@ -54,6 +60,7 @@ impl Settings {
         match self {
             Settings::Default => builder,
             Settings::Slots200 => builder.max_in_flight(200),
+            Settings::Idempotency => builder.idempotency(MemoryStore::new()),
         }
     }
 
@@ -61,6 +68,7 @@ impl Settings {
         match self {
             Settings::Default => "default settings (40 slots)",
             Settings::Slots200 => "max_in_flight(200)",
+            Settings::Idempotency => "default settings, idempotency(MemoryStore)",
         }
     }
 }
@@ -276,6 +284,38 @@ fn memory() {
     }
 }
 
+/// W5i: what the idempotency machinery costs at a 20 ms round trip, with a store that answers
+/// at once (`MemoryStore`): runs without and with it taken in turn, the ratio of the medians.
+fn idempotency() {
+    const RUNS: usize = 7;
+    let round_trip = Duration::from_millis(20);
+    let messages = (5.0 * limit(40, round_trip)) as u64;
+    println!(
+        "W5i MemoryQueue, 20 ms a request, default settings, {messages} messages, without and \
+         with idempotency(MemoryStore) in turn, median of {RUNS} each:"
+    );
+    let (mut without, mut with) = (Vec::new(), Vec::new());
+    for _ in 0..RUNS {
+        without.push(memory_run(round_trip, Settings::Default, messages));
+        with.push(memory_run(round_trip, Settings::Idempotency, messages));
+    }
+    let rate = |runs: &[Run]| median(runs.iter().map(|r| r.per_second).collect());
+    let (a, b) = (rate(&without), rate(&with));
+    println!(
+        "    without {a:.0} messages/s, with {b:.0}: {:.3} of it (runs without {}; with {})",
+        b / a,
+        without
+            .iter()
+            .map(|r| format!("{:.0}", r.per_second))
+            .collect::<Vec<_>>()
+            .join(", "),
+        with.iter()
+            .map(|r| format!("{:.0}", r.per_second))
+            .collect::<Vec<_>>()
+            .join(", "),
+    );
+}
+
 /// Messages queued for each run on the test server.
 const SERVER_MESSAGES: usize = 2_000;
 
@@ -434,6 +474,9 @@ fn main() {
     let wants = wanted();
     if wants("memory") {
         memory();
+    }
+    if wants("idempotency") {
+        idempotency();
     }
     if wants("quiet") {
         quiet();

@@ -5,12 +5,19 @@
 //! checks that nothing was lost (every message sent was handled, the queue is empty), that
 //! no ack returned `Ok` for a message another worker received before that ack returned (a
 //! stale ack), and that a worker running the whole time kept its memory flat (within 10 % of
-//! its first reading after a 30 s warm-up).
+//! its first reading after a 60 s warm-up).
 //!
-//! `scripts/soak.sh [SECONDS]` runs it on both test servers; one server:
+//! With `SOAK_IDEMPOTENCY=dynamodb` (feature `dynamodb`; `scripts/soak.sh --idempotency`) the
+//! workers share a `DynamoDbStore` on the test command's DynamoDB, and each handler makes its
+//! effect (prints it) just before its ack, unless its delivery is lost by then. The soak then
+//! also reports the effects made twice, each explained by a worker killed between its effect
+//! and its ack (whose done mark would have come next) or not, and the DynamoDB requests per
+//! message; it fails on an effect made twice that a kill does not explain.
+//!
+//! `scripts/soak.sh [--idempotency] [SECONDS]` runs it on both test servers; one server:
 //! `SOAK_SECS=600 scripts/with-sqs-server.sh cargo bench --bench soak`. Exits non-zero on a
 //! lost message, a stale `Ok`, a queue left with messages or memory that grew. Settings: `SOAK_SECS` (600),
-//! `SOAK_WORKERS` (4), `SOAK_RATE` (messages per second, 30).
+//! `SOAK_WORKERS` (4), `SOAK_RATE` (messages per second, 30), `SOAK_IDEMPOTENCY`.
 
 mod common;
 
@@ -38,8 +45,10 @@ const EVERY: Duration = Duration::from_secs(12);
 const OUTAGE: Duration = Duration::from_secs(8);
 /// A delay storm: every answer held this long, for this long.
 const STORM: (Duration, Duration) = (Duration::from_secs(5), Duration::from_secs(1));
-/// Memory is read after this warm-up.
-const WARM_UP: Duration = Duration::from_secs(30);
+/// Memory is read after this warm-up: one round of every chaos event and then some (the
+/// first storm comes at 48 s). The allocator keeps the high-water mark of the first outage's
+/// and storm's backlog; a leak shows as growth after it.
+const WARM_UP: Duration = Duration::from_secs(60);
 /// How far a long-lived worker's resident memory may rise above its first reading after the
 /// warm-up and still count as flat: its allocator and the SDK's connection pool settle
 /// within a few percent.
@@ -66,7 +75,12 @@ fn main() {
         .build()
         .expect("a runtime");
     if args.first().map(String::as_str) == Some("worker") {
-        runtime.block_on(worker(&args[1], &args[2], &args[3]));
+        runtime.block_on(worker(
+            &args[1],
+            &args[2],
+            &args[3],
+            args.get(4).map(String::as_str),
+        ));
         return;
     }
     let Ok(endpoint) = std::env::var("SQS_TEST_ENDPOINT") else {
@@ -95,14 +109,23 @@ fn env_u64(name: &str, default: u64) -> u64 {
 
 /// One worker process: consumes through the proxy until SIGTERM, printing a line per
 /// delivery once its ack returned (`D id body receive_count request_ms done_ms outcome`),
-/// and its resident memory every 5 s (`M id rss_kib`).
-async fn worker(endpoint: &str, url: &str, id: &str) {
-    let consumer = Consumer::builder(common::plain_client(endpoint), url)
+/// and its resident memory every 5 s (`M id rss_kib`). With an idempotency table (`table`),
+/// it records in it, prints its effect before each ack (`E id body`) and a line per store
+/// call (`R id call`).
+async fn worker(endpoint: &str, url: &str, id: &str, table: Option<&str>) {
+    let builder = Consumer::builder(common::plain_client(endpoint), url)
         .visibility_timeout(Duration::from_secs(T))
         .wait_time(Duration::from_secs(1))
-        .shutdown_timeout(Duration::from_secs(5))
-        .build()
-        .expect("a consumer");
+        .shutdown_timeout(Duration::from_secs(5));
+    let effects = table.is_some();
+    #[cfg(feature = "dynamodb")]
+    let builder = match table {
+        Some(table) => builder.idempotency(idempotent::Printing::new(id, table)),
+        None => builder,
+    };
+    #[cfg(not(feature = "dynamodb"))]
+    assert!(table.is_none(), "SOAK_IDEMPOTENCY needs feature dynamodb");
+    let consumer = builder.build().expect("a consumer");
     let me = id.to_owned();
     let handler = move |d: Delivery| {
         let id = me.clone();
@@ -122,6 +145,15 @@ async fn worker(endpoint: &str, url: &str, id: &str) {
                 + d.deadline()
                     .saturating_duration_since(Instant::now())
                     .as_millis() as u64;
+            if effects {
+                // The effect, unless the lease was lost meanwhile (the guide's advice): the
+                // message's next receive makes it then.
+                if d.is_lost() {
+                    println!("X {id} {body} {count}");
+                    return Ok(());
+                }
+                println!("E {id} {body}");
+            }
             let ack_ms = wall_ms();
             let outcome = match d.ack().await {
                 Ok(()) => "ok",
@@ -174,10 +206,11 @@ struct Worker {
     child: Child,
 }
 
-fn start_worker(id: String, proxy: &str, url: &str, lines: &Lines) -> Worker {
+fn start_worker(id: String, proxy: &str, url: &str, table: Option<&str>, lines: &Lines) -> Worker {
     let exe = std::env::current_exe().expect("this bench's path");
     let mut child = Command::new(exe)
         .args(["worker", proxy, url, &id])
+        .args(table)
         .stdout(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
@@ -252,9 +285,11 @@ async fn coordinate(endpoint: &str) -> bool {
         0x50a4,
     )
     .await;
+    let table = idempotency_table().await;
+    let table = table.as_deref();
     let lines = Lines::default();
     let mut workers: Vec<Worker> = (0..workers_n)
-        .map(|i| start_worker(format!("w{i}"), &proxy.endpoint, &url, &lines))
+        .map(|i| start_worker(format!("w{i}"), &proxy.endpoint, &url, table, &lines))
         .collect();
     let started = Instant::now();
     println!(
@@ -272,6 +307,7 @@ async fn coordinate(endpoint: &str) -> bool {
     };
 
     let mut chaos = Chaos::default();
+    let mut killed = BTreeSet::new();
     let mut generation = 1;
     let mut turn = 0u64;
     while started.elapsed() + EVERY <= Duration::from_secs(secs) {
@@ -281,6 +317,7 @@ async fn coordinate(endpoint: &str) -> bool {
         match turn % 4 {
             0 => {
                 let _ = workers[victim].child.kill().await;
+                killed.insert(workers[victim].id.clone());
                 chaos.kills += 1;
             }
             1 => {
@@ -299,7 +336,7 @@ async fn coordinate(endpoint: &str) -> bool {
         if matches!(turn % 4, 0 | 2) {
             let id = format!("w{victim}.{generation}");
             generation += 1;
-            workers[victim] = start_worker(id, &proxy.endpoint, &url, &lines);
+            workers[victim] = start_worker(id, &proxy.endpoint, &url, table, &lines);
         }
         turn += 1;
     }
@@ -362,12 +399,177 @@ async fn coordinate(endpoint: &str) -> bool {
         log.count(Fault::DropAfter),
         log.count(Fault::Delay),
     );
+    let effects_clean = match table {
+        Some(table) => report_effects(&server, table, &lines, &killed, sent.len()),
+        None => true,
+    };
     let (memory, flat) = report.memory("w0");
     println!(
         "soak ({server}): worker w0's resident memory (KiB, every 5 s after {WARM_UP:?}): \
          {memory}; flat (at most {MEMORY_GROWTH_PERCENT} % above the start): {flat}"
     );
-    report.lost.is_empty() && report.stale.is_empty() && visible + hidden == 0 && flat
+    report.lost.is_empty()
+        && report.stale.is_empty()
+        && visible + hidden == 0
+        && flat
+        && effects_clean
+}
+
+/// With `SOAK_IDEMPOTENCY=dynamodb`: a new table on the test command's DynamoDB, for the
+/// workers' `DynamoDbStore`.
+async fn idempotency_table() -> Option<String> {
+    match std::env::var("SOAK_IDEMPOTENCY").ok()?.as_str() {
+        #[cfg(feature = "dynamodb")]
+        "dynamodb" => {
+            let table = format!("soak-{}-{}", std::process::id(), wall_ms());
+            let client = idempotent::client();
+            sqs_consumer::idempotency::DynamoDbStore::create_table(&client, &table)
+                .await
+                .expect("the idempotency table");
+            Some(table)
+        }
+        other => panic!("SOAK_IDEMPOTENCY={other}: only `dynamodb` (with feature dynamodb)"),
+    }
+}
+
+/// The effects the handlers made (`E` lines), per message: those made twice, each explained
+/// by a kill between the earlier effect and its ack or not; and the store's requests per
+/// message sent. Returns whether every double effect is explained.
+fn report_effects(
+    server: &str,
+    table: &str,
+    lines: &[String],
+    killed: &BTreeSet<String>,
+    sent: usize,
+) -> bool {
+    let mut effects: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    let mut acked: BTreeSet<(&str, &str)> = BTreeSet::new();
+    let (mut requests, mut skipped_lost) = (BTreeMap::<&str, u64>::new(), 0u64);
+    for line in lines {
+        let f: Vec<&str> = line.split(' ').collect();
+        match f.as_slice() {
+            ["E", worker, body] => effects.entry(body).or_default().push(worker),
+            ["D", worker, body, ..] => {
+                acked.insert((worker, body));
+            }
+            ["R", _, call] => *requests.entry(call).or_insert(0) += 1,
+            ["X", ..] => skipped_lost += 1,
+            _ => {}
+        }
+    }
+    let (mut by_kill, mut unexplained) = (0u64, Vec::new());
+    for (body, workers) in &effects {
+        for (i, later) in workers.iter().enumerate().skip(1) {
+            let earlier = workers[i - 1];
+            if killed.contains(earlier) && !acked.contains(&(earlier, *body)) {
+                by_kill += 1;
+            } else {
+                unexplained.push(format!("{body}: by {earlier}, then by {later}"));
+            }
+        }
+    }
+    let made = effects.len();
+    let total: u64 = requests.values().sum();
+    println!(
+        "soak ({server}): idempotency (DynamoDbStore, table {table}): {made} messages' effects \
+         made, {} made twice or more: {by_kill} after a kill between the effect and its ack, \
+         {} not explained; {skipped_lost} effects skipped because the lease was lost; {total} \
+         store requests, {:.2} per message sent ({})",
+        by_kill + unexplained.len() as u64,
+        unexplained.len(),
+        total as f64 / sent.max(1) as f64,
+        requests
+            .iter()
+            .map(|(call, n)| format!("{call} {:.2}", *n as f64 / sent.max(1) as f64))
+            .collect::<Vec<_>>()
+            .join(", "),
+    );
+    for line in unexplained.iter().take(10) {
+        println!("  twice: {line}");
+    }
+    unexplained.is_empty()
+}
+
+/// The workers' idempotency store: `DynamoDbStore` on the test command's DynamoDB, printing
+/// a line per call (`R id call`) for the requests per message.
+#[cfg(feature = "dynamodb")]
+mod idempotent {
+    use std::time::Duration;
+
+    use sqs_consumer::idempotency::{
+        Begun, DynamoDbStore, Hold, Key, Owner, Ownership, Store, StoreFuture,
+    };
+
+    /// A client for `DYNAMODB_TEST_ENDPOINT` (the test command's DynamoDB).
+    pub fn client() -> aws_sdk_dynamodb::Client {
+        let endpoint = std::env::var("DYNAMODB_TEST_ENDPOINT")
+            .expect("SOAK_IDEMPOTENCY needs DYNAMODB_TEST_ENDPOINT (scripts/soak.sh sets it)");
+        let config = aws_sdk_dynamodb::Config::builder()
+            .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
+            .region(aws_sdk_dynamodb::config::Region::new("us-east-1"))
+            .credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
+                "test", "test", None, None, "soak",
+            ))
+            .endpoint_url(endpoint)
+            .build();
+        aws_sdk_dynamodb::Client::from_conf(config)
+    }
+
+    #[derive(Debug)]
+    pub struct Printing {
+        id: String,
+        store: DynamoDbStore,
+    }
+
+    impl Printing {
+        pub fn new(id: &str, table: &str) -> Self {
+            Self {
+                id: id.to_owned(),
+                store: DynamoDbStore::new(client(), table),
+            }
+        }
+
+        fn note(&self, call: &str) {
+            println!("R {} {call}", self.id);
+        }
+    }
+
+    impl Store for Printing {
+        fn begin<'a>(
+            &'a self,
+            key: &'a Key,
+            owner: &'a Owner,
+            hold: Hold,
+        ) -> StoreFuture<'a, Begun> {
+            self.note("begin");
+            self.store.begin(key, owner, hold)
+        }
+
+        fn extend<'a>(
+            &'a self,
+            key: &'a Key,
+            owner: &'a Owner,
+            hold: Hold,
+        ) -> StoreFuture<'a, Ownership> {
+            self.note("extend");
+            self.store.extend(key, owner, hold)
+        }
+
+        fn complete<'a>(
+            &'a self,
+            key: &'a Key,
+            owner: &'a Owner,
+            keep_for: Duration,
+        ) -> StoreFuture<'a, Ownership> {
+            self.note("complete");
+            self.store.complete(key, owner, keep_for)
+        }
+
+        fn abandon<'a>(&'a self, key: &'a Key, owner: &'a Owner) -> StoreFuture<'a, ()> {
+            self.note("abandon");
+            self.store.abandon(key, owner)
+        }
+    }
 }
 
 /// Sends `rate` messages a second (batches of up to 10, every 100 ms) until `until`.

@@ -128,7 +128,8 @@ async fn delay(delivery: Delivery, ends_in: Duration) {
     }
 }
 
-/// Keeps the delivery's claim while its lease lives, in a task of its run.
+/// Keeps the delivery's claim while its lease lives, in a task the consumer's shutdown waits
+/// for (not its run's: a Lambda event's end counts its run's unanswered calls).
 fn watch(delivery: &Delivery, recording: Recording, key: Key, owner: Owner, recorded: Instant) {
     let lease = delivery.lease().clone();
     let run = delivery.run_ties();
@@ -137,8 +138,7 @@ fn watch(delivery: &Delivery, recording: Recording, key: Key, owner: Owner, reco
         recording.forget(&owner);
         return;
     };
-    let keep = run
-        .background()
-        .track_future(keep(lease, recording, key, owner, recorded));
+    let tasks = recording.tasks().clone();
+    let keep = tasks.track_future(keep(lease, recording, key, owner, recorded));
     runtime.spawn(keep.with_current_subscriber());
 }

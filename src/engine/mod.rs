@@ -283,6 +283,12 @@ impl Engine {
         usize::try_from(self.ctx.held()).unwrap_or(usize::MAX)
     }
 
+    /// Where each message's work is recorded, if anywhere.
+    #[cfg(test)]
+    pub(crate) fn idempotency(&self) -> Option<&crate::idempotency::Recording> {
+        self.ctx.idempotency()
+    }
+
     pub(crate) fn is_isolated(&self) -> bool {
         self.ctx.calls().is_isolated()
     }
@@ -589,6 +595,10 @@ impl Engine {
     async fn flush(&self, deadline: Instant) {
         let end = deadline.max(Instant::now()) + FINAL_FLUSH;
         let left = self.ctx.calls().flush(end).await;
+        if let Some(recording) = self.ctx.idempotency() {
+            // The keys of the deliveries released by the shutdown, given back.
+            recording.settled(end).await;
+        }
         if left > 0 {
             tracing::warn!(
                 "{} still unanswered {} after the shutdown timeout: \

@@ -262,6 +262,8 @@ pub(crate) struct Recording {
     /// The key each delivery holds, by owner: kept here rather than in each lease, which
     /// stays small for the 120,000 a consumer may hold.
     held: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<Owner, Key>>>,
+    /// The tasks that keep each claim and give it back: a shutdown waits for them.
+    tasks: tokio_util::task::TaskTracker,
 }
 
 impl Recording {
@@ -270,7 +272,22 @@ impl Recording {
             store,
             keep_done,
             held: std::sync::Arc::default(),
+            tasks: tokio_util::task::TaskTracker::new(),
         }
+    }
+
+    /// The tasks that keep each claim and give it back.
+    pub(crate) fn tasks(&self) -> &tokio_util::task::TaskTracker {
+        &self.tasks
+    }
+
+    /// Waits until every claim's task has ended (the deliveries have ended, and their keys are
+    /// given back or done), or until `end`.
+    pub(crate) async fn settled(&self, end: tokio::time::Instant) {
+        self.tasks.close();
+        let _ = tokio::time::timeout_at(end, self.tasks.wait()).await;
+        // A consumer may run again after a stop.
+        self.tasks.reopen();
     }
 
     /// `owner` holds `key` now.
@@ -281,6 +298,12 @@ impl Recording {
     /// The key `owner` holds, if it holds one.
     pub(crate) fn key_held_by(&self, owner: &Owner) -> Option<Key> {
         self.held().get(owner).cloned()
+    }
+
+    /// How many deliveries hold a key now.
+    #[cfg(test)]
+    pub(crate) fn held_now(&self) -> usize {
+        self.held().len()
     }
 
     /// `owner` holds no key any more.

@@ -229,3 +229,49 @@ async fn expired_records_are_swept_as_others_are_written() {
     assert!(records < 3_000, "{records} records kept");
     assert_eq!(store.in_progress(), 1_999);
 }
+
+/// Every claim's task ends with its delivery, and forgets its key: a consumer that has handled
+/// its messages holds no key and runs no claim task.
+#[tokio::test(start_paused = true)]
+async fn claims_end_with_their_deliveries_whatever_becomes_of_them() {
+    use crate::{AckMode, BoxError, Consumer, Delivery, MemoryQueue};
+    let queue = MemoryQueue::builder()
+        .visibility_timeout(Duration::from_secs(3))
+        .build()
+        .unwrap();
+    for i in 0..200 {
+        queue.send(format!("{i}")).unwrap();
+    }
+    let consumer = Consumer::in_memory(&queue)
+        .idempotency(MemoryStore::new())
+        .ack_mode(AckMode::OnSuccess)
+        .retry_policy(crate::RetryPolicy::ReleaseNow)
+        .build()
+        .unwrap();
+    let handler = |d: Delivery| async move {
+        let n: u64 = d.body().parse()?;
+        // Some held past two extensions, some failing once, some dropped, the rest acked.
+        tokio::time::sleep(Duration::from_millis(n * 37 % 5000)).await;
+        match (n % 4, d.receive_count()) {
+            (0, 1) => Err::<(), BoxError>("failed on purpose".into()),
+            (1, 1) => {
+                drop(d);
+                Ok(())
+            }
+            _ => d.ack().await.map_err(BoxError::from),
+        }
+    };
+    let drained = async {
+        while !queue.is_empty() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    tokio::select! {
+        r = consumer.run(handler) => panic!("ended: {r:?}"),
+        () = drained => {}
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let recording = consumer.engine().idempotency().unwrap();
+    assert_eq!(recording.held_now(), 0);
+    assert_eq!(recording.tasks().len(), 0);
+}

@@ -835,3 +835,73 @@ async fn the_settings_are_checked_naming_the_field() {
         assert!(err.to_string().contains("1 s..=365 days"), "{err}");
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_stop_gives_back_the_keys_of_what_it_releases_before_it_returns() {
+    /// A store whose calls take half a second.
+    #[derive(Debug, Clone)]
+    struct Slow(MemoryStore);
+
+    impl Store for Slow {
+        fn begin<'a>(&'a self, k: &'a Key, o: &'a Owner, h: Hold) -> StoreFuture<'a, Begun> {
+            Box::pin(async move {
+                sleep(Duration::from_millis(500)).await;
+                self.0.begin(k, o, h).await
+            })
+        }
+
+        fn extend<'a>(&'a self, k: &'a Key, o: &'a Owner, h: Hold) -> StoreFuture<'a, Ownership> {
+            Box::pin(async move {
+                sleep(Duration::from_millis(500)).await;
+                self.0.extend(k, o, h).await
+            })
+        }
+
+        fn complete<'a>(
+            &'a self,
+            k: &'a Key,
+            o: &'a Owner,
+            d: Duration,
+        ) -> StoreFuture<'a, Ownership> {
+            Box::pin(async move {
+                sleep(Duration::from_millis(500)).await;
+                self.0.complete(k, o, d).await
+            })
+        }
+
+        fn abandon<'a>(&'a self, k: &'a Key, o: &'a Owner) -> StoreFuture<'a, ()> {
+            Box::pin(async move {
+                sleep(Duration::from_millis(500)).await;
+                self.0.abandon(k, o).await
+            })
+        }
+    }
+
+    let (q, store) = (common::memory_queue(10), MemoryStore::new());
+    q.send("order-1:x").unwrap();
+    let consumer = keyed_by_order(&q, &Slow(store.clone()))
+        .shutdown_timeout(secs(1))
+        .build()
+        .unwrap();
+    let started = Arc::new(tokio::sync::Notify::new());
+    let handler = {
+        let started = started.clone();
+        move |d: Delivery| {
+            let started = started.clone();
+            async move {
+                started.notify_one();
+                sleep(secs(1000)).await;
+                d.ack().await?;
+                Ok::<(), BoxError>(())
+            }
+        }
+    };
+    let signal = started.notified();
+    consumer.run_until(handler, signal).await.unwrap();
+    assert_eq!(
+        store.in_progress(),
+        0,
+        "given back before the stop returned"
+    );
+    assert_eq!(q.visible_len(), 1, "released");
+}
