@@ -74,7 +74,39 @@ on_stores!(
     a_key_function_that_fails_sends_the_delivery_to_the_failure_step_with_its_error,
     a_batch_handler_gets_only_the_deliveries_whose_key_is_free,
     with_no_lease_to_extend_the_writes_are_two_per_message,
+    an_expired_record_is_taken_though_the_store_still_keeps_it,
 );
+
+async fn an_expired_record_is_taken_though_the_store_still_keeps_it(on: On) {
+    // DynamoDB's TTL deletes an expired item late (neither moto nor dynalite deletes it at
+    // all): the store reads the record's expiry, never its presence.
+    let s = Setup::new(on).await;
+    let key = Key::new(s.q.name(), "order-9");
+    let (first, other) = (Owner::new("m-1", "r-1"), Owner::new("m-2", "r-2"));
+    let hold = Hold::new(secs(1), secs(1));
+    assert_eq!(
+        s.store.begin(&key, &first, hold).await.unwrap(),
+        Begun::Started
+    );
+    let begun = s.store.begin(&key, &other, hold).await.unwrap();
+    assert!(matches!(begun, Begun::InProgress { .. }), "{begun:?}");
+    sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        s.store.begin(&key, &other, hold).await.unwrap(),
+        Begun::Started
+    );
+    let first_done = s.store.complete(&key, &first, secs(60)).await.unwrap();
+    assert_eq!(
+        first_done,
+        Ownership::Taken,
+        "the record is the other's now"
+    );
+    assert_eq!(
+        s.store.complete(&key, &other, secs(60)).await.unwrap(),
+        Ownership::Ours
+    );
+    assert_eq!(s.store.records().await, (1, 0));
+}
 
 /// The store under test, each call counted, and failing on demand (a store of the user's
 /// own, wrapping the crate's).
