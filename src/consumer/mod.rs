@@ -74,8 +74,8 @@ impl Consumer {
         }
     }
 
-    /// The engine, for a consumer driven by events (feature `lambda`).
-    #[cfg(feature = "lambda")]
+    /// The engine, for a consumer driven by events (feature `lambda`), and the unit tests.
+    #[cfg(any(feature = "lambda", test))]
     pub(crate) fn engine(&self) -> &Engine {
         &self.engine
     }
