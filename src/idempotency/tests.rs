@@ -275,3 +275,14 @@ async fn claims_end_with_their_deliveries_whatever_becomes_of_them() {
     assert_eq!(recording.held_now(), 0);
     assert_eq!(recording.tasks().len(), 0);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_record_is_expired_at_its_expiry_instant() {
+    let store = MemoryStore::new();
+    let key = Key::new("q", "order-1");
+    store.begin(&key, &owner("m-1", "r-1"), HOLD).await.unwrap();
+    tokio::time::advance(HOLD.record()).await;
+    assert_eq!(store.in_progress(), 0);
+    let begun = store.begin(&key, &owner("m-2", "r-2"), HOLD).await.unwrap();
+    assert_eq!(begun, Begun::Started);
+}
