@@ -14,9 +14,13 @@ use std::time::Duration;
 use aws_sdk_sqs::types::MessageSystemAttributeName;
 
 use crate::builder::dead_letter_queue::DeadLetterQueue;
+use crate::delivery::Delivery;
+use crate::engine::claiming::KeyFn;
+use crate::error::BoxError;
 use crate::flow::in_flight_limit::InFlightLimit;
 use crate::flow::rate_limit::RateLimit;
 use crate::handler::handling::{AckMode, OnLost};
+use crate::idempotency::Store;
 use crate::queue::DEFAULT_REQUEST_TIMEOUT;
 use crate::retry_policy::RetryPolicy;
 use crate::trace::parent::{SpanHook, TraceParent};
@@ -88,8 +92,8 @@ pub struct ConsumerBuilder {
     keeper: KeeperPlacement,
     keeper_client: Option<aws_sdk_sqs::Client>,
     span_hook: Option<SpanHook>,
-    idempotency: Option<Arc<dyn crate::idempotency::Store>>,
-    idempotency_key: Option<crate::engine::claiming::KeyFn>,
+    idempotency: Option<Arc<dyn Store>>,
+    idempotency_key: Option<KeyFn>,
     idempotency_keep_done: Duration,
     #[cfg(feature = "s3")]
     payloads: PayloadSettings,
@@ -542,7 +546,7 @@ impl ConsumerBuilder {
     /// let consumer = builder.idempotency(MemoryStore::new()).build()?;
     /// # let _ = consumer; Ok(()) }
     /// ```
-    pub fn idempotency(mut self, store: impl crate::idempotency::Store) -> Self {
+    pub fn idempotency(mut self, store: impl Store) -> Self {
         self.idempotency = Some(Arc::new(store));
         self
     }
@@ -571,9 +575,9 @@ impl ConsumerBuilder {
     /// ```
     pub fn idempotency_key<F>(mut self, key: F) -> Self
     where
-        F: Fn(&crate::Delivery) -> Result<String, crate::BoxError> + Send + Sync + 'static,
+        F: Fn(&Delivery) -> Result<String, BoxError> + Send + Sync + 'static,
     {
-        self.idempotency_key = Some(crate::engine::claiming::KeyFn(Arc::new(key)));
+        self.idempotency_key = Some(KeyFn(Arc::new(key)));
         self
     }
 

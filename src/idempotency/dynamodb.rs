@@ -265,34 +265,20 @@ impl DynamoDbStore {
             .table_name(&self.table)
             .key(KEY, s(key.as_str()))
             .update_expression("SET #lease = :lease, #expires = :expires, #ttl = :ttl")
-            .condition_expression(
-                "#state = :in_progress AND #message_id = :message_id AND #receive = :receive",
-            )
+            .condition_expression(HELD_BY_OWNER)
+            .set_expression_attribute_names(Some(held_names()))
+            .set_expression_attribute_values(Some(held_values(owner)))
             .expression_attribute_names("#lease", LEASE_UNTIL_MS)
             .expression_attribute_names("#expires", EXPIRES_AT_MS)
             .expression_attribute_names("#ttl", TTL)
-            .expression_attribute_names("#state", STATE)
-            .expression_attribute_names("#message_id", MESSAGE_ID)
-            .expression_attribute_names("#receive", RECEIVE)
             .expression_attribute_values(":lease", n(now.saturating_add(millis(hold.lease()))))
             .expression_attribute_values(":expires", n(expires_at))
             .expression_attribute_values(":ttl", n(ttl))
-            .expression_attribute_values(":in_progress", s(IN_PROGRESS))
-            .expression_attribute_values(":message_id", s(owner.message_id()))
-            .expression_attribute_values(":receive", s(owner.receive()))
             .customize()
             .config_override(one_attempt())
             .send()
             .await;
-        match update {
-            Ok(_) => Ok(Ownership::Ours),
-            Err(SdkError::ServiceError(service))
-                if service.err().is_conditional_check_failed_exception() =>
-            {
-                Ok(Ownership::Taken)
-            }
-            Err(err) => Err(store_error(err)),
-        }
+        ownership(update)
     }
 
     async fn complete(
@@ -327,15 +313,7 @@ impl DynamoDbStore {
             .config_override(one_attempt())
             .send()
             .await;
-        match put {
-            Ok(_) => Ok(Ownership::Ours),
-            Err(SdkError::ServiceError(service))
-                if service.err().is_conditional_check_failed_exception() =>
-            {
-                Ok(Ownership::Taken)
-            }
-            Err(err) => Err(store_error(err)),
-        }
+        ownership(put)
     }
 
     async fn abandon(&self, key: &Key, owner: &Owner) -> Result<(), StoreError> {
@@ -344,28 +322,15 @@ impl DynamoDbStore {
             .delete_item()
             .table_name(&self.table)
             .key(KEY, s(key.as_str()))
-            .condition_expression(
-                "#state = :in_progress AND #message_id = :message_id AND #receive = :receive",
-            )
-            .expression_attribute_names("#state", STATE)
-            .expression_attribute_names("#message_id", MESSAGE_ID)
-            .expression_attribute_names("#receive", RECEIVE)
-            .expression_attribute_values(":in_progress", s(IN_PROGRESS))
-            .expression_attribute_values(":message_id", s(owner.message_id()))
-            .expression_attribute_values(":receive", s(owner.receive()))
+            .condition_expression(HELD_BY_OWNER)
+            .set_expression_attribute_names(Some(held_names()))
+            .set_expression_attribute_values(Some(held_values(owner)))
             .customize()
             .config_override(one_attempt())
             .send()
             .await;
-        match delete {
-            Ok(_) => Ok(()),
-            Err(SdkError::ServiceError(service))
-                if service.err().is_conditional_check_failed_exception() =>
-            {
-                Ok(())
-            }
-            Err(err) => Err(store_error(err)),
-        }
+        // A record no longer ours is someone else's to keep (or gone): nothing to give back.
+        ownership(delete).map(|_| ())
     }
 }
 
@@ -398,6 +363,48 @@ impl Store for DynamoDbStore {
 }
 
 type Item = HashMap<String, AttributeValue>;
+
+/// The condition `extend` and `abandon` write under: the record is still `in_progress` and
+/// held by the same receive of the same message ([`held_names`], [`held_values`]).
+const HELD_BY_OWNER: &str =
+    "#state = :in_progress AND #message_id = :message_id AND #receive = :receive";
+
+fn held_names() -> HashMap<String, String> {
+    [
+        ("#state", STATE),
+        ("#message_id", MESSAGE_ID),
+        ("#receive", RECEIVE),
+    ]
+    .into_iter()
+    .map(|(name, attribute)| (name.to_owned(), attribute.to_owned()))
+    .collect()
+}
+
+fn held_values(owner: &Owner) -> Item {
+    Item::from([
+        (":in_progress".to_owned(), s(IN_PROGRESS)),
+        (":message_id".to_owned(), s(owner.message_id())),
+        (":receive".to_owned(), s(owner.receive())),
+    ])
+}
+
+/// What a conditional write's answer says of the record: `Ours` if the write was made,
+/// `Taken` if its condition refused it, a [`StoreError`] if the call failed.
+fn ownership<O, E, R>(sent: Result<O, SdkError<E, R>>) -> Result<Ownership, StoreError>
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    R: std::fmt::Debug + Send + Sync + 'static,
+{
+    match sent {
+        Ok(_) => Ok(Ownership::Ours),
+        Err(SdkError::ServiceError(service))
+            if service.err().code() == Some("ConditionalCheckFailedException") =>
+        {
+            Ok(Ownership::Taken)
+        }
+        Err(err) => Err(store_error(err)),
+    }
+}
 
 /// What a record that refused `owner`'s `begin` says: done, or held for a while yet (until
 /// its lease ends, for a receive of the same message; until it expires, for another message).

@@ -15,6 +15,11 @@ pub fn client() -> aws_sdk_dynamodb::Client {
              (dynalite)"
         )
     });
+    client_at(&endpoint)
+}
+
+/// A client for the DynamoDB-compatible server at `endpoint`.
+pub fn client_at(endpoint: &str) -> aws_sdk_dynamodb::Client {
     let config = aws_sdk_dynamodb::Config::builder()
         .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
         .region(aws_sdk_dynamodb::config::Region::new("us-east-1"))

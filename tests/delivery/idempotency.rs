@@ -937,3 +937,56 @@ async fn a_stop_gives_back_the_keys_of_what_it_releases_before_it_returns() {
     );
     assert_eq!(q.visible_len(), 1, "released");
 }
+
+/// A DynamoDB that takes each request and never answers: every store call ends at the
+/// consumer's 5 s bound, the claim gives up within the 20 s that a delivery's store calls are
+/// retried for, and the delivery goes to the failure step without its handler. Real clock:
+/// the requests go over loopback.
+#[cfg(feature = "dynamodb")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_store_bounds_each_call_and_the_delivery_goes_to_the_failure_step() {
+    const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+    const RETRY_WINDOW: Duration = Duration::from_secs(20);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let endpoint = format!("http://{}", listener.local_addr().unwrap());
+    let requests = Arc::new(AtomicU64::new(0));
+    let silent = tokio::spawn({
+        let requests = requests.clone();
+        async move {
+            let mut held = Vec::new();
+            while let Ok((connection, _)) = listener.accept().await {
+                requests.fetch_add(1, Ordering::SeqCst);
+                held.push(connection);
+            }
+        }
+    });
+    let store = DynamoDbStore::new(common::dynamodb::client_at(&endpoint), "silent");
+    let (q, failed) = (common::memory_queue(2), common::memory_queue(2));
+    q.send("order-1:x").unwrap();
+    let consumer = keyed_by_order(&q, &store)
+        .dead_letter(&failed, 1)
+        .build()
+        .unwrap();
+    let runs = Runs::default();
+    let started = Instant::now();
+    let limit = RETRY_WINDOW + 2 * CALL_TIMEOUT;
+    run_while(
+        &consumer,
+        counting_acks(&runs),
+        until(limit, || failed.len() == 1),
+    )
+    .await;
+    let took = started.elapsed();
+    silent.abort();
+    assert_eq!(runs.total(), 0, "the handler never ran");
+    assert_eq!((failed.len(), q.len()), (1, 0), "moved by the failure step");
+    assert_eq!(consumer.stats().idempotency_failures, 1);
+    assert!(
+        took >= CALL_TIMEOUT,
+        "each call waits out its bound: {took:?}"
+    );
+    assert!(took < limit, "gave up within the retry window: {took:?}");
+    let requests = requests.load(Ordering::SeqCst);
+    // One request per call, each cut at 5 s, within 20 s.
+    assert!((2..=5).contains(&requests), "{requests} requests");
+}
