@@ -791,9 +791,9 @@ impl Report {
         parts.join(", ")
     }
 
-    /// `worker`'s memory after the warm-up: first, last, least and most.
-    /// `worker`'s memory after the warm-up (first, last, least and most), and whether it
-    /// stayed flat: never more than [`MEMORY_GROWTH_PERCENT`] above the first sample.
+    /// `worker`'s memory after the warm-up (first, last, least, most, and one sample a
+    /// minute, so that a step shows apart from a climb), and whether it stayed flat: never
+    /// more than [`MEMORY_GROWTH_PERCENT`] above the first sample.
     fn memory(&self, worker: &str) -> (String, bool) {
         let Some(samples) = self.memory.get(worker) else {
             return ("no samples".into(), false);
@@ -804,10 +804,12 @@ impl Report {
             return ("too few samples".into(), false);
         };
         let most = kept.iter().copied().max().unwrap_or(last);
+        let each_minute: Vec<String> = kept.iter().step_by(12).map(u64::to_string).collect();
         let text = format!(
-            "{first} at the start, {last} at the end, {} to {most} ({} samples)",
+            "{first} at the start, {last} at the end, {} to {most} ({} samples; each minute: {})",
             kept.iter().copied().min().unwrap_or(first),
-            kept.len()
+            kept.len(),
+            each_minute.join(" ")
         );
         (text, most * 100 <= first * (100 + MEMORY_GROWTH_PERCENT))
     }

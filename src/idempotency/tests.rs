@@ -24,6 +24,9 @@ fn keys_are_64_hex_digits_whatever_the_length_and_differ_by_queue() {
     assert_ne!(Key::new("orders", "a"), Key::new("payments", "a"));
     assert_ne!(Key::new("ab", "c"), Key::new("a", "bc"));
     assert_eq!(Key::new("orders", "a"), Key::new("orders", "a"));
+    // Shown whole, or (in logs and `Debug`) by its first 12 digits.
+    assert_eq!(key.to_string(), key.as_str());
+    assert_eq!(format!("{key:?}"), format!("Key({})", &key.as_str()[..12]));
 }
 
 #[test]
@@ -32,6 +35,13 @@ fn an_owner_keeps_no_receipt_handle() {
     let owner = owner("m-1", &handle);
     assert_eq!(owner.receive().len(), 32);
     assert!(!format!("{owner:?}").contains("AQEB"));
+    assert_eq!(
+        format!("{owner:?}"),
+        format!(
+            "Owner {{ message_id: \"m-1\", receive: \"{}\" }}",
+            &owner.receive()[..8]
+        )
+    );
     assert_ne!(owner.receive(), Owner::new("m-1", "other").receive());
 }
 
@@ -141,6 +151,11 @@ async fn extend_moves_the_expiry_of_the_owners_record_only() {
         store.begin(&key, &other, HOLD).await.unwrap(),
         Begun::InProgress { ends_in } if ends_in == Duration::from_secs(40)
     ));
+    // The lease moved too: a later receive of the same message waits for what is left of it.
+    assert!(matches!(
+        store.begin(&key, &owner("m-1", "r-9"), HOLD).await.unwrap(),
+        Begun::InProgress { ends_in } if ends_in == Duration::from_secs(10)
+    ));
     assert_eq!(
         store.extend(&key, &other, HOLD).await.unwrap(),
         Ownership::Taken
@@ -228,6 +243,46 @@ async fn expired_records_are_swept_as_others_are_written() {
     let records = store.kept();
     assert!(records < 3_000, "{records} records kept");
     assert_eq!(store.in_progress(), 1_999);
+}
+
+/// A store that once held many live records still sweeps them once they expire: what it keeps
+/// stays within twice the most it held alive.
+#[tokio::test(start_paused = true)]
+async fn a_store_that_held_many_live_records_still_sweeps_them() {
+    let store = MemoryStore::new();
+    let mut begin = |round: u32, i: u32| {
+        let (store, id) = (store.clone(), format!("{round}-{i}"));
+        async move {
+            let key = Key::new("q", &id);
+            store
+                .begin(&key, &owner(&id, "r"), Hold::new(T, T))
+                .await
+                .unwrap();
+        }
+    };
+    for round in 0..4 {
+        for i in 0..3_000 {
+            begin(round, i).await;
+        }
+        tokio::time::advance(T).await;
+    }
+    let records = store.kept();
+    assert!(records <= 6_000, "{records} records kept");
+    assert_eq!(store.in_progress(), 0);
+}
+
+#[test]
+fn store_errors_say_whether_trying_again_may_help() {
+    assert!(StoreError::retryable("throttled").is_retryable());
+    assert!(!StoreError::fatal("no such table").is_retryable());
+}
+
+#[test]
+fn a_key_function_shows_as_its_name_only() {
+    let key_fn = crate::engine::claiming::KeyFn(std::sync::Arc::new(|_: &crate::Delivery| {
+        Ok::<_, crate::BoxError>(String::new())
+    }));
+    assert_eq!(format!("{key_fn:?}"), "KeyFn");
 }
 
 /// Every claim's task ends with its delivery, and forgets its key: a consumer that has handled

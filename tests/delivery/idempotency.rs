@@ -802,6 +802,10 @@ async fn a_fifo_message_is_keyed_by_its_deduplication_id() {
         .group_id("g")
         .deduplication_id("dedup-1");
     q.send_with("resent", again).unwrap();
+    let other = sqs_consumer::memory::SendOptions::new()
+        .group_id("g")
+        .deduplication_id("dedup-2");
+    q.send_with("other", other).unwrap();
     let runs = Runs::default();
     let handler = {
         let runs = runs.clone();
@@ -816,8 +820,42 @@ async fn a_fifo_message_is_keyed_by_its_deduplication_id() {
     };
     run_while(&consumer, handler, until(secs(30), || q.is_empty())).await;
     assert!(q.is_empty());
-    assert_eq!(runs.total(), 0);
+    assert_eq!((runs.of("resent"), runs.of("other")), (0, 1));
     assert_eq!(consumer.stats().duplicates_skipped, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_a_key_function_each_message_is_keyed_by_its_own_id() {
+    let q = common::memory_queue(10);
+    for body in ["a", "b", "c"] {
+        q.send(body).unwrap();
+    }
+    let consumer = Consumer::in_memory(&q)
+        .idempotency(MemoryStore::new())
+        .build()
+        .unwrap();
+    let keys: Arc<Mutex<Vec<(Key, Key)>>> = Arc::default();
+    let handler = {
+        let (keys, name) = (keys.clone(), q.name().to_owned());
+        move |d: Delivery| {
+            let (keys, name) = (keys.clone(), name.clone());
+            async move {
+                let own = Key::new(&name, d.message_id());
+                keys.lock()
+                    .unwrap()
+                    .push((d.idempotency_key().unwrap(), own));
+                d.ack().await?;
+                Ok::<(), BoxError>(())
+            }
+        }
+    };
+    run_while(&consumer, handler, until(secs(30), || q.is_empty())).await;
+    let keys = keys.lock().unwrap().clone();
+    assert_eq!(keys.len(), 3, "each ran, none waited for another's key");
+    for (held, own) in &keys {
+        assert_eq!(held, own);
+    }
+    assert_eq!(consumer.stats().duplicates_delayed, 0);
 }
 
 #[tokio::test(start_paused = true)]
@@ -989,4 +1027,141 @@ async fn a_silent_store_bounds_each_call_and_the_delivery_goes_to_the_failure_st
     let requests = requests.load(Ordering::SeqCst);
     // One request per call, each cut at 5 s, within 20 s.
     assert!((2..=5).contains(&requests), "{requests} requests");
+}
+
+/// A store error that trying again cannot help (a missing table, a denied permission) is not
+/// tried again: one call, then the failure step, without the handler.
+#[tokio::test(start_paused = true)]
+async fn a_fatal_store_error_is_not_tried_again() {
+    /// A store whose every call fails for good, counted.
+    #[derive(Debug, Clone, Default)]
+    struct Refusing(Arc<AtomicU64>);
+
+    impl Refusing {
+        fn refuse<'a, T: Send + 'a>(&'a self) -> StoreFuture<'a, T> {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            Box::pin(async { Err(StoreError::fatal("no such table")) })
+        }
+    }
+
+    impl Store for Refusing {
+        fn begin<'a>(&'a self, _: &'a Key, _: &'a Owner, _: Hold) -> StoreFuture<'a, Begun> {
+            self.refuse()
+        }
+
+        fn extend<'a>(&'a self, _: &'a Key, _: &'a Owner, _: Hold) -> StoreFuture<'a, Ownership> {
+            self.refuse()
+        }
+
+        fn complete<'a>(
+            &'a self,
+            _: &'a Key,
+            _: &'a Owner,
+            _: Duration,
+        ) -> StoreFuture<'a, Ownership> {
+            self.refuse()
+        }
+
+        fn abandon<'a>(&'a self, _: &'a Key, _: &'a Owner) -> StoreFuture<'a, ()> {
+            self.refuse()
+        }
+    }
+
+    let (q, failed, store) = (
+        common::memory_queue(10),
+        common::memory_queue(10),
+        Refusing::default(),
+    );
+    q.send("order-1:x").unwrap();
+    let consumer = keyed_by_order(&q, &store)
+        .dead_letter(&failed, 1)
+        .build()
+        .unwrap();
+    let runs = Runs::default();
+    run_while(
+        &consumer,
+        counting_acks(&runs),
+        until(secs(60), || failed.len() == 1),
+    )
+    .await;
+    assert_eq!(runs.total(), 0, "the handler never ran");
+    assert_eq!(failed.len(), 1, "moved by the failure step");
+    assert_eq!(store.0.load(Ordering::SeqCst), 1, "one call");
+}
+
+/// The record follows the lease when the keeper's extensions answer late (each one after the
+/// record's own look at the deadline): a handler that runs for three timeouts still holds its
+/// key against a later receive of its message.
+#[tokio::test(start_paused = true)]
+async fn the_record_follows_a_lease_whose_extensions_answer_late() {
+    use sqs_consumer::memory::Faults;
+    let late = Faults::new(7)
+        .held_answer(1.0, Duration::from_millis(4_500))
+        .actions([
+            Action::ChangeMessageVisibility,
+            Action::ChangeMessageVisibilityBatch,
+        ]);
+    let q = MemoryQueue::builder()
+        .visibility_timeout(secs(10))
+        .faults(late)
+        .build()
+        .unwrap();
+    let store = MemoryStore::new();
+    q.send("order-1:x").unwrap();
+    let consumer = keyed_by_order(&q, &store).build().unwrap();
+    let answers: Arc<Mutex<Vec<String>>> = Arc::default();
+    let handler = {
+        let (store, answers) = (store.clone(), answers.clone());
+        move |d: Delivery| {
+            let (store, answers) = (store.clone(), answers.clone());
+            async move {
+                let key = d.idempotency_key().unwrap();
+                sleep(secs(30)).await;
+                let later_receive = Owner::new(d.message_id(), "a later receipt");
+                let hold = Hold::new(secs(10), secs(20));
+                let begun = store.begin(&key, &later_receive, hold).await;
+                answers.lock().unwrap().push(format!("{begun:?}"));
+                d.ack().await?;
+                Ok::<(), BoxError>(())
+            }
+        }
+    };
+    run_while(&consumer, handler, until(secs(120), || q.is_empty())).await;
+    let answers = answers.lock().unwrap().clone();
+    assert_eq!(answers.len(), 1, "{answers:?}");
+    assert!(answers[0].starts_with("Ok(InProgress"), "{answers:?}");
+    assert_eq!(consumer.stats().acked, 1);
+}
+
+/// A record extension that fails is tried again before the lease it recorded ends: a later
+/// receive of the message, just past that deadline, still finds the key held.
+#[tokio::test(start_paused = true)]
+async fn a_failed_record_extension_is_tried_again_before_the_recorded_lease_ends() {
+    let (q, store) = (common::memory_queue(10), MemoryStore::new());
+    q.send("order-1:x").unwrap();
+    let consumer = keyed_by_order(&q, &store).build().unwrap();
+    let answers: Arc<Mutex<Vec<String>>> = Arc::default();
+    let handler = {
+        let (store, answers) = (store.clone(), answers.clone());
+        move |d: Delivery| {
+            let (store, answers) = (store.clone(), answers.clone());
+            async move {
+                let key = d.idempotency_key().unwrap();
+                // The record's first extension (a call's margin before its 10 s) fails.
+                store.fail_next(1);
+                sleep(Duration::from_millis(10_300)).await;
+                let later_receive = Owner::new(d.message_id(), "a later receipt");
+                let hold = Hold::new(secs(10), secs(20));
+                let begun = store.begin(&key, &later_receive, hold).await;
+                answers.lock().unwrap().push(format!("{begun:?}"));
+                d.ack().await?;
+                Ok::<(), BoxError>(())
+            }
+        }
+    };
+    run_while(&consumer, handler, until(secs(60), || q.is_empty())).await;
+    let answers = answers.lock().unwrap().clone();
+    assert_eq!(answers.len(), 1, "{answers:?}");
+    assert!(answers[0].starts_with("Ok(InProgress"), "{answers:?}");
+    assert_eq!(consumer.stats().acked, 1);
 }
