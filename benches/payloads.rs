@@ -26,27 +26,8 @@ use tokio::time::Instant;
 
 mod common;
 
-/// Counts the bytes allocated and not yet freed.
-struct CountingAlloc;
-
-static LIVE_BYTES: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: every call is forwarded to the system allocator unchanged; the counter only adds
-// and subtracts the sizes it was given.
-unsafe impl std::alloc::GlobalAlloc for CountingAlloc {
-    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
-        LIVE_BYTES.fetch_add(layout.size(), Ordering::Relaxed);
-        std::alloc::System.alloc(layout)
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
-        LIVE_BYTES.fetch_sub(layout.size(), Ordering::Relaxed);
-        std::alloc::System.dealloc(ptr, layout)
-    }
-}
-
 #[global_allocator]
-static ALLOC: CountingAlloc = CountingAlloc;
+static ALLOC: common::CountingAlloc = common::CountingAlloc;
 
 const MIB: usize = 1024 * 1024;
 
@@ -272,16 +253,16 @@ impl Bench {
                 d.ack().await.expect("ack");
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
-            let before = LIVE_BYTES.load(Ordering::Relaxed) as f64;
+            let before = common::live_bytes() as f64;
             self.send(&url, n, size).await;
             let held = next(&mut rx, n).await;
             assert!(held.iter().all(|d| d.body().len() == size));
-            let holding = LIVE_BYTES.load(Ordering::Relaxed) as f64;
+            let holding = common::live_bytes() as f64;
             for d in held {
                 d.ack().await.expect("ack");
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
-            let after = LIVE_BYTES.load(Ordering::Relaxed) as f64;
+            let after = common::live_bytes() as f64;
             ((holding - before) / n as f64, (after - before) / n as f64)
         };
         tokio::select! {

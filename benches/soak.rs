@@ -4,8 +4,9 @@
 //! every call for a while (an outage), or holds every answer (a delay storm). At the end it
 //! checks that nothing was lost (every message sent was handled, the queue is empty), that
 //! no ack returned `Ok` for a message another worker received before that ack returned (a
-//! stale ack), and that a worker running the whole time kept its memory flat (within 10 % of
-//! its first reading after a 60 s warm-up).
+//! stale ack), and that a worker running the whole time kept its heap flat: the least it held
+//! in each minute within 10 % of the least in its first minute after a 60 s warm-up (its
+//! resident size is reported too).
 //!
 //! With `SOAK_IDEMPOTENCY=dynamodb` (feature `dynamodb`; `scripts/soak.sh --idempotency`) the
 //! workers share a `DynamoDbStore` on the test command's DynamoDB, and each handler makes its
@@ -16,7 +17,7 @@
 //!
 //! `scripts/soak.sh [--idempotency] [SECONDS]` runs it on both test servers; one server:
 //! `SOAK_SECS=600 scripts/with-sqs-server.sh cargo bench --bench soak`. Exits non-zero on a
-//! lost message, a stale `Ok`, a queue left with messages or memory that grew. Settings: `SOAK_SECS` (600),
+//! lost message, a stale `Ok`, a queue left with messages or a heap that grew. Settings: `SOAK_SECS` (600),
 //! `SOAK_WORKERS` (4), `SOAK_RATE` (messages per second, 30), `SOAK_IDEMPOTENCY`.
 
 mod common;
@@ -46,13 +47,16 @@ const OUTAGE: Duration = Duration::from_secs(8);
 /// A delay storm: every answer held this long, for this long.
 const STORM: (Duration, Duration) = (Duration::from_secs(5), Duration::from_secs(1));
 /// Memory is read after this warm-up: one round of every chaos event and then some (the
-/// first storm comes at 48 s). The allocator keeps the high-water mark of the first outage's
-/// and storm's backlog; a leak shows as growth after it.
+/// first storm comes at 48 s).
 const WARM_UP: Duration = Duration::from_secs(60);
-/// How far a long-lived worker's resident memory may rise above its first reading after the
-/// warm-up and still count as flat: its allocator and the SDK's connection pool settle
-/// within a few percent.
+/// How far a long-lived worker's heap floor (the least it held in a minute) may rise above
+/// its first minute's after the warm-up and still count as flat. The floor, not the resident
+/// size: the allocator keeps the high-water mark of every outage's and storm's backlog, so
+/// the resident size steps up with the largest backlog yet, while a leak raises the floor.
 const MEMORY_GROWTH_PERCENT: u64 = 10;
+
+#[global_allocator]
+static ALLOC: common::CountingAlloc = common::CountingAlloc;
 
 /// Every SQS call a worker makes.
 const ACTIONS: &[&str] = &[
@@ -109,7 +113,7 @@ fn env_u64(name: &str, default: u64) -> u64 {
 
 /// One worker process: consumes through the proxy until SIGTERM, printing a line per
 /// delivery once its ack returned (`D id body receive_count request_ms done_ms outcome`),
-/// and its resident memory every 5 s (`M id rss_kib`). With an idempotency table (`table`),
+/// and its resident memory and live heap every 5 s (`M id rss_kib heap_kib`). With an idempotency table (`table`),
 /// it records in it, prints its effect before each ack (`E id body`) and a line per store
 /// call (`R id call`).
 async fn worker(endpoint: &str, url: &str, id: &str, table: Option<&str>) {
@@ -168,7 +172,7 @@ async fn worker(endpoint: &str, url: &str, id: &str, table: Option<&str>) {
         let id = id.to_owned();
         tokio::spawn(async move {
             loop {
-                println!("M {id} {}", rss_kib());
+                println!("M {id} {} {}", rss_kib(), common::live_bytes() / 1024);
                 sleep(Duration::from_secs(5)).await;
             }
         })
@@ -405,8 +409,8 @@ async fn coordinate(endpoint: &str) -> bool {
     };
     let (memory, flat) = report.memory("w0");
     println!(
-        "soak ({server}): worker w0's resident memory (KiB, every 5 s after {WARM_UP:?}): \
-         {memory}; flat (at most {MEMORY_GROWTH_PERCENT} % above the start): {flat}"
+        "soak ({server}): worker w0's memory (every 5 s after {WARM_UP:?}): {memory}; heap \
+         flat (no floor {MEMORY_GROWTH_PERCENT} % above the first): {flat}"
     );
     report.lost.is_empty()
         && report.stale.is_empty()
@@ -667,14 +671,15 @@ struct Report {
     stale: Vec<String>,
     duplicates: u64,
     after_ok: Vec<String>,
-    memory: BTreeMap<String, Vec<u64>>,
+    /// Each worker's samples: resident KiB, heap KiB.
+    memory: BTreeMap<String, Vec<(u64, u64)>>,
 }
 
 impl Report {
     fn new(lines: &[String], sent: &[String], leftovers: &[String]) -> Self {
         let mut by_body: BTreeMap<String, Vec<Handled>> = BTreeMap::new();
         let mut outcomes = BTreeMap::new();
-        let mut memory: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+        let mut memory: BTreeMap<String, Vec<(u64, u64)>> = BTreeMap::new();
         // Messages a handler started on: a worker killed before its ack returned printed
         // no `D` line for them, but they were not lost.
         let mut started: BTreeSet<String> = BTreeSet::new();
@@ -698,10 +703,10 @@ impl Report {
                 ["H", _, body, _] => {
                     started.insert((*body).to_owned());
                 }
-                ["M", worker, kib] => memory
+                ["M", worker, rss, heap] => memory
                     .entry((*worker).to_owned())
                     .or_default()
-                    .push(kib.parse().unwrap_or(0)),
+                    .push((rss.parse().unwrap_or(0), heap.parse().unwrap_or(0))),
                 _ => {}
             }
         }
@@ -791,26 +796,36 @@ impl Report {
         parts.join(", ")
     }
 
-    /// `worker`'s memory after the warm-up (first, last, least, most, and one sample a
-    /// minute, so that a step shows apart from a climb), and whether it stayed flat: never
-    /// more than [`MEMORY_GROWTH_PERCENT`] above the first sample.
+    /// `worker`'s memory after the warm-up: its heap's floor each minute and its resident
+    /// size (first, most, and one sample a minute); and whether the heap stayed flat, no
+    /// minute's floor more than [`MEMORY_GROWTH_PERCENT`] above the first minute's.
     fn memory(&self, worker: &str) -> (String, bool) {
         let Some(samples) = self.memory.get(worker) else {
             return ("no samples".into(), false);
         };
         let skip = (WARM_UP.as_secs() / 5) as usize;
-        let kept: Vec<u64> = samples.iter().skip(skip).copied().collect();
-        let (Some(&first), Some(&last)) = (kept.first(), kept.last()) else {
+        let kept = samples.get(skip..).unwrap_or_default();
+        let floors: Vec<u64> = kept
+            .chunks(12)
+            .filter_map(|minute| minute.iter().map(|&(_, heap)| heap).min())
+            .collect();
+        let (Some(&first_floor), Some(&first_rss)) = (floors.first(), kept.first().map(|(r, _)| r))
+        else {
             return ("too few samples".into(), false);
         };
-        let most = kept.iter().copied().max().unwrap_or(last);
-        let each_minute: Vec<String> = kept.iter().step_by(12).map(u64::to_string).collect();
+        let highest_floor = floors.iter().copied().max().unwrap_or(first_floor);
+        let most_rss = kept.iter().map(|&(rss, _)| rss).max().unwrap_or(first_rss);
+        let show = |v: &mut dyn Iterator<Item = u64>| {
+            v.map(|n| n.to_string()).collect::<Vec<_>>().join(" ")
+        };
         let text = format!(
-            "{first} at the start, {last} at the end, {} to {most} ({} samples; each minute: {})",
-            kept.iter().copied().min().unwrap_or(first),
-            kept.len(),
-            each_minute.join(" ")
+            "heap floor each minute {} KiB; resident {first_rss} KiB at the start, {most_rss} at \
+             most, each minute {} ({} samples)",
+            show(&mut floors.iter().copied()),
+            show(&mut kept.iter().step_by(12).map(|&(rss, _)| rss)),
+            kept.len()
         );
-        (text, most * 100 <= first * (100 + MEMORY_GROWTH_PERCENT))
+        let flat = highest_floor * 100 <= first_floor * (100 + MEMORY_GROWTH_PERCENT);
+        (text, flat)
     }
 }

@@ -48,35 +48,10 @@ use common::{
     server_name, server_runs, wanted, CountAnswers, CountRequests,
 };
 
-/// Counts the bytes allocated and not yet freed, to measure memory per held delivery
-/// without the allocator's own overhead and fragmentation (RSS is reported too).
-struct CountingAlloc;
-
-static LIVE_BYTES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-static LIVE_ALLOCS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-
-// SAFETY: every call is forwarded to the system allocator unchanged; the counter only adds
-// and subtracts the sizes it was given.
-unsafe impl std::alloc::GlobalAlloc for CountingAlloc {
-    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
-        LIVE_BYTES.fetch_add(layout.size(), std::sync::atomic::Ordering::Relaxed);
-        LIVE_ALLOCS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        std::alloc::System.alloc(layout)
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
-        LIVE_BYTES.fetch_sub(layout.size(), std::sync::atomic::Ordering::Relaxed);
-        LIVE_ALLOCS.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
-        std::alloc::System.dealloc(ptr, layout)
-    }
-}
-
+// Memory per held delivery is measured without the allocator's own overhead and
+// fragmentation (RSS is reported too).
 #[global_allocator]
-static ALLOC: CountingAlloc = CountingAlloc;
-
-fn live_bytes() -> usize {
-    LIVE_BYTES.load(std::sync::atomic::Ordering::Relaxed)
-}
+static ALLOC: common::CountingAlloc = common::CountingAlloc;
 
 fn main() {
     let wants = wanted();
@@ -333,8 +308,8 @@ fn b3() {
             .unwrap();
         let held: Arc<Mutex<Vec<Delivery>>> =
             Arc::new(Mutex::new(Vec::with_capacity(DELIVERIES)));
-        let (rss_before, live_before) = (rss_bytes(), live_bytes());
-        let allocs_before = LIVE_ALLOCS.load(std::sync::atomic::Ordering::Relaxed);
+        let (rss_before, live_before) = (rss_bytes(), common::live_bytes());
+        let allocs_before = common::live_allocs();
         let h = held.clone();
         let handler = move |d: Delivery| {
             let h = h.clone();
@@ -352,8 +327,8 @@ fn b3() {
             }
             fill = start.elapsed();
             rss_held = rss_bytes();
-            live_held = live_bytes();
-            allocs_held = LIVE_ALLOCS.load(std::sync::atomic::Ordering::Relaxed);
+            live_held = common::live_bytes();
+            allocs_held = common::live_allocs();
             sleep(HOLD).await;
         };
         consumer.run_until(handler, signal).await.unwrap();

@@ -225,3 +225,38 @@ pub fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
 }
+
+/// Counts the bytes and blocks allocated and not yet freed: what a bench holds, without the
+/// allocator's own overhead and fragmentation (which a resident size also shows). A bench
+/// that reads it installs it:
+/// `#[global_allocator] static ALLOC: common::CountingAlloc = common::CountingAlloc;`
+pub struct CountingAlloc;
+
+static LIVE_BYTES: AtomicUsize = AtomicUsize::new(0);
+static LIVE_ALLOCS: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: every call is forwarded to the system allocator unchanged; the counters only add
+// and subtract the sizes they were given.
+unsafe impl std::alloc::GlobalAlloc for CountingAlloc {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        LIVE_BYTES.fetch_add(layout.size(), std::sync::atomic::Ordering::Relaxed);
+        LIVE_ALLOCS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        std::alloc::System.alloc(layout)
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        LIVE_BYTES.fetch_sub(layout.size(), std::sync::atomic::Ordering::Relaxed);
+        LIVE_ALLOCS.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        std::alloc::System.dealloc(ptr, layout)
+    }
+}
+
+/// The bytes allocated and not yet freed, with [`CountingAlloc`] installed.
+pub fn live_bytes() -> usize {
+    LIVE_BYTES.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// The blocks allocated and not yet freed, with [`CountingAlloc`] installed.
+pub fn live_allocs() -> usize {
+    LIVE_ALLOCS.load(std::sync::atomic::Ordering::Relaxed)
+}

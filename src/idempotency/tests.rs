@@ -250,7 +250,7 @@ async fn expired_records_are_swept_as_others_are_written() {
 #[tokio::test(start_paused = true)]
 async fn a_store_that_held_many_live_records_still_sweeps_them() {
     let store = MemoryStore::new();
-    let mut begin = |round: u32, i: u32| {
+    let begin = |round: u32, i: u32| {
         let (store, id) = (store.clone(), format!("{round}-{i}"));
         async move {
             let key = Key::new("q", &id);
