@@ -805,8 +805,9 @@ impl Report {
         };
         let skip = (WARM_UP.as_secs() / 5) as usize;
         let kept = samples.get(skip..).unwrap_or_default();
+        // Whole minutes only: a last, short one has no floor to speak of.
         let floors: Vec<u64> = kept
-            .chunks(12)
+            .chunks_exact(12)
             .filter_map(|minute| minute.iter().map(|&(_, heap)| heap).min())
             .collect();
         let (Some(&first_floor), Some(&first_rss)) = (floors.first(), kept.first().map(|(r, _)| r))
