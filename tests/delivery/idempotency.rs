@@ -1008,10 +1008,11 @@ async fn a_silent_store_bounds_each_call_and_the_delivery_goes_to_the_failure_st
     let runs = Runs::default();
     let started = Instant::now();
     let limit = RETRY_WINDOW + 2 * CALL_TIMEOUT;
+    // Moved: copied to the failure queue, and then deleted from its own.
     run_while(
         &consumer,
         counting_acks(&runs),
-        until(limit, || failed.len() == 1),
+        until(limit, || failed.len() == 1 && q.is_empty()),
     )
     .await;
     let took = started.elapsed();
